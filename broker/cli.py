@@ -1,0 +1,69 @@
+"""The `warren` command line."""
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+import trio
+
+from broker.config import ConfigError, load_settings
+from broker.core.broker import Broker
+from broker.server.listener import Server
+
+
+class KeyValueFormatter(logging.Formatter):
+    """One line per event: timestamp, level, logger, then the message's key=value pairs."""
+
+    converter = time.gmtime
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = self.formatTime(record, "%Y-%m-%dT%H:%M:%SZ")
+        line = f"{stamp} level={record.levelname} logger={record.name} {record.getMessage()}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(KeyValueFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="warren", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the broker")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int,
+                       help="AMQP port (default 5672; 0 picks a free one, logged as "
+                            "event=listening)")
+    serve.add_argument("--data-dir", help="data directory (default ./data)")
+    serve.add_argument("--config", help="TOML configuration file; flags override it")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                       help="default info")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        settings = load_settings(args.config, {
+            "host": args.host, "port": args.port, "data_dir": args.data_dir,
+            "log_level": args.log_level})
+    except ConfigError as error:
+        print(f"warren: {error}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    os.makedirs(settings.data_dir, exist_ok=True)
+    server = Server(Broker(settings.limits), settings.host, settings.port)
+    trio.run(server.run)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

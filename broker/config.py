@@ -1,0 +1,62 @@
+"""Settings for `warren serve`: defaults, overridden by a TOML file, overridden by flags.
+
+Example file:
+
+    host = "0.0.0.0"
+    port = 5672
+    data_dir = "/var/lib/warren"
+    log_level = "info"
+
+    [limits]
+    channel_max = 2047
+    frame_max = 131072
+    heartbeat = 60
+"""
+
+import tomllib
+from dataclasses import dataclass, field, fields
+
+from broker.core.broker import BrokerConfig
+
+
+@dataclass
+class ServeSettings:
+    host: str = "127.0.0.1"
+    port: int = 5672
+    data_dir: str = "./data"
+    log_level: str = "info"
+    limits: BrokerConfig = field(default_factory=BrokerConfig)
+
+
+class ConfigError(Exception):
+    """The configuration file is unreadable or names an unknown setting."""
+
+
+def load_settings(path: str | None, overrides: dict) -> ServeSettings:
+    settings = ServeSettings()
+    if path:
+        _apply_file(settings, path)
+    for name, value in overrides.items():
+        if value is not None:
+            setattr(settings, name, value)
+    return settings
+
+
+def _apply_file(settings: ServeSettings, path: str) -> None:
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"cannot read configuration file {path}: {error}") from error
+    limits = data.pop("limits", {})
+    _assign(settings, data, path)
+    _assign(settings.limits, limits, path + " [limits]")
+
+
+def _assign(target, values: dict, where: str) -> None:
+    known = {f.name: f for f in fields(target)}
+    for name, value in values.items():
+        if name not in known or name == "limits":
+            raise ConfigError(f"unknown setting '{name}' in {where}; "
+                              f"known: {', '.join(sorted(known))}")
+        setattr(target, name, value)

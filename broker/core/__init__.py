@@ -1,0 +1,5 @@
+"""The broker's semantics: pure, synchronous Python with no I/O and no trio.
+
+The server layer feeds decoded commands in and receives encoded bytes through a
+`Transport` (see connection.py).
+"""

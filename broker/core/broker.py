@@ -1,0 +1,58 @@
+"""The broker: configuration, virtual hosts, users and the live connections."""
+
+import platform
+from dataclasses import dataclass
+
+from broker import __version__
+
+from .auth import UserDatabase
+from .vhost import VirtualHost
+
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": False,
+    "consumer_priorities": False,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": False,
+}
+
+
+@dataclass
+class BrokerConfig:
+    """Negotiation limits offered in Connection.Tune (RabbitMQ's defaults)."""
+
+    channel_max: int = 2047
+    frame_max: int = 131072
+    heartbeat: int = 60
+
+
+class Broker:
+    """Everything one Warren process serves."""
+
+    def __init__(self, config: BrokerConfig | None = None):
+        self.config = config or BrokerConfig()
+        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/")}
+        self.users = UserDatabase()
+        self.users.add("guest", "guest", vhosts=("/",))
+        self.connections: set = set()
+
+    def server_properties(self) -> dict:
+        return {
+            "product": "Warren",
+            "version": __version__,
+            "platform": f"Python {platform.python_version()}",
+            "copyright": "Warren contributors",
+            "information": "An AMQP 0-9-1 broker in Python",
+            "cluster_name": "warren",
+            "capabilities": {name: on for name, on in CAPABILITIES.items() if on},
+        }
+
+    def connection_opened(self, connection) -> None:
+        self.connections.add(connection)
+
+    def connection_closed(self, connection) -> None:
+        self.connections.discard(connection)

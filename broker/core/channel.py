@@ -1,0 +1,347 @@
+"""One AMQP channel: its state machine, consumers, deliveries, acks and confirms."""
+
+import base64
+import os
+
+from pamqp import commands
+
+from amqp_codec import (encode_basic_ack, encode_deliver, encode_get_ok, encode_method,
+                        encode_return)
+from amqp_codec.reply_codes import ReplyCode
+
+from .errors import ChannelError, ConnectionFailure, precondition_failed
+from .message import Message, QueueEntry
+from .queue import Consumer, Queue
+
+MAX_MESSAGE_SIZE = 128 * 1024 * 1024
+
+
+def consumer_tag() -> str:
+    return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+class Delivery:
+    """A message handed to the client and not yet acked."""
+
+    __slots__ = ("tag", "queue", "entry", "consumer")
+
+    def __init__(self, tag: int, queue: Queue, entry: QueueEntry,
+                 consumer: Consumer | None):
+        self.tag = tag
+        self.queue = queue
+        self.entry = entry
+        self.consumer = consumer
+
+
+class Channel:
+    """The per-channel state machine. Handlers raise ChannelError/ConnectionFailure."""
+
+    def __init__(self, connection, number: int):
+        self.connection = connection
+        self.number = number
+        self.vhost = connection.vhost
+        self.closing = False
+        self.flow_active = True
+        self.consumers: dict[str, Consumer] = {}
+        self.unacked: dict[int, Delivery] = {}
+        self.next_delivery_tag = 1
+        self.consumer_prefetch = 0
+        self.global_prefetch = 0
+        self.confirming = False
+        self.publish_seq = 0
+        self.acked_seq = 0
+        self.last_queue_name = ""
+        self.transaction: "Transaction | None" = None
+
+    # -- delivery (called by queues) -------------------------------------------------
+
+    def can_deliver(self, consumer: Consumer) -> bool:
+        if not self.flow_active or self.closing or not self.connection.writable:
+            return False
+        if consumer.no_ack:
+            return True
+        if consumer.prefetch and consumer.unacked >= consumer.prefetch:
+            return False
+        return not self.global_prefetch or len(self.unacked) < self.global_prefetch
+
+    def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        queue = consumer.queue
+        if consumer.no_ack:
+            queue.settle(entry)
+        else:
+            consumer.unacked += 1
+            self.unacked[tag] = Delivery(tag, queue, entry, consumer)
+        message = entry.message
+        connection = self.connection
+        connection.write(encode_deliver(
+            self.number, consumer.tag, tag, entry.redelivered, message.exchange,
+            message.routing_key, message.properties, message.body, connection.frame_max))
+
+    def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+        """The consumer's queue went away: forget the consumer, tell the client."""
+        self.consumers.pop(consumer.tag, None)
+        if self.connection.supports("consumer_cancel_notify") and not self.closing:
+            self.send(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+
+    def send(self, method) -> None:
+        self.connection.write(encode_method(self.number, method))
+
+    # -- publishing ----------------------------------------------------------------
+
+    def publish(self, command) -> None:
+        if command.immediate:
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+        if len(command.body) > MAX_MESSAGE_SIZE:
+            raise precondition_failed(
+                f"message size {len(command.body)} is larger than configured max size "
+                f"{MAX_MESSAGE_SIZE}")
+        exchange = self.vhost.exchange(command.exchange)
+        if exchange.internal:
+            raise ChannelError(ReplyCode.ACCESS_REFUSED,
+                               f"cannot publish to internal exchange '{exchange.name}' "
+                               f"in vhost '{self.vhost.name}'")
+        message = Message(command.exchange, command.routing_key, command.properties,
+                          command.body)
+        if self.confirming:
+            self.publish_seq += 1
+        if self.transaction is not None:
+            self.transaction.publishes.append((exchange, message, command.mandatory))
+            return
+        self._route(exchange, message, command.mandatory)
+        if self.confirming:
+            self.connection.confirms_pending(self)
+
+    def _route(self, exchange, message: Message, mandatory: bool) -> None:
+        queues = self.vhost.route(exchange, message)
+        if queues:
+            for queue in queues:
+                queue.enqueue(message)
+        elif mandatory:
+            self.connection.write(encode_return(
+                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
+                message.properties, message.body, self.connection.frame_max))
+
+    def flush_confirms(self) -> None:
+        """Acknowledge every publish routed since the last flush, as one Basic.Ack."""
+        upto = self.publish_seq
+        if upto > self.acked_seq and not self.closing:
+            self.connection.write(encode_basic_ack(self.number, upto,
+                                                   upto - self.acked_seq > 1))
+            self.acked_seq = upto
+
+    # -- consuming -----------------------------------------------------------------
+
+    def consume(self, method) -> str:
+        queue = self.vhost.queue(self.queue_name(method.queue), self.connection)
+        tag = method.consumer_tag or consumer_tag()
+        if tag in self.consumers:
+            raise ConnectionFailure(ReplyCode.NOT_ALLOWED,
+                                    f"attempt to reuse consumer tag '{tag}'", 60, 20)
+        if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
+            raise ChannelError(ReplyCode.ACCESS_REFUSED,
+                               f"queue '{queue.name}' in vhost '{self.vhost.name}' in "
+                               "exclusive use")
+        consumer = Consumer(tag, self, queue, method.no_ack, method.exclusive,
+                            self.consumer_prefetch, method.arguments)
+        self.consumers[tag] = consumer
+        if not method.nowait:
+            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
+        queue.add_consumer(consumer)
+        return tag
+
+    def cancel(self, tag: str) -> None:
+        consumer = self.consumers.pop(tag, None)
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+
+    def get(self, method) -> None:
+        queue = self.vhost.queue(self.queue_name(method.queue), self.connection)
+        entry = queue.take()
+        if entry is None:
+            self.send(commands.Basic.GetEmpty())
+            return
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        if method.no_ack:
+            queue.settle(entry)
+        else:
+            self.unacked[tag] = Delivery(tag, queue, entry, None)
+        message = entry.message
+        self.connection.write(encode_get_ok(
+            self.number, tag, entry.redelivered, message.exchange, message.routing_key,
+            queue.message_count, message.properties, message.body,
+            self.connection.frame_max))
+
+    def set_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:
+        if prefetch_size:
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED,
+                                    f"prefetch_size!=0 ({prefetch_size})", 60, 10)
+        if global_:
+            self.global_prefetch = prefetch_count
+        else:
+            self.consumer_prefetch = prefetch_count
+        self.redispatch()
+
+    def set_flow(self, active: bool) -> None:
+        self.flow_active = active
+        if active:
+            self.redispatch()
+
+    def redispatch(self) -> None:
+        """Offer messages again to every queue this channel consumes from."""
+        for queue in {consumer.queue for consumer in self.consumers.values()}:
+            queue.dispatch()
+
+    # -- acknowledgements ----------------------------------------------------------
+
+    def queue_name(self, name: str) -> str:
+        """`name`, or for "" the queue last declared on this channel (as RabbitMQ)."""
+        if name:
+            return name
+        if not self.last_queue_name:
+            raise ChannelError(ReplyCode.NOT_FOUND, "no previously declared queue")
+        return self.last_queue_name
+
+    def ack(self, delivery_tag: int, multiple: bool) -> None:
+        deliveries = self._take(delivery_tag, multiple)
+        if self.transaction is not None:
+            self.transaction.acks.extend(deliveries)
+        else:
+            self._settle(deliveries)
+
+    def reject(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
+        deliveries = self._take(delivery_tag, multiple)
+        if self.transaction is not None:
+            self.transaction.rejects.append((deliveries, requeue))
+            return
+        self._reject(deliveries, requeue)
+
+    def recover(self, requeue: bool) -> None:
+        if not requeue:
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "requeue=false", 60, 110)
+        deliveries = list(self.unacked.values())
+        self.unacked.clear()
+        self._reject(deliveries, True)
+
+    def _take(self, delivery_tag: int, multiple: bool) -> list[Delivery]:
+        """Remove and return the deliveries a tag names; an unknown tag is a 406.
+
+        With `multiple`, tag 0 means every unacked delivery; otherwise the tag itself must
+        be unacked, and every delivery up to it is taken (RabbitMQ's rule).
+        """
+        unacked = self.unacked
+        if multiple and delivery_tag == 0:
+            deliveries = list(unacked.values())
+            unacked.clear()
+            return deliveries
+        if delivery_tag not in unacked:
+            raise precondition_failed(f"unknown delivery tag {delivery_tag}")
+        if not multiple:
+            return [unacked.pop(delivery_tag)]
+        return [unacked.pop(tag) for tag in [t for t in unacked if t <= delivery_tag]]
+
+    def _settle(self, deliveries: list[Delivery]) -> None:
+        queues = self._release(deliveries)
+        for delivery in deliveries:
+            delivery.queue.settle(delivery.entry)
+        self._after_release(queues)
+
+    def _reject(self, deliveries: list[Delivery], requeue: bool) -> None:
+        queues = self._release(deliveries)
+        by_queue: dict[Queue, list] = {}
+        for delivery in deliveries:
+            if requeue:
+                by_queue.setdefault(delivery.queue, []).append(delivery.entry)
+            else:
+                delivery.queue.settle(delivery.entry)
+        for queue, entries in by_queue.items():
+            queue.requeue(entries)
+        self._after_release(queues)
+
+    @staticmethod
+    def _release(deliveries: list[Delivery]) -> set:
+        queues = set()
+        for delivery in deliveries:
+            consumer = delivery.consumer
+            if consumer is not None:
+                consumer.unacked -= 1
+                queues.add(consumer.queue)
+        return queues
+
+    def _after_release(self, queues: set) -> None:
+        if self.global_prefetch:
+            self.redispatch()
+        else:
+            for queue in queues:
+                queue.dispatch()
+
+    # -- transactions and confirms -------------------------------------------------
+
+    def select_confirm(self) -> None:
+        if self.transaction is not None:
+            raise precondition_failed(
+                "cannot switch from tx to confirm mode")
+        self.confirming = True
+
+    def select_tx(self) -> None:
+        if self.confirming:
+            raise precondition_failed("cannot switch from confirm to tx mode")
+        if self.transaction is None:
+            self.transaction = Transaction()
+
+    def commit(self) -> None:
+        transaction = self._require_tx()
+        self.transaction = Transaction()
+        for exchange, message, mandatory in transaction.publishes:
+            self._route(exchange, message, mandatory)
+        self._settle(transaction.acks)
+        for deliveries, requeue in transaction.rejects:
+            self._reject(deliveries, requeue)
+
+    def rollback(self) -> None:
+        transaction = self._require_tx()
+        self.transaction = Transaction()
+        pending = transaction.acks + [d for ds, _ in transaction.rejects for d in ds]
+        for delivery in sorted(pending, key=_by_tag):
+            self.unacked[delivery.tag] = delivery
+
+    def _require_tx(self) -> "Transaction":
+        if self.transaction is None:
+            raise precondition_failed("channel is not transactional")
+        return self.transaction
+
+    # -- closing -------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """The channel is gone (closed or connection lost): cancel, requeue unacked."""
+        self.closing = True
+        for consumer in list(self.consumers.values()):
+            consumer.queue.remove_consumer(consumer)
+        self.consumers.clear()
+        deliveries = list(self.unacked.values())
+        self.unacked.clear()
+        queues = self._release(deliveries)
+        by_queue: dict[Queue, list] = {}
+        for delivery in deliveries:
+            by_queue.setdefault(delivery.queue, []).append(delivery.entry)
+        for queue, entries in by_queue.items():
+            queue.requeue(entries)
+        for queue in queues - set(by_queue):
+            queue.dispatch()
+
+
+class Transaction:
+    """Publishes and acks buffered on a tx channel until Tx.Commit."""
+
+    __slots__ = ("publishes", "acks", "rejects")
+
+    def __init__(self):
+        self.publishes: list = []
+        self.acks: list[Delivery] = []
+        self.rejects: list = []
+
+
+def _by_tag(delivery: Delivery) -> int:
+    return delivery.tag

@@ -1,0 +1,319 @@
+"""One client connection: channel 0 negotiation, channel multiplexing, error handling.
+
+The server layer owns the socket. It gives the connection a Transport, feeds it every
+decoded inbound item through `handle`, calls `end_of_batch` after each read, `drained`
+when the outgoing buffer falls below the low-water mark, and `lost` when the socket goes.
+"""
+
+import logging
+from typing import Protocol
+
+from pamqp import commands
+
+from amqp_codec import InboundHeartbeat, InboundPublish, encode_method
+from amqp_codec.reply_codes import ReplyCode
+
+from .auth import MECHANISMS, AuthenticationFailure, parse_credentials
+from .channel import Channel
+from .dispatch import HANDLERS
+from .errors import AMQPError, ChannelError, ConnectionFailure
+
+log = logging.getLogger("warren.connection")
+
+FRAME_MIN_SIZE = 4096
+PUBLISH_IDS = (60, 40)
+
+
+class Transport(Protocol):
+    """What the core needs from the socket side."""
+
+    writable: bool   # False while the outgoing buffer is above its high-water mark
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None:
+        """Flush what was written, then close the socket."""
+
+    def tuned(self, frame_max: int, heartbeat: int) -> None:
+        """Negotiation finished: enforce frame_max on input, start heartbeats."""
+
+
+class Connection:
+    """The AMQP state of one client connection."""
+
+    def __init__(self, broker, transport: Transport, peer: str = ""):
+        self.broker = broker
+        self.transport = transport
+        self.peer = peer
+        self.state = "awaiting-start-ok"
+        self.user = ""
+        self.vhost = None
+        self.client_properties: dict = {}
+        self.capabilities: dict = {}
+        self.channel_max = broker.config.channel_max
+        self.frame_max = FRAME_MIN_SIZE
+        self.heartbeat = 0
+        self.channels: dict[int, Channel] = {}
+        self.closing_channels: set[int] = set()
+        self.exclusive_queues: dict = {}
+        self._confirming: dict[Channel, None] = {}
+
+    @property
+    def writable(self) -> bool:
+        return self.transport.writable
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def supports(self, capability: str) -> bool:
+        return bool(self.capabilities.get(capability))
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def start(self) -> None:
+        """The protocol header arrived: offer Connection.Start."""
+        self.write(encode_method(0, commands.Connection.Start(
+            server_properties=self.broker.server_properties(),
+            mechanisms=" ".join(MECHANISMS), locales="en_US")))
+
+    def handle(self, item) -> None:
+        """Process one decoded inbound item (publish, method or heartbeat)."""
+        if self.state == "closed":
+            return
+        channel_number = item.channel
+        try:
+            if type(item) is InboundPublish:
+                self._publish(item)
+            elif channel_number == 0:
+                if type(item) is not InboundHeartbeat:
+                    self._connection_method(item.method)
+            else:
+                self._channel_method(channel_number, item.method)
+        except ChannelError as error:
+            self._close_channel(channel_number, error)
+        except ConnectionFailure as error:
+            self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
+
+    def end_of_batch(self) -> None:
+        """Everything read so far is handled: send the confirms it produced."""
+        if self._confirming:
+            for channel in self._confirming:
+                channel.flush_confirms()
+            self._confirming.clear()
+
+    def confirms_pending(self, channel: Channel) -> None:
+        self._confirming[channel] = None
+
+    def drained(self) -> None:
+        """The outgoing buffer drained: consumers may be fed again."""
+        for channel in list(self.channels.values()):
+            channel.redispatch()
+
+    def close(self, reply_code: int, reply_text: str, class_id: int = 0,
+              method_id: int = 0) -> None:
+        """Start a server-initiated close: Connection.Close, then wait for CloseOk."""
+        if self.state in ("closing", "closed"):
+            return
+        log.info("event=connection_closed_by_broker peer=%s code=%s text=%r",
+                 self.peer, reply_code, reply_text)
+        self._release_resources()
+        self.state = "closing"
+        self.write(encode_method(0, commands.Connection.Close(
+            reply_code=reply_code, reply_text=reply_text[:255], class_id=class_id,
+            method_id=method_id)))
+
+    def lost(self) -> None:
+        """The socket is gone: requeue unacked messages, drop exclusive queues."""
+        if self.state != "closed":
+            self._release_resources()
+        self.state = "closed"
+
+    def _release_resources(self) -> None:
+        for channel in self.channels.values():
+            channel.shutdown()
+        self.channels.clear()
+        for queue in list(self.exclusive_queues.values()):
+            if not queue.deleted:
+                queue.vhost.delete_queue(queue)
+        self.exclusive_queues.clear()
+        self.broker.connection_closed(self)
+
+    # -- channel 0 -----------------------------------------------------------------
+
+    def _connection_method(self, method) -> None:
+        handler = _CONNECTION_HANDLERS.get((self.state, type(method)))
+        if handler is not None:
+            handler(self, method)
+        elif self.state == "closing":
+            return   # after our Close, everything but Close/CloseOk is dropped
+        elif isinstance(method, commands.Connection.Close):
+            self._client_close(method)
+        else:
+            raise ConnectionFailure(
+                ReplyCode.COMMAND_INVALID,
+                f"unexpected method {method.name} on channel 0 in state {self.state}",
+                *_ids(method))
+
+    def _start_ok(self, method) -> None:
+        self.client_properties = method.client_properties or {}
+        self.capabilities = self.client_properties.get("capabilities") or {}
+        try:
+            user, password = parse_credentials(method.mechanism, method.response)
+        except AuthenticationFailure as failure:
+            self._refuse_login(str(failure))
+            return
+        if not self.broker.users.authenticate(user, password):
+            self._refuse_login(
+                f"Login was refused using authentication mechanism {method.mechanism}. "
+                "For details see the broker logfile.")
+            log.info("event=login_refused peer=%s user=%r", self.peer, user)
+            return
+        self.user = user
+        self.state = "awaiting-tune-ok"
+        config = self.broker.config
+        self.write(encode_method(0, commands.Connection.Tune(
+            channel_max=config.channel_max, frame_max=config.frame_max,
+            heartbeat=config.heartbeat)))
+
+    def _refuse_login(self, text: str) -> None:
+        if self.supports("authentication_failure_close"):
+            self.close(ReplyCode.ACCESS_REFUSED, f"ACCESS_REFUSED - {text}")
+        else:
+            self.state = "closed"
+        self.transport.close()
+
+    def _tune_ok(self, method) -> None:
+        config = self.broker.config
+        frame_max = method.frame_max or config.frame_max
+        if frame_max < FRAME_MIN_SIZE or frame_max > config.frame_max:
+            raise ConnectionFailure(
+                ReplyCode.NOT_ALLOWED,
+                f"frame_max={method.frame_max} outside {FRAME_MIN_SIZE}..{config.frame_max}",
+                10, 31)
+        channel_max = method.channel_max or config.channel_max
+        if channel_max > config.channel_max:
+            raise ConnectionFailure(
+                ReplyCode.NOT_ALLOWED,
+                f"channel_max={channel_max} > {config.channel_max} max channels", 10, 31)
+        self.frame_max = frame_max
+        self.channel_max = channel_max
+        self.heartbeat = method.heartbeat
+        self.state = "awaiting-open"
+        self.transport.tuned(frame_max, method.heartbeat)
+
+    def _open(self, method) -> None:
+        vhost = self.broker.vhosts.get(method.virtual_host)
+        if vhost is None or not self.broker.users.may_open(self.user, method.virtual_host):
+            raise ConnectionFailure(
+                ReplyCode.NOT_ALLOWED,
+                f"access to vhost '{method.virtual_host}' refused for user '{self.user}'",
+                10, 40)
+        self.vhost = vhost
+        self.state = "open"
+        self.broker.connection_opened(self)
+        self.write(encode_method(0, commands.Connection.OpenOk()))
+
+    def _client_close(self, method) -> None:
+        self._release_resources()
+        self.write(encode_method(0, commands.Connection.CloseOk()))
+        self.state = "closed"
+        self.transport.close()
+
+    def _close_ok(self, method) -> None:
+        self.state = "closed"
+        self.transport.close()
+
+    # -- channels ------------------------------------------------------------------
+
+    def _channel_method(self, number: int, method) -> None:
+        if self.state != "open":
+            if self.state == "closing":
+                return
+            raise ConnectionFailure(ReplyCode.COMMAND_INVALID,
+                                    "channel methods before connection.open", *_ids(method))
+        if number in self.closing_channels:
+            self._closing_channel_method(number, method)
+            return
+        channel = self.channels.get(number)
+        if channel is None:
+            self._open_channel(number, method)
+            return
+        handler = HANDLERS.get(type(method))
+        if handler is not None:
+            try:
+                handler(channel, method)
+            except AMQPError as error:
+                if not error.class_id:
+                    error.class_id, error.method_id = _ids(method)
+                raise
+        elif isinstance(method, commands.Channel.Close):
+            channel.shutdown()
+            del self.channels[number]
+            channel.send(commands.Channel.CloseOk())
+        elif isinstance(method, commands.Channel.Open):
+            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR,
+                                    f"second 'channel.open' seen on channel {number}",
+                                    20, 10)
+        else:
+            raise ConnectionFailure(ReplyCode.COMMAND_INVALID,
+                                    f"unexpected method {method.name} on a channel",
+                                    *_ids(method))
+
+    def _open_channel(self, number: int, method) -> None:
+        if not isinstance(method, commands.Channel.Open):
+            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR,
+                                    f"expected 'channel.open' on channel {number}",
+                                    *_ids(method))
+        if number > self.channel_max:
+            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR,
+                                    f"channel {number} exceeds channel_max "
+                                    f"{self.channel_max}", 20, 10)
+        channel = Channel(self, number)
+        self.channels[number] = channel
+        channel.send(commands.Channel.OpenOk())
+
+    def _closing_channel_method(self, number: int, method) -> None:
+        """After our Channel.Close only Close/CloseOk matter (AMQP 0-9-1 §2.3.5.2)."""
+        if isinstance(method, commands.Channel.CloseOk):
+            self.closing_channels.discard(number)
+        elif isinstance(method, commands.Channel.Close):
+            self.closing_channels.discard(number)
+            self.write(encode_method(number, commands.Channel.CloseOk()))
+
+    def _publish(self, item: InboundPublish) -> None:
+        number = item.channel
+        channel = self.channels.get(number)
+        if channel is None:
+            if number in self.closing_channels:
+                return
+            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR,
+                                    f"expected 'channel.open' on channel {number}",
+                                    *PUBLISH_IDS)
+        try:
+            channel.publish(item)
+        except ChannelError as error:
+            error.class_id, error.method_id = PUBLISH_IDS
+            raise
+
+    def _close_channel(self, number: int, error: ChannelError) -> None:
+        channel = self.channels.pop(number, None)
+        if channel is not None:
+            channel.shutdown()
+        self.closing_channels.add(number)
+        self.write(encode_method(number, commands.Channel.Close(
+            reply_code=error.reply_code, reply_text=error.reply_text[:255],
+            class_id=error.class_id, method_id=error.method_id)))
+
+
+def _ids(method) -> tuple[int, int]:
+    """(class_id, method_id) of a pamqp method."""
+    return method.index >> 16, method.index & 0xFFFF
+
+
+_CONNECTION_HANDLERS = {
+    ("awaiting-start-ok", commands.Connection.StartOk): Connection._start_ok,
+    ("awaiting-tune-ok", commands.Connection.TuneOk): Connection._tune_ok,
+    ("awaiting-open", commands.Connection.Open): Connection._open,
+    ("closing", commands.Connection.CloseOk): Connection._close_ok,
+    ("closing", commands.Connection.Close): Connection._close_ok,
+}

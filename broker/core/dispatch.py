@@ -1,0 +1,180 @@
+"""Channel-level AMQP methods: each handler turns one method into channel/vhost
+operations and sends the reply. Connection.handle routes methods here by type."""
+
+from pamqp import commands
+
+from .channel import Channel
+
+
+def exchange_declare(channel: Channel, method) -> None:
+    channel.vhost.declare_exchange(
+        method.exchange, method.exchange_type, method.passive, method.durable,
+        method.auto_delete, method.internal, method.arguments or {})
+    if not method.nowait:
+        channel.send(commands.Exchange.DeclareOk())
+
+
+def exchange_delete(channel: Channel, method) -> None:
+    channel.vhost.delete_exchange(method.exchange, method.if_unused)
+    if not method.nowait:
+        channel.send(commands.Exchange.DeleteOk())
+
+
+def exchange_bind(channel: Channel, method) -> None:
+    destination = channel.vhost.exchange(method.destination)
+    channel.vhost.bind(destination, method.source, method.routing_key,
+                       method.arguments or {})
+    if not method.nowait:
+        channel.send(commands.Exchange.BindOk())
+
+
+def exchange_unbind(channel: Channel, method) -> None:
+    destination = channel.vhost.exchange(method.destination)
+    channel.vhost.unbind(destination, method.source, method.routing_key,
+                         method.arguments or {})
+    if not method.nowait:
+        channel.send(commands.Exchange.UnbindOk())
+
+
+def queue_declare(channel: Channel, method) -> None:
+    queue = channel.vhost.declare_queue(
+        method.queue, channel.connection, method.passive, method.durable,
+        method.exclusive, method.auto_delete, method.arguments or {})
+    if queue.exclusive_owner is channel.connection:
+        channel.connection.exclusive_queues[queue.name] = queue
+    channel.last_queue_name = queue.name
+    if not method.nowait:
+        channel.send(commands.Queue.DeclareOk(queue.name, queue.message_count,
+                                              queue.consumer_count))
+
+
+def queue_bind(channel: Channel, method) -> None:
+    queue = channel.vhost.queue(channel.queue_name(method.queue), channel.connection)
+    channel.vhost.bind(queue, method.exchange, method.routing_key, method.arguments or {})
+    if not method.nowait:
+        channel.send(commands.Queue.BindOk())
+
+
+def queue_unbind(channel: Channel, method) -> None:
+    queue = channel.vhost.queue(channel.queue_name(method.queue), channel.connection)
+    channel.vhost.unbind(queue, method.exchange, method.routing_key,
+                         method.arguments or {})
+    channel.send(commands.Queue.UnbindOk())
+
+
+def queue_purge(channel: Channel, method) -> None:
+    queue = channel.vhost.queue(channel.queue_name(method.queue), channel.connection)
+    count = queue.purge()
+    if not method.nowait:
+        channel.send(commands.Queue.PurgeOk(message_count=count))
+
+
+def queue_delete(channel: Channel, method) -> None:
+    vhost = channel.vhost
+    name = channel.queue_name(method.queue)
+    queue = vhost.queues.get(name)
+    if queue is None:
+        count = 0   # RabbitMQ answers DeleteOk for a queue that does not exist
+    else:
+        vhost.check_exclusive(queue, channel.connection)
+        count = vhost.delete_queue(queue, method.if_unused, method.if_empty)
+    if not method.nowait:
+        channel.send(commands.Queue.DeleteOk(message_count=count))
+
+
+def basic_qos(channel: Channel, method) -> None:
+    channel.set_qos(method.prefetch_size, method.prefetch_count, method.global_)
+    channel.send(commands.Basic.QosOk())
+
+
+def basic_consume(channel: Channel, method) -> None:
+    channel.consume(method)
+
+
+def basic_cancel(channel: Channel, method) -> None:
+    channel.cancel(method.consumer_tag)
+    if not method.nowait:
+        channel.send(commands.Basic.CancelOk(consumer_tag=method.consumer_tag))
+
+
+def basic_get(channel: Channel, method) -> None:
+    channel.get(method)
+
+
+def basic_ack(channel: Channel, method) -> None:
+    channel.ack(method.delivery_tag, method.multiple)
+
+
+def basic_nack(channel: Channel, method) -> None:
+    channel.reject(method.delivery_tag, method.multiple, method.requeue)
+
+
+def basic_reject(channel: Channel, method) -> None:
+    channel.reject(method.delivery_tag, False, method.requeue)
+
+
+def basic_recover(channel: Channel, method) -> None:
+    channel.recover(method.requeue)
+    channel.send(commands.Basic.RecoverOk())
+
+
+def basic_recover_async(channel: Channel, method) -> None:
+    channel.recover(method.requeue)
+
+
+def channel_flow(channel: Channel, method) -> None:
+    channel.set_flow(method.active)
+    channel.send(commands.Channel.FlowOk(active=method.active))
+
+
+def channel_flow_ok(channel: Channel, method) -> None:
+    """The client confirmed a flow change we never send; nothing to do."""
+
+
+def confirm_select(channel: Channel, method) -> None:
+    channel.select_confirm()
+    if not method.nowait:
+        channel.send(commands.Confirm.SelectOk())
+
+
+def tx_select(channel: Channel, method) -> None:
+    channel.select_tx()
+    channel.send(commands.Tx.SelectOk())
+
+
+def tx_commit(channel: Channel, method) -> None:
+    channel.commit()
+    channel.send(commands.Tx.CommitOk())
+
+
+def tx_rollback(channel: Channel, method) -> None:
+    channel.rollback()
+    channel.send(commands.Tx.RollbackOk())
+
+
+HANDLERS = {
+    commands.Exchange.Declare: exchange_declare,
+    commands.Exchange.Delete: exchange_delete,
+    commands.Exchange.Bind: exchange_bind,
+    commands.Exchange.Unbind: exchange_unbind,
+    commands.Queue.Declare: queue_declare,
+    commands.Queue.Bind: queue_bind,
+    commands.Queue.Unbind: queue_unbind,
+    commands.Queue.Purge: queue_purge,
+    commands.Queue.Delete: queue_delete,
+    commands.Basic.Qos: basic_qos,
+    commands.Basic.Consume: basic_consume,
+    commands.Basic.Cancel: basic_cancel,
+    commands.Basic.Get: basic_get,
+    commands.Basic.Ack: basic_ack,
+    commands.Basic.Nack: basic_nack,
+    commands.Basic.Reject: basic_reject,
+    commands.Basic.Recover: basic_recover,
+    commands.Basic.RecoverAsync: basic_recover_async,
+    commands.Channel.Flow: channel_flow,
+    commands.Channel.FlowOk: channel_flow_ok,
+    commands.Confirm.Select: confirm_select,
+    commands.Tx.Select: tx_select,
+    commands.Tx.Commit: tx_commit,
+    commands.Tx.Rollback: tx_rollback,
+}

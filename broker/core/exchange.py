@@ -1,0 +1,190 @@
+"""Exchanges: direct, fanout, topic and headers routing.
+
+A destination is a Queue or, for exchange-to-exchange bindings, another Exchange.
+`route` returns the destinations bound for one message; the virtual host follows
+exchange destinations further (see VirtualHost.route).
+"""
+
+from .message import Message
+from .topic import TopicTrie
+
+
+def freeze_arguments(arguments: dict | None):
+    """A hashable, order-independent form of an arguments table (bindings are sets)."""
+    if not arguments:
+        return ()
+    return tuple(sorted((key, _freeze(value)) for key, value in arguments.items()))
+
+
+def _freeze(value):
+    if isinstance(value, dict):
+        return freeze_arguments(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(item) for item in value)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+class Exchange:
+    """Common state of every exchange type; subclasses index bindings for routing."""
+
+    kind = ""
+
+    def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
+                 internal: bool = False, arguments: dict | None = None):
+        self.name = name
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments = dict(arguments or {})
+        # (destination, routing_key, frozen arguments) -> arguments as given
+        self.bindings: dict[tuple, dict] = {}
+
+    def bind(self, destination, routing_key: str, arguments: dict | None) -> None:
+        key = (destination, routing_key, freeze_arguments(arguments))
+        if key not in self.bindings:
+            self.bindings[key] = dict(arguments or {})
+            self._index_add(destination, routing_key, arguments or {})
+
+    def unbind(self, destination, routing_key: str, arguments: dict | None) -> bool:
+        key = (destination, routing_key, freeze_arguments(arguments))
+        if self.bindings.pop(key, None) is None:
+            return False
+        self._index_remove(destination, routing_key, arguments or {})
+        return True
+
+    def unbind_destination(self, destination) -> None:
+        for key in [key for key in self.bindings if key[0] is destination]:
+            self.unbind(key[0], key[1], self.bindings[key])
+
+    def has_binding(self, destination, routing_key: str, arguments: dict | None) -> bool:
+        return (destination, routing_key, freeze_arguments(arguments)) in self.bindings
+
+    def difference(self, kind: str, durable: bool, auto_delete: bool, internal: bool,
+                   arguments: dict | None) -> tuple | None:
+        """(field, received, current) for the first property a redeclaration changes."""
+        checks = (("type", kind, self.kind), ("durable", durable, self.durable),
+                  ("auto_delete", auto_delete, self.auto_delete),
+                  ("internal", internal, self.internal))
+        for field, received, current in checks:
+            if received != current:
+                return field, received, current
+        if freeze_arguments(arguments) != freeze_arguments(self.arguments):
+            return "arguments", arguments, self.arguments
+        return None
+
+    def route(self, message: Message):
+        raise NotImplementedError
+
+    def _index_add(self, destination, routing_key: str, arguments: dict) -> None:
+        raise NotImplementedError
+
+    def _index_remove(self, destination, routing_key: str, arguments: dict) -> None:
+        raise NotImplementedError
+
+
+class DirectExchange(Exchange):
+    kind = "direct"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._by_key: dict[str, dict] = {}
+
+    def route(self, message: Message):
+        return self._by_key.get(message.routing_key, ())
+
+    def _index_add(self, destination, routing_key, arguments):
+        destinations = self._by_key.setdefault(routing_key, {})
+        destinations[destination] = destinations.get(destination, 0) + 1
+
+    def _index_remove(self, destination, routing_key, arguments):
+        destinations = self._by_key[routing_key]
+        destinations[destination] -= 1
+        if not destinations[destination]:
+            del destinations[destination]
+        if not destinations:
+            del self._by_key[routing_key]
+
+
+class FanoutExchange(Exchange):
+    kind = "fanout"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._destinations: dict = {}
+
+    def route(self, message: Message):
+        return self._destinations
+
+    def _index_add(self, destination, routing_key, arguments):
+        self._destinations[destination] = self._destinations.get(destination, 0) + 1
+
+    def _index_remove(self, destination, routing_key, arguments):
+        self._destinations[destination] -= 1
+        if not self._destinations[destination]:
+            del self._destinations[destination]
+
+
+class TopicExchange(Exchange):
+    kind = "topic"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._trie = TopicTrie()
+
+    def route(self, message: Message):
+        return self._trie.match(message.routing_key)
+
+    def _index_add(self, destination, routing_key, arguments):
+        self._trie.add(routing_key, destination)
+
+    def _index_remove(self, destination, routing_key, arguments):
+        self._trie.remove(routing_key, destination)
+
+
+class HeadersExchange(Exchange):
+    """Matches message headers against binding arguments (x-match all/any).
+
+    Argument keys starting with "x-" are not matched. A binding value of void (None)
+    matches any value of that header. `all-with-x` / `any-with-x` also match x- keys.
+    """
+
+    kind = "headers"
+
+    def route(self, message: Message):
+        headers = message.headers
+        found = {}
+        for (destination, _key, _frozen), arguments in self.bindings.items():
+            if destination not in found and headers_match(arguments, headers):
+                found[destination] = None
+        return found
+
+    def _index_add(self, destination, routing_key, arguments):
+        """Headers bindings are scanned at route time; `bindings` is the index."""
+
+    def _index_remove(self, destination, routing_key, arguments):
+        """Nothing beyond `bindings` to update."""
+
+
+def headers_match(arguments: dict, headers: dict) -> bool:
+    mode = arguments.get("x-match", "all")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    with_x = mode.endswith("-with-x")
+    wanted = [(key, value) for key, value in arguments.items()
+              if key != "x-match" and (with_x or not key.startswith("x-"))]
+    results = (_header_matches(headers, key, value) for key, value in wanted)
+    if mode.startswith("any"):
+        return any(results)
+    return all(results)
+
+
+def _header_matches(headers: dict, key: str, value) -> bool:
+    if key not in headers:
+        return False
+    return value is None or headers[key] == value
+
+
+EXCHANGE_TYPES = {cls.kind: cls for cls in
+                  (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)}

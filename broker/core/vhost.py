@@ -1,0 +1,236 @@
+"""A virtual host: its exchanges, queues and bindings, and routing between them."""
+
+import base64
+import os
+
+from amqp_codec.reply_codes import ReplyCode
+
+from .errors import (ChannelError, access_refused, not_found, precondition_failed,
+                     resource_locked)
+from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
+from .message import Message
+from .queue import Queue
+
+DEFAULT_EXCHANGES = (
+    ("amq.direct", "direct"),
+    ("amq.fanout", "fanout"),
+    ("amq.topic", "topic"),
+    ("amq.headers", "headers"),
+    ("amq.match", "headers"),
+)
+
+
+def server_named(prefix: str) -> str:
+    """A unique name like RabbitMQ's: `amq.gen-` + 22 url-safe base64 characters."""
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+class VirtualHost:
+    """Exchanges and queues of one vhost, with the checks RabbitMQ applies to them."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.exchanges: dict[str, Exchange] = {}
+        self.queues: dict[str, Queue] = {}
+        self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
+        for exchange_name, kind in DEFAULT_EXCHANGES:
+            self.exchanges[exchange_name] = EXCHANGE_TYPES[kind](exchange_name, durable=True)
+        self.exchanges[""] = self.default_exchange
+
+    # -- lookups -------------------------------------------------------------------
+
+    def exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise not_found(f"no exchange '{name}' in vhost '{self.name}'")
+        return exchange
+
+    def queue(self, name: str, connection) -> Queue:
+        """The queue named `name`, if `connection` may use it (exclusive queues: 405)."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise not_found(f"no queue '{name}' in vhost '{self.name}'")
+        self.check_exclusive(queue, connection)
+        return queue
+
+    def check_exclusive(self, queue: Queue, connection) -> None:
+        if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
+            raise resource_locked(
+                f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
+                f"'{self.name}'. It could be originally declared on another connection "
+                "or the exclusive property value does not match that of the original "
+                "declaration.")
+
+    # -- exchanges -----------------------------------------------------------------
+
+    def declare_exchange(self, name: str, kind: str, passive: bool, durable: bool,
+                         auto_delete: bool, internal: bool, arguments: dict) -> Exchange:
+        if passive:
+            return self.exchange(name)
+        if name.startswith("amq."):
+            raise access_refused(
+                f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        exchange_class = EXCHANGE_TYPES.get(kind)
+        if exchange_class is None:
+            raise ChannelError(ReplyCode.COMMAND_INVALID,
+                               f"unknown exchange type '{kind}'")
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            difference = existing.difference(kind, durable, auto_delete, internal,
+                                             arguments)
+            if difference:
+                field, received, current = difference
+                raise precondition_failed(
+                    f"inequivalent arg '{field}' for exchange '{name}' in vhost "
+                    f"'{self.name}': received '{_describe(received)}' but current is "
+                    f"'{_describe(current)}'")
+            return existing
+        exchange = exchange_class(name, durable, auto_delete, internal, arguments)
+        self.exchanges[name] = exchange
+        return exchange
+
+    def delete_exchange(self, name: str, if_unused: bool) -> None:
+        if name == "" or name.startswith("amq."):
+            raise access_refused(
+                f"operation not permitted on the default exchange"
+                if name == "" else
+                f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        exchange = self.exchange(name)
+        if if_unused and exchange.bindings:
+            raise precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
+        for (destination, key, _), arguments in list(exchange.bindings.items()):
+            exchange.unbind(destination, key, arguments)
+        for other in self.exchanges.values():
+            other.unbind_destination(exchange)
+        del self.exchanges[name]
+
+    def bind(self, destination, exchange_name: str, routing_key: str,
+             arguments: dict) -> None:
+        exchange = self._bindable(exchange_name)
+        exchange.bind(destination, routing_key, arguments)
+
+    def unbind(self, destination, exchange_name: str, routing_key: str,
+               arguments: dict) -> None:
+        exchange = self._bindable(exchange_name)
+        exchange.unbind(destination, routing_key, arguments)
+        if exchange.auto_delete and not exchange.bindings:
+            del self.exchanges[exchange.name]
+
+    def _bindable(self, exchange_name: str) -> Exchange:
+        if exchange_name == "":
+            raise access_refused(
+                "operation not permitted on the default exchange")
+        return self.exchange(exchange_name)
+
+    # -- queues --------------------------------------------------------------------
+
+    def declare_queue(self, name: str, connection, passive: bool, durable: bool,
+                      exclusive: bool, auto_delete: bool, arguments: dict) -> Queue:
+        if passive:
+            return self.queue(name, connection)
+        if not name:
+            name = server_named("amq.gen-")
+        elif name.startswith("amq."):
+            raise access_refused(
+                f"queue name '{name}' contains reserved prefix 'amq.*'")
+        existing = self.queues.get(name)
+        if existing is not None:
+            self.check_exclusive(existing, connection)
+            self._check_queue_equivalent(existing, durable, exclusive, auto_delete,
+                                         arguments)
+            return existing
+        queue = Queue(self, name, durable, connection if exclusive else None,
+                      auto_delete, arguments)
+        self.queues[name] = queue
+        self.default_exchange.bind(queue, name, None)
+        return queue
+
+    def _check_queue_equivalent(self, queue: Queue, durable: bool, exclusive: bool,
+                                auto_delete: bool, arguments: dict) -> None:
+        checks = (("durable", durable, queue.durable),
+                  ("exclusive", exclusive, queue.exclusive_owner is not None),
+                  ("auto_delete", auto_delete, queue.auto_delete))
+        for field, received, current in checks:
+            if received != current:
+                raise precondition_failed(
+                    f"inequivalent arg '{field}' for queue '{queue.name}' in vhost "
+                    f"'{self.name}': received '{_describe(received)}' but current is "
+                    f"'{_describe(current)}'")
+        for key in set(arguments or {}) | set(queue.arguments):
+            received = (arguments or {}).get(key)
+            current = queue.arguments.get(key)
+            if freeze_arguments({"v": received}) != freeze_arguments({"v": current}):
+                raise precondition_failed(
+                    f"inequivalent arg '{key}' for queue '{queue.name}' in vhost "
+                    f"'{self.name}': received {_describe_arg(received)} but current is "
+                    f"{_describe_arg(current)}")
+
+    def delete_queue(self, queue: Queue, if_unused: bool = False,
+                     if_empty: bool = False) -> int:
+        if if_unused and queue.consumers:
+            raise precondition_failed(
+                f"queue '{queue.name}' in vhost '{self.name}' in use")
+        if if_empty and queue.ready:
+            raise precondition_failed(
+                f"queue '{queue.name}' in vhost '{self.name}' not empty")
+        count = len(queue.ready)
+        queue.deleted = True
+        self.queues.pop(queue.name, None)
+        for exchange in list(self.exchanges.values()):
+            exchange.unbind_destination(queue)
+            if exchange.auto_delete and not exchange.bindings and exchange.name:
+                self.exchanges.pop(exchange.name, None)
+        self.default_exchange.unbind_destination(queue)
+        for consumer in list(queue.consumers):
+            consumer.channel.consumer_cancelled_by_broker(consumer)
+        queue.consumers.clear()
+        queue.purge()
+        queue.store.drop()
+        return count
+
+    # -- routing -------------------------------------------------------------------
+
+    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
+        """Every queue the message reaches, following exchange-to-exchange bindings."""
+        destinations = exchange.route(message)
+        if not destinations:
+            return []
+        queues = []
+        pending = None
+        for destination in destinations:
+            if type(destination) is Queue:
+                queues.append(destination)
+            else:
+                pending = pending or []
+                pending.append(destination)
+        if pending:
+            return self._route_through(exchange, pending, queues, message)
+        return queues
+
+    def _route_through(self, source: Exchange, pending: list, queues: list,
+                       message: Message) -> list[Queue]:
+        seen_exchanges = {id(source)}
+        seen_queues = {id(queue) for queue in queues}
+        while pending:
+            exchange = pending.pop()
+            if id(exchange) in seen_exchanges:
+                continue
+            seen_exchanges.add(id(exchange))
+            for destination in exchange.route(message):
+                if type(destination) is Queue:
+                    if id(destination) not in seen_queues:
+                        seen_queues.add(id(destination))
+                        queues.append(destination)
+                else:
+                    pending.append(destination)
+        return queues
+
+
+def _describe(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _describe_arg(value) -> str:
+    return "none" if value is None else repr(value)

@@ -1,0 +1,1 @@
+"""The trio shell around the core: sockets, timers, signals."""

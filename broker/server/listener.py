@@ -1,0 +1,65 @@
+"""Accept connections, and shut down cleanly on SIGINT/SIGTERM."""
+
+import functools
+import logging
+import signal
+
+import trio
+
+from amqp_codec.reply_codes import ReplyCode
+from broker.core.broker import Broker
+
+from .transport import SocketTransport
+
+log = logging.getLogger("warren.server")
+
+SHUTDOWN_GRACE = 5.0   # seconds connections get to flush their Connection.Close
+
+
+class Server:
+    """The listening socket and every live SocketTransport."""
+
+    def __init__(self, broker: Broker, host: str, port: int):
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.transports: set[SocketTransport] = set()
+        self._all_closed = trio.Event()
+
+    async def run(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                listeners = await nursery.start(functools.partial(
+                    trio.serve_tcp, self._serve_connection, self.port, host=self.host))
+                port = listeners[0].socket.getsockname()[1]
+                log.info("event=listening host=%s port=%s", self.host, port)
+                async for signum in signals:
+                    log.info("event=shutdown signal=%s connections=%d",
+                             signal.Signals(signum).name, len(self.transports))
+                    await self._close_all()
+                    nursery.cancel_scope.cancel()
+                    break
+        log.info("event=stopped")
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        host, port = stream.socket.getpeername()[:2]
+        transport = SocketTransport(stream, self.broker, f"{host}:{port}")
+        self.transports.add(transport)
+        try:
+            await transport.run()
+        finally:
+            self.transports.discard(transport)
+            if not self.transports:
+                self._all_closed.set()
+
+    async def _close_all(self) -> None:
+        for transport in list(self.transports):
+            transport.connection.close(
+                ReplyCode.CONNECTION_FORCED,
+                "CONNECTION_FORCED - broker forced connection closure with reason "
+                "'shutdown'")
+            transport.close()
+        if self.transports:
+            self._all_closed = trio.Event()
+            with trio.move_on_after(SHUTDOWN_GRACE):
+                await self._all_closed.wait()

@@ -1,0 +1,140 @@
+"""One client socket: a reader task feeding the core, a writer task draining a
+coalesced output buffer, and heartbeats."""
+
+import logging
+
+import trio
+
+from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, Decoder, ProtocolError,
+                        ProtocolHeaderMismatch)
+from broker.core.connection import Connection
+
+log = logging.getLogger("warren.server")
+
+RECEIVE_SIZE = 256 * 1024
+HIGH_WATER = 1024 * 1024      # stop feeding consumers above this many buffered bytes
+LOW_WATER = 256 * 1024        # resume below this
+CLOSE_OK_TIMEOUT = 5.0        # how long a server-initiated close waits for CloseOk
+
+
+class SocketTransport:
+    """Implements the core's Transport over a trio stream."""
+
+    def __init__(self, stream: trio.abc.Stream, broker, peer: str):
+        self.stream = stream
+        self.peer = peer
+        self.connection = Connection(broker, self, peer)
+        self.decoder = Decoder()
+        self.writable = True
+        self.heartbeat = 0
+        self._buffer = bytearray()
+        self._data_ready = trio.Event()
+        self._closing = False
+        self._last_received = trio.current_time()
+        self._last_sent = trio.current_time()
+        self._nursery: trio.Nursery | None = None
+
+    # -- Transport interface -------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        if len(buffer) > HIGH_WATER:
+            self.writable = False
+        if not self._data_ready.is_set():
+            self._data_ready.set()
+
+    def close(self) -> None:
+        """Stop reading; the writer flushes what is buffered, then the socket closes."""
+        self._closing = True
+        self._data_ready.set()
+
+    def tuned(self, frame_max: int, heartbeat: int) -> None:
+        self.decoder.frame_max = frame_max
+        self.heartbeat = heartbeat
+        if heartbeat and self._nursery is not None:
+            self._nursery.start_soon(self._heartbeats, heartbeat)
+
+    # -- tasks ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._write_loop)
+                await self._read_loop()
+                self.close()
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+            log.debug("event=socket_lost peer=%s", self.peer)
+        finally:
+            self.connection.lost()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+
+    async def _read_loop(self) -> None:
+        connection = self.connection
+        started = False
+        while not self._closing:
+            with trio.move_on_at(self._read_deadline()):
+                data = await self.stream.receive_some(RECEIVE_SIZE)
+                if not data:
+                    return
+                self._last_received = trio.current_time()
+                try:
+                    items = self.decoder.feed(data)
+                except ProtocolHeaderMismatch:
+                    self.write(PROTOCOL_HEADER)
+                    return
+                except ProtocolError as error:
+                    self._protocol_error(error)
+                    return
+                if not started and self.decoder.header_received:
+                    started = True
+                    connection.start()
+                for item in items:
+                    connection.handle(item)
+                connection.end_of_batch()
+                continue
+            return   # a server-initiated close was not acknowledged in time
+
+    def _read_deadline(self) -> float:
+        if self.connection.state == "closing":
+            return trio.current_time() + CLOSE_OK_TIMEOUT
+        return float("inf")
+
+    def _protocol_error(self, error: ProtocolError) -> None:
+        log.info("event=protocol_error peer=%s code=%s text=%r",
+                 self.peer, int(error.reply_code), error.text)
+        self.connection.close(error.reply_code, error.reply_text, error.class_id,
+                              error.method_id)
+
+    async def _write_loop(self) -> None:
+        stream = self.stream
+        while True:
+            await self._data_ready.wait()
+            self._data_ready = trio.Event()
+            while self._buffer:
+                data = self._buffer
+                self._buffer = bytearray()
+                await stream.send_all(data)
+                self._last_sent = trio.current_time()
+                if not self.writable and len(self._buffer) <= LOW_WATER:
+                    self.writable = True
+                    self.connection.drained()
+            if self._closing:
+                self._nursery.cancel_scope.cancel()
+                return
+
+    async def _heartbeats(self, interval: int) -> None:
+        """Send a heartbeat when idle for half the interval; drop a silent peer
+        after two intervals without any inbound byte."""
+        while True:
+            await trio.sleep(interval / 2)
+            now = trio.current_time()
+            if now - self._last_received > 2 * interval:
+                log.info("event=heartbeat_timeout peer=%s interval=%s", self.peer, interval)
+                self.connection.lost()
+                self._nursery.cancel_scope.cancel()
+                return
+            if now - self._last_sent >= interval / 2:
+                self.write(HEARTBEAT_FRAME)

@@ -1,0 +1,39 @@
+"""The interface between a queue and where its messages are kept.
+
+A queue hands every message it accepts to its store and tells the store when a message
+is settled (acked, or dropped). The in-memory store keeps nothing beyond the queue's own
+deque; the queue-file store (durable queues) will persist persistent messages here.
+"""
+
+from typing import Protocol
+
+
+class QueueStore(Protocol):
+    """Per-queue message persistence. Entries carry `.seq` and `.message`."""
+
+    def append(self, entry) -> None:
+        """A message entered the queue."""
+
+    def settle(self, entry) -> None:
+        """A message left the queue for good (acked, rejected without requeue, purged)."""
+
+    def drop(self) -> None:
+        """The queue was deleted: forget everything."""
+
+
+class MemoryQueueStore:
+    """Keeps messages only in the queue's memory: nothing survives a restart."""
+
+    __slots__ = ()
+
+    def append(self, entry) -> None:
+        pass
+
+    def settle(self, entry) -> None:
+        pass
+
+    def drop(self) -> None:
+        pass
+
+
+MEMORY_STORE = MemoryQueueStore()

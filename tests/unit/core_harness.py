@@ -1,0 +1,107 @@
+"""Drive broker.core without sockets: a recording Transport and an opened connection."""
+
+from pamqp import commands, frame as pamqp_frame, header, body as pamqp_body
+
+from amqp_codec import InboundMethod, InboundPublish, encode_properties
+from broker.core.broker import Broker
+from broker.core.connection import Connection
+
+
+class RecordingTransport:
+    """Collects what the core writes and decodes it back into pamqp frames."""
+
+    def __init__(self):
+        self.writable = True
+        self.closed = False
+        self.tuned_with = None
+        self._data = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self._data += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def tuned(self, frame_max: int, heartbeat: int) -> None:
+        self.tuned_with = (frame_max, heartbeat)
+
+    def frames(self) -> list:
+        """(channel, frame) pairs written since the last call."""
+        data, self._data = bytes(self._data), bytearray()
+        out = []
+        while data:
+            consumed, channel, frame = pamqp_frame.unmarshal(data)
+            out.append((channel, frame))
+            data = data[consumed:]
+        return out
+
+    def methods(self) -> list:
+        """Only the method frames written since the last call."""
+        return [(channel, frame) for channel, frame in self.frames()
+                if not isinstance(frame, (header.ContentHeader, pamqp_body.ContentBody))]
+
+
+class Client:
+    """A fake client connection on a real Broker, already through Connection.Open."""
+
+    def __init__(self, broker: Broker | None = None, capabilities: dict | None = None):
+        self.broker = broker or Broker()
+        self.transport = RecordingTransport()
+        self.connection = Connection(self.broker, self.transport, "test")
+        self.connection.start()
+        caps = {"consumer_cancel_notify": True} if capabilities is None else capabilities
+        self.method(0, commands.Connection.StartOk(
+            client_properties={"capabilities": caps}, mechanism="PLAIN",
+            response="\0guest\0guest"))
+        self.method(0, commands.Connection.TuneOk(channel_max=100, frame_max=131072,
+                                                  heartbeat=0))
+        self.method(0, commands.Connection.Open(virtual_host="/"))
+        self.transport.frames()
+
+    def method(self, channel: int, method) -> list:
+        self.connection.handle(InboundMethod(channel, method))
+        self.connection.end_of_batch()
+        return self.transport.frames()
+
+    def open_channel(self, channel: int = 1) -> None:
+        (number, reply), = self.method(channel, commands.Channel.Open())
+        assert (number, type(reply)) == (channel, commands.Channel.OpenOk)
+
+    def publish(self, channel: int, exchange: str, routing_key: str, body: bytes,
+                mandatory: bool = False, properties=None) -> list:
+        raw = encode_properties(properties or commands.Basic.Properties())
+        self.connection.handle(InboundPublish(channel, exchange, routing_key, mandatory,
+                                              False, raw, body))
+        self.connection.end_of_batch()
+        return self.transport.frames()
+
+    def declare_queue(self, channel: int, name: str, **kwargs) -> str:
+        replies = self.method(channel, commands.Queue.Declare(queue=name, **kwargs))
+        (_, ok), = replies
+        return ok.queue
+
+
+def kinds(replies: list) -> list:
+    """(channel, method class) pairs: pamqp methods do not compare by value."""
+    return [(channel, type(frame)) for channel, frame in replies]
+
+
+def close_code(replies: list) -> int | None:
+    """The reply code of the first Channel.Close or Connection.Close in replies."""
+    for _, frame in replies:
+        if isinstance(frame, (commands.Channel.Close, commands.Connection.Close)):
+            return frame.reply_code
+    return None
+
+
+def deliveries(frames: list) -> list:
+    """(Basic.Deliver, body) pairs from written frames."""
+    out = []
+    current = None
+    for _, frame in frames:
+        if isinstance(frame, commands.Basic.Deliver):
+            current = [frame, b""]
+            out.append(current)
+        elif isinstance(frame, pamqp_body.ContentBody) and current is not None:
+            current[1] += frame.value
+    return [tuple(item) for item in out]

@@ -1,0 +1,106 @@
+"""Channel 0: negotiation, vhost and authentication checks, close handshakes."""
+
+from pamqp import commands
+
+from broker.core.broker import Broker
+from broker.core.connection import Connection
+from amqp_codec import InboundMethod
+
+from core_harness import Client, RecordingTransport, close_code, kinds
+
+
+def negotiate(broker, response="\0guest\0guest", capabilities=None, vhost="/",
+              tune=(0, 131072, 0)):
+    transport = RecordingTransport()
+    connection = Connection(broker, transport, "test")
+    connection.start()
+    replies = [transport.methods()]
+    caps = capabilities if capabilities is not None else {}
+    steps = [commands.Connection.StartOk(client_properties={"capabilities": caps},
+                                         mechanism="PLAIN", response=response),
+             commands.Connection.TuneOk(*tune),
+             commands.Connection.Open(virtual_host=vhost)]
+    for step in steps:
+        if transport.closed:
+            break
+        connection.handle(InboundMethod(0, step))
+        replies.append(transport.methods())
+    return connection, transport, replies
+
+
+def test_start_advertises_what_pika_needs_for_confirms():
+    _, _, replies = negotiate(Broker())
+    (_, start), = replies[0]
+    capabilities = start.server_properties["capabilities"]
+    assert capabilities["publisher_confirms"] and capabilities["basic.nack"]
+    assert set(start.mechanisms.split()) == {"PLAIN", "AMQPLAIN"}
+
+
+def test_full_handshake_reaches_open_and_applies_tuning():
+    connection, transport, replies = negotiate(Broker(), tune=(100, 8192, 30))
+    assert isinstance(replies[1][0][1], commands.Connection.Tune)
+    assert isinstance(replies[3][0][1], commands.Connection.OpenOk)
+    assert connection.state == "open"
+    assert transport.tuned_with == (8192, 30)
+    assert connection.channel_max == 100
+
+
+def test_bad_password_closes_with_403_for_clients_that_ask_for_it():
+    _, transport, replies = negotiate(Broker(), response="\0guest\0wrong",
+                                      capabilities={"authentication_failure_close": True})
+    assert close_code(replies[1]) == 403
+    assert transport.closed
+
+
+def test_bad_password_just_drops_clients_without_the_capability():
+    _, transport, replies = negotiate(Broker(), response="\0guest\0wrong")
+    assert replies[1] == []
+    assert transport.closed
+
+
+def test_unknown_vhost_is_530():
+    _, _, replies = negotiate(Broker(), vhost="/nope")
+    assert close_code(replies[3]) == 530
+
+
+def test_frame_max_above_the_servers_is_refused():
+    _, _, replies = negotiate(Broker(), tune=(0, 10_000_000, 0))
+    assert close_code(replies[2]) == 530
+
+
+def test_client_close_is_answered_with_close_ok_and_requeues():
+    client = Client()
+    client.open_channel()
+    client.declare_queue(1, "q")
+    client.publish(1, "", "q", b"m")
+    client.method(1, commands.Basic.Get(queue="q"))
+    replies = client.method(0, commands.Connection.Close())
+    assert kinds(replies) == [(0, commands.Connection.CloseOk)]
+    assert client.transport.closed
+    assert client.broker.vhosts["/"].queues["q"].message_count == 1
+
+
+def test_server_close_waits_for_close_ok_and_ignores_other_methods():
+    client = Client()
+    client.open_channel()
+    client.connection.close(320, "CONNECTION_FORCED - shutdown")
+    assert close_code(client.transport.methods()) == 320
+    assert client.method(1, commands.Queue.Declare(queue="x")) == []
+    client.method(0, commands.Connection.CloseOk())
+    assert client.transport.closed
+
+
+def test_second_channel_open_is_a_connection_error():
+    client = Client()
+    client.open_channel()
+    assert close_code(client.method(1, commands.Channel.Open())) == 504
+
+
+def test_method_on_unopened_channel_is_504():
+    client = Client()
+    assert close_code(client.method(3, commands.Queue.Declare(queue="x"))) == 504
+
+
+def test_channel_above_channel_max_is_refused():
+    client = Client()
+    assert close_code(client.method(101, commands.Channel.Open())) == 504
