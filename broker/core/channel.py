@@ -41,7 +41,6 @@ class Channel:
         self.number = number
         self.vhost = connection.vhost
         self.closing = False
-        self.flow_active = True
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, Delivery] = {}
         self.next_delivery_tag = 1
@@ -56,7 +55,7 @@ class Channel:
     # -- delivery (called by queues) -------------------------------------------------
 
     def can_deliver(self, consumer: Consumer) -> bool:
-        if not self.flow_active or self.closing or not self.connection.writable:
+        if self.closing or not self.connection.writable:
             return False
         if consumer.no_ack:
             return True
@@ -185,9 +184,11 @@ class Channel:
         self.redispatch()
 
     def set_flow(self, active: bool) -> None:
-        self.flow_active = active
-        if active:
-            self.redispatch()
+        """Channel.Flow from the client. RabbitMQ 3.x refuses active=false with 540;
+        so does Warren, so clients see the same behaviour on both."""
+        if not active:
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "active=false", 20, 20)
+        self.redispatch()
 
     def redispatch(self) -> None:
         """Offer messages again to every queue this channel consumes from."""

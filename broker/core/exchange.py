@@ -5,7 +5,10 @@ A destination is a Queue or, for exchange-to-exchange bindings, another Exchange
 exchange destinations further (see VirtualHost.route).
 """
 
+from .errors import precondition_failed
 from .message import Message
+
+X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 from .topic import TopicTrie
 
 
@@ -73,6 +76,9 @@ class Exchange:
         if freeze_arguments(arguments) != freeze_arguments(self.arguments):
             return "arguments", arguments, self.arguments
         return None
+
+    def validate_binding(self, arguments: dict | None) -> None:
+        """Raise a ChannelError when binding arguments make no sense for this type."""
 
     def route(self, message: Message):
         raise NotImplementedError
@@ -151,6 +157,15 @@ class HeadersExchange(Exchange):
     """
 
     kind = "headers"
+
+    def validate_binding(self, arguments: dict | None) -> None:
+        mode = (arguments or {}).get("x-match", "all")
+        if isinstance(mode, bytes):
+            mode = mode.decode()
+        if mode not in X_MATCH_MODES:
+            raise precondition_failed(
+                f"Invalid x-match field value {mode!r}; expected one of "
+                f"{', '.join(X_MATCH_MODES)}")
 
     def route(self, message: Message):
         headers = message.headers

@@ -24,14 +24,15 @@ class TopicTrie:
 
     def add(self, binding_key: str, destination) -> None:
         node = self._root
-        for word in binding_key.split("."):
+        for word in split_words(binding_key):
             node = node.children.setdefault(word, _Node())
         node.destinations[destination] = node.destinations.get(destination, 0) + 1
         self._cache.clear()
 
     def remove(self, binding_key: str, destination) -> None:
         path = [self._root]
-        for word in binding_key.split("."):
+        words = split_words(binding_key)
+        for word in words:
             child = path[-1].children.get(word)
             if child is None:
                 return
@@ -42,7 +43,7 @@ class TopicTrie:
             leaf.destinations.pop(destination, None)
         else:
             leaf.destinations[destination] = count - 1
-        self._prune(binding_key.split("."), path)
+        self._prune(words, path)
         self._cache.clear()
 
     @staticmethod
@@ -58,12 +59,17 @@ class TopicTrie:
         if cached is not None:
             return cached
         found: dict = {}
-        _match(self._root, routing_key.split("."), 0, found)
+        _match(self._root, split_words(routing_key), 0, found)
         result = tuple(found)
         if len(self._cache) >= MATCH_CACHE_SIZE:
             self._cache.clear()
         self._cache[routing_key] = result
         return result
+
+
+def split_words(key: str) -> list[str]:
+    """The words of a key; the empty key has no words (so `*` does not match it)."""
+    return key.split(".") if key else []
 
 
 def _match(node: _Node, words: list, index: int, found: dict) -> None:

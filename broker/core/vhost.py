@@ -5,7 +5,7 @@ import os
 
 from amqp_codec.reply_codes import ReplyCode
 
-from .errors import (ChannelError, access_refused, not_found, precondition_failed,
+from .errors import (ConnectionFailure, access_refused, not_found, precondition_failed,
                      resource_locked)
 from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
 from .message import Message
@@ -55,11 +55,7 @@ class VirtualHost:
 
     def check_exclusive(self, queue: Queue, connection) -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
-            raise resource_locked(
-                f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
-                f"'{self.name}'. It could be originally declared on another connection "
-                "or the exclusive property value does not match that of the original "
-                "declaration.")
+            raise _locked(queue)
 
     # -- exchanges -----------------------------------------------------------------
 
@@ -67,14 +63,16 @@ class VirtualHost:
                          auto_delete: bool, internal: bool, arguments: dict) -> Exchange:
         if passive:
             return self.exchange(name)
-        if name.startswith("amq."):
-            raise access_refused(
-                f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        if name == "":
+            raise access_refused("operation not permitted on the default exchange")
         exchange_class = EXCHANGE_TYPES.get(kind)
         if exchange_class is None:
-            raise ChannelError(ReplyCode.COMMAND_INVALID,
-                               f"unknown exchange type '{kind}'")
+            raise ConnectionFailure(ReplyCode.COMMAND_INVALID,
+                                    f"unknown exchange type '{kind}'")
         existing = self.exchanges.get(name)
+        if existing is None and name.startswith("amq."):
+            raise access_refused(
+                f"exchange name '{name}' contains reserved prefix 'amq.*'")
         if existing is not None:
             difference = existing.difference(kind, durable, auto_delete, internal,
                                              arguments)
@@ -95,7 +93,9 @@ class VirtualHost:
                 f"operation not permitted on the default exchange"
                 if name == "" else
                 f"exchange name '{name}' contains reserved prefix 'amq.*'")
-        exchange = self.exchange(name)
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return   # deleting a missing exchange succeeds, as in RabbitMQ 3.x
         if if_unused and exchange.bindings:
             raise precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
         for (destination, key, _), arguments in list(exchange.bindings.items()):
@@ -107,12 +107,16 @@ class VirtualHost:
     def bind(self, destination, exchange_name: str, routing_key: str,
              arguments: dict) -> None:
         exchange = self._bindable(exchange_name)
+        exchange.validate_binding(arguments)
         exchange.bind(destination, routing_key, arguments)
 
     def unbind(self, destination, exchange_name: str, routing_key: str,
                arguments: dict) -> None:
-        exchange = self._bindable(exchange_name)
-        exchange.unbind(destination, routing_key, arguments)
+        if exchange_name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        exchange = self.exchanges.get(exchange_name)
+        if exchange is None or not exchange.unbind(destination, routing_key, arguments):
+            return   # unbinding what is not bound succeeds, as in RabbitMQ 3.x
         if exchange.auto_delete and not exchange.bindings:
             del self.exchanges[exchange.name]
 
@@ -136,6 +140,8 @@ class VirtualHost:
         existing = self.queues.get(name)
         if existing is not None:
             self.check_exclusive(existing, connection)
+            if exclusive and existing.exclusive_owner is None:
+                raise _locked(existing)
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete,
                                          arguments)
             return existing
@@ -224,6 +230,13 @@ class VirtualHost:
                 else:
                     pending.append(destination)
         return queues
+
+
+def _locked(queue: Queue):
+    return resource_locked(
+        f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
+        f"'{queue.vhost.name}'. It could be originally declared on another connection or "
+        "the exclusive property value does not match that of the original declaration.")
 
 
 def _describe(value) -> str:

@@ -235,8 +235,6 @@ def test_backpressure_stops_and_resumes_delivery():
     assert len(deliveries(client.transport.frames())) == 3
 
 
-def test_channel_flow_pauses_deliveries():
+def test_channel_flow_active_false_is_refused_with_540_as_rabbitmq_does():
     client = consumer_client(no_ack=True)
-    client.method(1, commands.Channel.Flow(active=False))
-    assert deliveries(publish_many(client, 2)) == []
-    assert len(deliveries(client.method(1, commands.Channel.Flow(active=True)))) == 2
+    assert close_code(client.method(1, commands.Channel.Flow(active=False))) == 540

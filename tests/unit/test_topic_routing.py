@@ -11,8 +11,13 @@ routing_words = st.sampled_from(["a", "b", "c", "", "d"])
 routing_keys = st.lists(routing_words, min_size=1, max_size=6).map(".".join)
 
 
+def split_words(key: str) -> list:
+    return key.split(".") if key else []
+
+
 def reference_match(binding_key: str, routing_key: str) -> bool:
-    """`*` is exactly one word, `#` zero or more words; words are dot separated."""
+    """`*` is exactly one word, `#` zero or more words; words are dot separated and
+    the empty key has no words (RabbitMQ: `*` does not match "")."""
     def match(pattern: list, words: list) -> bool:
         if not pattern:
             return not words
@@ -22,7 +27,7 @@ def reference_match(binding_key: str, routing_key: str) -> bool:
         if not words:
             return False
         return (head == "*" or head == words[0]) and match(rest, words[1:])
-    return match(binding_key.split("."), routing_key.split("."))
+    return match(split_words(binding_key), split_words(routing_key))
 
 
 @settings(max_examples=300)
