@@ -25,6 +25,7 @@ class ProtocolError(Exception):
         self.channel = channel
         self.class_id = class_id
         self.method_id = method_id
+        self.decoded: list = []   # set by Decoder.feed: commands decoded before the error
 
     @property
     def reply_text(self) -> str:

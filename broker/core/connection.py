@@ -150,8 +150,8 @@ class Connection:
             self._client_close(method)
         else:
             raise ConnectionFailure(
-                ReplyCode.COMMAND_INVALID,
-                f"unexpected method {method.name} on channel 0 in state {self.state}",
+                ReplyCode.CHANNEL_ERROR,
+                f"unexpected method in connection state {_STATE_NAMES[self.state]}",
                 *_ids(method))
 
     def _start_ok(self, method) -> None:
@@ -160,7 +160,9 @@ class Connection:
         try:
             user, password = parse_credentials(method.mechanism, method.response)
         except AuthenticationFailure as failure:
-            self._refuse_login(str(failure))
+            log.info("event=login_refused peer=%s reason=%r", self.peer, str(failure))
+            self.state = "closed"   # RabbitMQ closes the socket without a frame
+            self.transport.close()
             return
         if not self.broker.users.authenticate(user, password):
             self._refuse_login(
@@ -251,23 +253,23 @@ class Connection:
             del self.channels[number]
             channel.send(commands.Channel.CloseOk())
         elif isinstance(method, commands.Channel.Open):
-            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR,
-                                    f"second 'channel.open' seen on channel {number}",
+            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen",
                                     20, 10)
         else:
-            raise ConnectionFailure(ReplyCode.COMMAND_INVALID,
-                                    f"unexpected method {method.name} on a channel",
+            raise ConnectionFailure(ReplyCode.COMMAND_INVALID, "unimplemented method",
                                     *_ids(method))
 
     def _open_channel(self, number: int, method) -> None:
         if not isinstance(method, commands.Channel.Open):
-            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR,
-                                    f"expected 'channel.open' on channel {number}",
+            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
                                     *_ids(method))
-        if number > self.channel_max:
-            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR,
-                                    f"channel {number} exceeds channel_max "
-                                    f"{self.channel_max}", 20, 10)
+        opened = len(self.channels) + len(self.closing_channels)
+        if opened >= self.channel_max:
+            # RabbitMQ limits how many channels are open, not their numbers.
+            raise ConnectionFailure(
+                ReplyCode.NOT_ALLOWED,
+                f"number of channels opened ({opened}) has reached the negotiated "
+                f"channel_max ({self.channel_max})")
         channel = Channel(self, number)
         self.channels[number] = channel
         channel.send(commands.Channel.OpenOk())
@@ -286,8 +288,7 @@ class Connection:
         if channel is None:
             if number in self.closing_channels:
                 return
-            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR,
-                                    f"expected 'channel.open' on channel {number}",
+            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
                                     *PUBLISH_IDS)
         try:
             channel.publish(item)
@@ -309,6 +310,9 @@ def _ids(method) -> tuple[int, int]:
     """(class_id, method_id) of a pamqp method."""
     return method.index >> 16, method.index & 0xFFFF
 
+
+_STATE_NAMES = {"open": "running", "awaiting-start-ok": "starting",
+                "awaiting-tune-ok": "tuning", "awaiting-open": "opening"}
 
 _CONNECTION_HANDLERS = {
     ("awaiting-start-ok", commands.Connection.StartOk): Connection._start_ok,

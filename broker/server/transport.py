@@ -86,6 +86,8 @@ class SocketTransport:
                     self.write(PROTOCOL_HEADER)
                     return
                 except ProtocolError as error:
+                    for item in error.decoded:
+                        connection.handle(item)
                     self._protocol_error(error)
                     return
                 if not started and self.decoder.header_received:

@@ -1,0 +1,22 @@
+"""Sans-IO AMQP 0-9-1 codec for the Warren broker (server side). See INTERFACE.md."""
+
+from .constants import (
+    FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, PROTOCOL_HEADER,
+)
+from .decoder import Decoder, InboundHeartbeat, InboundMethod, InboundPublish
+from .encoder import (
+    HEARTBEAT_FRAME, decode_properties, encode_basic_ack, encode_basic_nack, encode_content,
+    encode_deliver, encode_get_ok, encode_method, encode_properties, encode_return,
+    encode_server_properties,
+)
+from .errors import ProtocolError, ProtocolHeaderMismatch
+from .reply_codes import ReplyCode, is_connection_level
+
+__all__ = [
+    "PROTOCOL_HEADER", "FRAME_METHOD", "FRAME_HEADER", "FRAME_BODY", "FRAME_HEARTBEAT",
+    "FRAME_END", "Decoder", "InboundMethod", "InboundPublish", "InboundHeartbeat",
+    "HEARTBEAT_FRAME", "encode_method", "encode_content", "encode_deliver", "encode_get_ok",
+    "encode_basic_ack", "encode_basic_nack", "encode_return", "encode_properties",
+    "decode_properties", "encode_server_properties", "ProtocolError",
+    "ProtocolHeaderMismatch", "ReplyCode", "is_connection_level",
+]

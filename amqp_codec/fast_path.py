@@ -1,0 +1,138 @@
+"""Struct-based codec for the hot frames, byte-identical to pamqp (tests: test_fast_path.py).
+
+Inbound: Basic.Publish and Basic.Ack arguments. Outbound: Basic.Deliver, Basic.GetOk,
+Basic.Return (each with its content header and body frames, as one bytes object),
+Basic.Ack and Basic.Nack.
+
+Content properties stay raw: the bytes of a content header payload after class_id,
+weight and body_size (property flags, then property values).
+"""
+
+from struct import Struct
+
+from pamqp import commands
+
+from .constants import (
+    BASIC_ACK, BASIC_CLASS, BASIC_DELIVER, BASIC_GET_OK, BASIC_NACK, BASIC_RETURN,
+    CONTENT_HEADER_PREFIX_SIZE, FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_HEADER,
+    FRAME_METHOD, FRAME_OVERHEAD,
+)
+
+_METHOD_PREFIX = Struct(">BHIHH")        # type, channel, size, class_id, method_id
+_HEADER_FRAME = Struct(">BBHIHHQ")       # end of previous frame, type, channel, size,
+                                         # class_id, weight, body_size
+_BODY_PREFIX = Struct(">BBHI")           # end of previous frame, type, channel, size
+_TAG_AND_BIT = Struct(">QB")             # delivery_tag, bit octet
+_REPLY_CODE = Struct(">H")
+_MESSAGE_COUNT = Struct(">I")
+_ACK_FRAME = Struct(">BHIHHQBB")         # a whole Basic.Ack / Basic.Nack frame
+_LENGTH_OCTET = [bytes((n,)) for n in range(256)]
+
+_NACK_REQUEUE_BIT = 2  # pamqp's and RabbitMQ's default requeue=True
+
+
+def shortstr(value: str) -> bytes:
+    """Encode an AMQP shortstr: one length octet, then at most 255 bytes of UTF-8."""
+    data = value.encode()
+    if len(data) > 255:
+        raise ValueError(f"shortstr longer than 255 bytes of UTF-8: {value[:40]!r}...")
+    return _LENGTH_OCTET[len(data)] + data
+
+
+def decode_publish(data: bytes, start: int, end: int) -> tuple[str, str, bool, bool]:
+    """Decode Basic.Publish arguments in data[start:end].
+
+    Returns (exchange, routing_key, mandatory, immediate). Raises ValueError (or
+    IndexError) when the arguments are truncated, have trailing bytes or are not UTF-8.
+    """
+    exchange_end = start + 3 + data[start + 2]          # skip ticket(2)
+    key_end = exchange_end + 1 + data[exchange_end]
+    if key_end + 1 != end:
+        raise ValueError("Basic.Publish arguments do not fill the frame")
+    bits = data[key_end]
+    return (data[start + 3:exchange_end].decode(), data[exchange_end + 1:key_end].decode(),
+            bits & 1 == 1, bits & 2 == 2)
+
+
+def decode_ack(data: bytes, start: int, end: int) -> commands.Basic.Ack:
+    """Decode Basic.Ack arguments in data[start:end] (exactly 9 bytes) to a pamqp Basic.Ack."""
+    if end - start != 9:
+        raise ValueError("Basic.Ack arguments are not 9 bytes")
+    delivery_tag, bits = _TAG_AND_BIT.unpack_from(data, start)
+    return commands.Basic.Ack(delivery_tag, bits & 1 == 1)
+
+
+def join_with_content(parts: list, channel: int, properties: bytes, body,
+                      frame_max: int) -> bytes:
+    """Join ``parts`` (a method frame without its end octet) with the end octet, the
+    content header frame and the body frames (payload <= frame_max - 8; 0 = no limit)."""
+    body_size = len(body)
+    parts.append(_HEADER_FRAME.pack(FRAME_END, FRAME_HEADER, channel,
+                                    CONTENT_HEADER_PREFIX_SIZE + len(properties),
+                                    BASIC_CLASS, 0, body_size))
+    parts.append(properties)
+    limit = frame_max - FRAME_OVERHEAD if frame_max else body_size
+    if body_size <= limit:
+        if body_size:
+            parts.append(_BODY_PREFIX.pack(FRAME_END, FRAME_BODY, channel, body_size))
+            parts.append(body)
+    else:
+        _append_body_frames(parts, channel, body, limit)
+    parts.append(FRAME_END_BYTE)
+    return b"".join(parts)
+
+
+def _append_body_frames(parts: list, channel: int, body, limit: int) -> None:
+    """Cut ``body`` into body frames of at most ``limit`` payload bytes."""
+    if limit <= 0:
+        raise ValueError(f"frame_max must exceed {FRAME_OVERHEAD} to carry a body")
+    view = memoryview(body)
+    for start in range(0, len(view), limit):
+        chunk = view[start:start + limit]
+        parts.append(_BODY_PREFIX.pack(FRAME_END, FRAME_BODY, channel, len(chunk)))
+        parts.append(chunk)
+
+
+def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
+                   exchange: str, routing_key: str, properties: bytes, body,
+                   frame_max: int) -> bytes:
+    """Basic.Deliver + content header + body frames, as one bytes object."""
+    tag, exchange_b, key = shortstr(consumer_tag), shortstr(exchange), shortstr(routing_key)
+    size = 13 + len(tag) + len(exchange_b) + len(key)
+    parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_DELIVER),
+             tag, _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key]
+    return join_with_content(parts, channel, properties, body, frame_max)
+
+
+def encode_get_ok(channel: int, delivery_tag: int, redelivered: bool, exchange: str,
+                  routing_key: str, message_count: int, properties: bytes, body,
+                  frame_max: int) -> bytes:
+    """Basic.GetOk + content header + body frames, as one bytes object."""
+    exchange_b, key = shortstr(exchange), shortstr(routing_key)
+    size = 17 + len(exchange_b) + len(key)
+    parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_GET_OK),
+             _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key,
+             _MESSAGE_COUNT.pack(message_count)]
+    return join_with_content(parts, channel, properties, body, frame_max)
+
+
+def encode_return(channel: int, reply_code: int, reply_text: str, exchange: str,
+                  routing_key: str, properties: bytes, body, frame_max: int) -> bytes:
+    """Basic.Return + content header + body frames, as one bytes object."""
+    text, exchange_b, key = shortstr(reply_text), shortstr(exchange), shortstr(routing_key)
+    size = 6 + len(text) + len(exchange_b) + len(key)
+    parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_RETURN),
+             _REPLY_CODE.pack(reply_code), text, exchange_b, key]
+    return join_with_content(parts, channel, properties, body, frame_max)
+
+
+def encode_basic_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
+    """A Basic.Ack frame (publisher confirms)."""
+    return _ACK_FRAME.pack(FRAME_METHOD, channel, 13, BASIC_CLASS, BASIC_ACK,
+                           delivery_tag, multiple, FRAME_END)
+
+
+def encode_basic_nack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
+    """A Basic.Nack frame (publisher confirms); requeue is set, as pamqp and RabbitMQ do."""
+    return _ACK_FRAME.pack(FRAME_METHOD, channel, 13, BASIC_CLASS, BASIC_NACK,
+                           delivery_tag, multiple | _NACK_REQUEUE_BIT, FRAME_END)

@@ -1,0 +1,204 @@
+"""The struct fast paths are byte-identical to pamqp on generated input.
+
+The strategies here are shared with test_encoder.py and test_decoder.py.
+"""
+
+import datetime
+import string
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from pamqp import body as pamqp_body
+from pamqp import commands, frame, header
+from pamqp import encode as pamqp_encode
+
+from amqp_codec import (
+    decode_properties, encode_basic_ack, encode_basic_nack, encode_deliver, encode_get_ok,
+    encode_properties, encode_return,
+)
+from amqp_codec.fast_path import decode_ack, decode_publish, shortstr
+
+
+def _truncate_utf8(text: str, limit: int = 255) -> str:
+    return text.encode()[:limit].decode("utf-8", "ignore")
+
+
+shortstrs = st.one_of(
+    st.text(max_size=255).map(_truncate_utf8),
+    st.text(alphabet=string.printable, min_size=250, max_size=255),
+)
+nonempty_shortstrs = shortstrs.filter(bool)
+exchange_names = st.text(alphabet=string.ascii_letters + string.digits + "-_.:@#,/+ ",
+                         max_size=127)
+delivery_tags = st.integers(0, 2**63 - 1)   # pamqp encodes longlong as signed
+channels = st.integers(0, 65535)
+frame_maxes = st.one_of(st.just(0), st.integers(9, 64), st.sampled_from([4096, 131072]))
+
+table_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1),
+              st.text(max_size=40), st.binary(max_size=20).map(bytearray)),
+    lambda children: st.one_of(st.lists(children, max_size=4),
+                               st.dictionaries(st.text(max_size=20), children, max_size=4)),
+    max_leaves=12,
+)
+tables = st.dictionaries(st.text(max_size=30), table_values, max_size=6)
+timestamps = st.integers(0, 2**32 - 1).map(
+    lambda seconds: datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC))
+
+
+def _optional(strategy):
+    return st.none() | strategy
+
+
+properties = st.builds(
+    commands.Basic.Properties,
+    content_type=_optional(nonempty_shortstrs),
+    content_encoding=_optional(nonempty_shortstrs),
+    headers=_optional(tables),
+    delivery_mode=st.sampled_from([None, 1, 2]),
+    priority=_optional(st.integers(0, 255)),
+    correlation_id=_optional(nonempty_shortstrs),
+    reply_to=_optional(nonempty_shortstrs),
+    expiration=_optional(nonempty_shortstrs),
+    message_id=_optional(nonempty_shortstrs),
+    timestamp=_optional(timestamps),
+    message_type=_optional(nonempty_shortstrs),
+    user_id=_optional(nonempty_shortstrs),
+    app_id=_optional(nonempty_shortstrs),
+)
+raw_properties = properties.map(encode_properties)
+
+
+@st.composite
+def bodies(draw, frame_max: int):
+    """Bodies of 0..3*frame_max bytes (0..1000 when frame_max is 0)."""
+    return draw(st.binary(max_size=3 * frame_max if frame_max else 1000))
+
+
+def pamqp_content(channel: int, raw: bytes, body: bytes, frame_max: int) -> bytes:
+    """What pamqp produces for a header built from decode_properties(raw) and body frames."""
+    content_header = header.ContentHeader(0, len(body), decode_properties(raw))
+    frames = [frame.marshal(content_header, channel)]
+    step = frame_max - 8 if frame_max else max(len(body), 1)
+    for start in range(0, len(body), step):
+        frames.append(frame.marshal(pamqp_body.ContentBody(body[start:start + step]), channel))
+    return b"".join(frames)
+
+
+@given(shortstrs)
+def test_shortstr_matches_pamqp(value):
+    assert shortstr(value) == pamqp_encode.short_string(value)
+
+
+@pytest.mark.parametrize("value", ["x" * 256, "é" * 128, "€" * 86])
+def test_shortstr_over_255_bytes_is_a_value_error(value):
+    with pytest.raises(ValueError):
+        shortstr(value)
+
+
+def test_shortstr_at_255_bytes():
+    assert shortstr("é" * 127 + "x") == b"\xff" + ("é" * 127 + "x").encode()
+
+
+@settings(deadline=None)
+@given(channels, shortstrs, delivery_tags, st.booleans(), exchange_names, shortstrs,
+       raw_properties, st.data())
+def test_encode_deliver_matches_pamqp(channel, consumer_tag, delivery_tag, redelivered,
+                                      exchange, routing_key, raw, data):
+    frame_max = data.draw(frame_maxes)
+    body = data.draw(bodies(frame_max))
+    method = commands.Basic.Deliver(consumer_tag, delivery_tag, redelivered, exchange,
+                                    routing_key)
+    expected = frame.marshal(method, channel) + pamqp_content(channel, raw, body, frame_max)
+    assert encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange,
+                          routing_key, raw, body, frame_max) == expected
+
+
+@settings(deadline=None)
+@given(channels, delivery_tags, st.booleans(), exchange_names, shortstrs,
+       st.integers(0, 2**32 - 1), raw_properties, st.data())
+def test_encode_get_ok_matches_pamqp(channel, delivery_tag, redelivered, exchange,
+                                     routing_key, message_count, raw, data):
+    frame_max = data.draw(frame_maxes)
+    body = data.draw(bodies(frame_max))
+    method = commands.Basic.GetOk(delivery_tag, redelivered, exchange, routing_key,
+                                  message_count)
+    expected = frame.marshal(method, channel) + pamqp_content(channel, raw, body, frame_max)
+    assert encode_get_ok(channel, delivery_tag, redelivered, exchange, routing_key,
+                         message_count, raw, body, frame_max) == expected
+
+
+@settings(deadline=None)
+@given(channels, st.integers(0, 65535), shortstrs, exchange_names, shortstrs,
+       raw_properties, st.data())
+def test_encode_return_matches_pamqp(channel, reply_code, reply_text, exchange, routing_key,
+                                     raw, data):
+    frame_max = data.draw(frame_maxes)
+    body = data.draw(bodies(frame_max))
+    method = commands.Basic.Return(reply_code, reply_text, exchange, routing_key)
+    expected = frame.marshal(method, channel) + pamqp_content(channel, raw, body, frame_max)
+    assert encode_return(channel, reply_code, reply_text, exchange, routing_key, raw, body,
+                         frame_max) == expected
+
+
+@given(channels, delivery_tags, st.booleans())
+def test_encode_basic_ack_matches_pamqp(channel, delivery_tag, multiple):
+    expected = frame.marshal(commands.Basic.Ack(delivery_tag, multiple), channel)
+    assert encode_basic_ack(channel, delivery_tag, multiple) == expected
+
+
+@given(channels, delivery_tags, st.booleans())
+def test_encode_basic_nack_matches_pamqp(channel, delivery_tag, multiple):
+    expected = frame.marshal(commands.Basic.Nack(delivery_tag, multiple), channel)
+    assert encode_basic_nack(channel, delivery_tag, multiple) == expected
+
+
+def test_deliver_accepts_memoryview_body():
+    body = bytes(range(100))
+    assert (encode_deliver(1, "c", 1, False, "", "k", b"\x00\x00", memoryview(body), 40)
+            == encode_deliver(1, "c", 1, False, "", "k", b"\x00\x00", body, 40))
+
+
+def test_raw_properties_pass_through_verbatim():
+    raw = b"\x10\x00\x02"  # delivery_mode only, but any bytes are copied as they are
+    encoded = encode_deliver(3, "c", 1, False, "", "k", raw, b"hi", 0)
+    assert b"\x02\x00\x03\x00\x00\x00\x0f\x00\x3c\x00\x00" + (2).to_bytes(8, "big") + raw in encoded
+
+
+def test_body_needs_frame_max_above_8():
+    with pytest.raises(ValueError):
+        encode_deliver(1, "c", 1, False, "", "k", b"\x00\x00", b"x", 8)
+
+
+@given(exchange_names, shortstrs, st.booleans(), st.booleans())
+def test_decode_publish_matches_pamqp(exchange, routing_key, mandatory, immediate):
+    marshalled = frame.marshal(commands.Basic.Publish(0, exchange, routing_key, mandatory,
+                                                      immediate), 1)
+    _consumed, _channel, expected = frame.unmarshal(marshalled)
+    decoded = decode_publish(marshalled, 11, len(marshalled) - 1)
+    assert decoded == (expected.exchange, expected.routing_key, expected.mandatory,
+                       expected.immediate)
+
+
+@pytest.mark.parametrize("arguments", [
+    b"", b"\x00", b"\x00\x00", b"\x00\x00\x05amq", b"\x00\x00\x00\x01q",
+    b"\x00\x00\x00\x01q\x00XYZ", b"\x00\x00\x00\x02\xff\xfe\x00",
+])
+def test_decode_publish_rejects_malformed_arguments(arguments):
+    payload = b"\x00\x3c\x00\x28" + arguments
+    with pytest.raises((ValueError, IndexError)):
+        decode_publish(payload + b"\xce" * 300, 4, len(payload))
+
+
+@given(delivery_tags, st.booleans())
+def test_decode_ack_matches_pamqp(delivery_tag, multiple):
+    marshalled = frame.marshal(commands.Basic.Ack(delivery_tag, multiple), 1)
+    _consumed, _channel, expected = frame.unmarshal(marshalled)
+    decoded = decode_ack(marshalled, 11, len(marshalled) - 1)
+    assert isinstance(decoded, commands.Basic.Ack)
+    assert (decoded.delivery_tag, decoded.multiple) == (expected.delivery_tag, expected.multiple)
+
+
+def test_decode_ack_rejects_wrong_length():
+    with pytest.raises(ValueError):
+        decode_ack(b"\x00" * 20, 0, 8)
