@@ -227,7 +227,7 @@ class Decoder:
             raise _unexpected_content(state, channel, "content header")
         if end - start < 14:
             raise ProtocolError(FRAME_ERROR, "content header shorter than 14 bytes",
-                                channel, BASIC_CLASS, BASIC_PUBLISH)
+                                channel)   # RabbitMQ names no class/method here
         class_id, _weight, body_size = _CONTENT_HEADER.unpack_from(data, start)
         if class_id != BASIC_CLASS:
             raise ProtocolError(UNEXPECTED_FRAME, "expected content header for class 60, "

@@ -103,6 +103,8 @@ class Channel:
                                f"in vhost '{self.vhost.name}'")
         message = Message(command.exchange, command.routing_key, command.properties,
                           command.body)
+        if message.has_user_id():
+            self._check_user_id(message)
         if self.confirming:
             self.publish_seq += 1
         if self.transaction is not None:
@@ -111,6 +113,14 @@ class Channel:
         self._route(exchange, message, command.mandatory)
         if self.confirming:
             self.connection.confirms_pending(self)
+
+    def _check_user_id(self, message: Message) -> None:
+        """RabbitMQ's validated user id: user_id, when set, must be the login user."""
+        user_id = message.decoded_properties.user_id
+        if user_id != self.connection.user:
+            raise precondition_failed(
+                f"user_id property set to '{user_id}' but authenticated user was "
+                f"'{self.connection.user}'")
 
     def _route(self, exchange, message: Message, mandatory: bool) -> None:
         queues = self.vhost.route(exchange, message)

@@ -186,14 +186,14 @@ class Connection:
 
     def _tune_ok(self, method) -> None:
         config = self.broker.config
-        frame_max = method.frame_max or config.frame_max
+        frame_max = method.frame_max   # RabbitMQ refuses 0 here, as Warren does
         if frame_max < FRAME_MIN_SIZE or frame_max > config.frame_max:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
                 f"frame_max={method.frame_max} outside {FRAME_MIN_SIZE}..{config.frame_max}",
                 10, 31)
-        channel_max = method.channel_max or config.channel_max
-        if channel_max > config.channel_max:
+        channel_max = method.channel_max
+        if not 0 < channel_max <= config.channel_max:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
                 f"channel_max={channel_max} > {config.channel_max} max channels", 10, 31)

@@ -2,6 +2,8 @@
 
 from amqp_codec import decode_properties
 
+USER_ID_FLAG = 0x10   # in the low byte of the first 16-bit property-flags word
+
 
 class Message:
     """One published message, shared by reference by every queue it was routed to.
@@ -18,6 +20,11 @@ class Message:
         self.properties = properties
         self.body = body
         self._decoded = None
+
+    def has_user_id(self) -> bool:
+        """Whether the user_id property is present (bit 4 of the property flags)."""
+        properties = self.properties
+        return len(properties) >= 2 and bool(properties[1] & USER_ID_FLAG)
 
     @property
     def decoded_properties(self):

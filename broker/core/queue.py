@@ -87,12 +87,22 @@ class Queue:
         return self.ready.popleft() if self.ready else None
 
     def requeue(self, entries: list[QueueEntry]) -> None:
-        """Put unacked messages back at the head, in their original order, redelivered."""
+        """Put unacked messages back, redelivered, where they were in the queue.
+
+        `ready` is always ordered by seq, so each entry goes before the first ready
+        message published after it: usually the head.
+        """
         if self.deleted:
             return
-        for entry in sorted(entries, key=_by_seq, reverse=True):
+        ready = self.ready
+        entries = sorted(entries, key=_by_seq)
+        for entry in entries:
             entry.redelivered = True
-            self.ready.appendleft(entry)
+        if not ready or entries[-1].seq < ready[0].seq:
+            ready.extendleft(reversed(entries))
+        else:
+            for entry in entries:
+                ready.insert(_insertion_point(ready, entry.seq), entry)
         self.dispatch()
 
     def settle(self, entry: QueueEntry) -> None:
@@ -125,3 +135,10 @@ class Queue:
 
 def _by_seq(entry: QueueEntry) -> int:
     return entry.seq
+
+
+def _insertion_point(ready: deque, seq: int) -> int:
+    for index, entry in enumerate(ready):
+        if entry.seq > seq:
+            return index
+    return len(ready)

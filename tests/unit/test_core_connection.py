@@ -10,7 +10,7 @@ from core_harness import Client, RecordingTransport, close_code, kinds
 
 
 def negotiate(broker, response="\0guest\0guest", capabilities=None, vhost="/",
-              tune=(0, 131072, 0)):
+              tune=(2047, 131072, 0)):
     transport = RecordingTransport()
     connection = Connection(broker, transport, "test")
     connection.start()

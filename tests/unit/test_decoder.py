@@ -240,7 +240,7 @@ ERRORS = {
                                       505, 1, 0, 0),
     "header of another class": (publish() + content_header(class_id=50), 505, 1, 60, 40),
     "header shorter than 14 bytes": (publish() + raw_frame(2, 1, struct.pack(">HHQ", 60, 0, 5)),
-                                     501, 1, 60, 40),
+                                     501, 1, 0, 0),
     "body longer than announced": (publish() + content_header(body_size=5) + body(1, b"hello!"),
                                    501, 1, 60, 40),
     "split body longer than announced":

@@ -1,0 +1,385 @@
+"""Raw-socket tests of the AMQP 0-9-1 connection handshake and negotiation.
+
+Expected values are what RabbitMQ 3.10 does (measured on 127.0.0.1:5673); run with
+WARREN_TEST_BROKER=127.0.0.1:5673 to check them against it.
+"""
+
+import select
+import time
+import uuid
+
+import pytest
+from pamqp import commands, frame
+
+from raw_amqp import (
+    FRAME_BODY,
+    PROTOCOL_HEADER,
+    PeerClosed,
+    RawAmqpClient,
+    connect,
+    content_body_frame,
+    content_header_frame,
+    heartbeat_frame,
+    plain_response,
+    raw_frame,
+    start_ok_frame,
+    Timeout,
+)
+
+
+def _assert_closed_without_frames(client: RawAmqpClient, timeout: float = 10.0,
+                                  allowed_close_codes: frozenset = frozenset()) -> None:
+    """The peer closes the socket before `timeout`, sending no frame at all, except
+    a Connection.Close whose code is in `allowed_close_codes`."""
+    frames = client.read_until_closed(timeout)
+    for received in frames:
+        assert isinstance(received.value, commands.Connection.Close), received
+        assert received.value.reply_code in allowed_close_codes, received.value.reply_text
+
+
+def _bad_tune_client(broker, **tune_ok) -> RawAmqpClient:
+    client = RawAmqpClient(broker.host, broker.port)
+    client.start_handshake()
+    client.send_start_ok()
+    client.tune = client.expect(commands.Connection.Tune, channel=0)
+    client.send_tune_ok(**tune_ok)
+    client.send_method(0, commands.Connection.Open(virtual_host="/"))
+    return client
+
+
+# -- Connection.Start ----------------------------------------------------------------
+
+
+def test_connection_start_version_mechanisms_locales(broker):
+    with RawAmqpClient(broker.host, broker.port) as client:
+        start = client.start_handshake()
+        assert (start.version_major, start.version_minor) == (0, 9)
+        assert {"PLAIN", "AMQPLAIN"} <= set(start.mechanisms.split())
+        assert "en_US" in start.locales.split()
+
+
+def test_connection_start_server_capabilities(broker):
+    with RawAmqpClient(broker.host, broker.port) as client:
+        start = client.start_handshake()
+    properties = start.server_properties
+    assert isinstance(properties.get("product"), str) and properties["product"]
+    capabilities = properties["capabilities"]
+    assert isinstance(capabilities, dict)
+    # pika's confirm_delivery() refuses to work without both of these.
+    assert capabilities.get("publisher_confirms") is True
+    assert capabilities.get("basic.nack") is True
+    assert capabilities.get("consumer_cancel_notify") is True
+    assert capabilities.get("authentication_failure_close") is True
+
+
+# -- protocol header -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header", [
+    b"AMQP\x00\x00\x09\x00",             # wrong revision
+    b"AMQP\x00\x00\x08\x00",             # 0-8 in the 0-9-1 layout
+    b"AMQP\x00\x01\x00\x00",             # AMQP 1.0
+    b"AMQP\x01\x01\x00\x0a",             # unknown legacy version
+    b"amqp\x00\x00\x09\x01",             # wrong case
+    b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\n\r\n",
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32),   # TLS ClientHello
+    b"\x01\x00\x00\x00\x00\x00\x00\xce",  # a frame instead of the header
+], ids=["0-9-0", "0-8-0", "amqp-1.0", "legacy-1-1-0-10", "lowercase", "http-get",
+        "http-response", "tls-hello", "frame"])
+def test_wrong_protocol_header_gets_supported_header_then_close(broker, header):
+    with RawAmqpClient(broker.host, broker.port) as client:
+        client.send_raw(header)
+        assert client.read_exact(8) == PROTOCOL_HEADER
+        with pytest.raises(PeerClosed) as closed:
+            client.read_exact(1)
+        assert closed.value.data == b""
+
+
+def test_legacy_0_9_protocol_header_is_treated_as_0_9_1(broker):
+    """RabbitMQ accepts the pre-0-9-1 header AMQP 1 1 0 9: it answers Connection.Start
+    with version 0-9 and then speaks 0-9-1 (rabbit_reader: 'safely treat as 0-9-1')."""
+    with RawAmqpClient(broker.host, broker.port) as client:
+        start = client.start_handshake(b"AMQP\x01\x01\x00\x09")
+        assert (start.version_major, start.version_minor) == (0, 9)
+        client.send_start_ok()
+        client.tune = client.expect(commands.Connection.Tune, channel=0)
+        client.send_tune_ok(heartbeat=0)
+        client.send_method(0, commands.Connection.Open(virtual_host="/"))
+        client.expect(commands.Connection.OpenOk, channel=0)
+        client.open_channel(1)
+
+
+# -- authentication ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "AMQPLAIN"])
+def test_login_mechanisms(broker, mechanism):
+    with connect(broker.host, broker.port, mechanism=mechanism) as client:
+        client.open_channel(1)
+        client.send_method(1, commands.Queue.Declare(exclusive=True))
+        declare_ok = client.expect(commands.Queue.DeclareOk, channel=1)
+        assert declare_ok.queue.startswith("amq.gen-")
+
+
+@pytest.mark.parametrize("mechanism,user,password", [
+    ("PLAIN", "guest", "wrong-password"),
+    ("PLAIN", "no-such-user-" + uuid.uuid4().hex[:8], "guest"),
+    ("AMQPLAIN", "guest", "wrong-password"),
+])
+def test_bad_credentials_with_authentication_failure_close_get_403(broker, mechanism,
+                                                                     user, password):
+    with RawAmqpClient(broker.host, broker.port) as client:
+        client.start_handshake()
+        client.send_start_ok(user, password, mechanism)   # advertises the capability
+        close = client.wait_for_connection_close(timeout=10)
+        assert close.reply_code == 403
+        assert close.reply_text.startswith("ACCESS_REFUSED - ")
+        assert mechanism in close.reply_text
+        _assert_closed_without_frames(client)
+
+
+def _start_ok_client(broker, start_ok: bytes) -> RawAmqpClient:
+    client = RawAmqpClient(broker.host, broker.port)
+    client.start_handshake()
+    client.send_raw(start_ok)
+    return client
+
+
+def test_handshake_errors_close_the_socket_without_a_frame(broker):
+    """Errors before Connection.Open other than refused credentials for a client with
+    authentication_failure_close: RabbitMQ 3.10 sends no frame and closes the socket
+    after a 3 s delay (?SILENT_CLOSE_DELAY; it logs e.g. 'failed to negotiate connection
+    parameters: negotiated frame_max = 4095 is lower than the minimum allowed value
+    (4096)'). For refused TuneOk values newer RabbitMQ versions send Connection.Close
+    530 first, which is tolerated. The clients run concurrently so that the test waits
+    for the delay only once."""
+    with RawAmqpClient(broker.host, broker.port) as probe:
+        probe.start_handshake()
+        probe.send_start_ok()
+        tune = probe.expect(commands.Connection.Tune, channel=0)
+    no_capability = {"product": "test", "capabilities": {}}
+    cases = {
+        "bad password, no authentication_failure_close capability": (_start_ok_client(
+            broker, start_ok_frame("PLAIN", plain_response("guest", "wrong"), no_capability)),
+            frozenset()),
+        "unknown mechanism": (_start_ok_client(
+            broker, start_ok_frame("CRAM-MD5", b"guest x", {"capabilities": {
+                "authentication_failure_close": True}})), frozenset()),
+    }
+    for tune_ok in [{"frame_max": 4095}, {"frame_max": tune.frame_max + 1},
+                    {"frame_max": 0}, {"channel_max": tune.channel_max + 1},
+                    {"channel_max": 0}]:
+        cases[f"TuneOk {tune_ok}"] = (_bad_tune_client(broker, heartbeat=0, **tune_ok),
+                                      frozenset({530}))
+    failures = []
+    try:
+        for name, (client, allowed_close_codes) in cases.items():
+            try:
+                _assert_closed_without_frames(client, allowed_close_codes=allowed_close_codes)
+            except (AssertionError, Timeout) as error:
+                failures.append(f"{name}: {error!r}")
+    finally:
+        for client, _codes in cases.values():
+            client.close()
+    assert not failures, "\n".join(failures)
+
+
+# -- Connection.Tune -----------------------------------------------------------------
+
+
+def test_tune_proposes_rabbitmq_defaults(broker):
+    with RawAmqpClient(broker.host, broker.port) as client:
+        client.start_handshake()
+        client.send_start_ok()
+        tune = client.expect(commands.Connection.Tune, channel=0)
+    assert tune.channel_max == 2047
+    assert tune.frame_max == 131072
+    assert tune.heartbeat == 60
+
+
+def _publish_frames(channel, routing_key, body, frame_max):
+    publish = commands.Basic.Publish(exchange="", routing_key=routing_key)
+    data = frame.marshal(publish, channel) + content_header_frame(channel, len(body))
+    step = frame_max - 8
+    for offset in range(0, len(body), step):
+        data += content_body_frame(channel, body[offset:offset + step])
+    return data
+
+
+def test_lowered_frame_max_is_used_by_the_server_when_sending(broker):
+    """With frame_max 4096 negotiated, a 10000-byte message comes back in body frames
+    of at most 4096 bytes each (payload <= 4088)."""
+    with connect(broker.host, broker.port, frame_max=4096) as client:
+        client.open_channel(1)
+        client.send_method(1, commands.Queue.Declare(exclusive=True))
+        queue = client.expect(commands.Queue.DeclareOk, channel=1).queue
+        body = bytes(range(256)) * 39 + b"0123456789012345"   # 10000 bytes
+        client.send_raw(_publish_frames(1, queue, body, 4096))
+        client.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
+        client.expect(commands.Basic.GetOk, channel=1)
+        header = client.read_frame_skip_heartbeats()
+        assert header.value.body_size == len(body)
+        received = b""
+        while len(received) < len(body):
+            part = client.read_frame_skip_heartbeats()
+            assert part.frame_type == FRAME_BODY and part.channel == 1
+            assert len(part.payload) + 8 <= 4096
+            received += part.payload
+        assert received == body
+
+
+def test_lowered_frame_max_accepts_frames_of_exactly_frame_max(broker):
+    with connect(broker.host, broker.port, frame_max=4096) as client:
+        client.open_channel(1)
+        client.send_method(1, commands.Queue.Declare(exclusive=True))
+        queue = client.expect(commands.Queue.DeclareOk, channel=1).queue
+        body = b"x" * 4088   # body frame of exactly 4096 bytes
+        client.send_raw(_publish_frames(1, queue, body, 4096))
+        client.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
+        get_ok = client.expect(commands.Basic.GetOk, channel=1)
+        assert get_ok.routing_key == queue
+
+
+def test_lowered_frame_max_tolerates_rabbitmq_fudge_of_8_bytes(broker):
+    """RabbitMQ lets clients exceed frame_max by up to 8 bytes (?FRAME_SIZE_FUDGE in
+    rabbit_reader: 'quite a few clients get it wrong'): a frame of 4104 bytes (payload
+    4096) passes on a 4096 connection."""
+    with connect(broker.host, broker.port, frame_max=4096) as client:
+        client.open_channel(1)
+        client.send_method(1, commands.Queue.Declare(exclusive=True))
+        queue = client.expect(commands.Queue.DeclareOk, channel=1).queue
+        client.send_raw(_publish_frames(1, queue, b"y" * 4096, 4096 + 8))
+        client.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
+        client.expect(commands.Basic.GetOk, channel=1)
+        assert client.read_frame_skip_heartbeats().value.body_size == 4096
+
+
+def test_lowered_frame_max_is_enforced(broker):
+    with connect(broker.host, broker.port, frame_max=4096) as client:
+        client.open_channel(1)
+        client.send_raw(raw_frame(FRAME_BODY, 1, b"z" * 4097))
+        close = client.wait_for_connection_close()
+        assert close.reply_code == 501
+        assert close.reply_text.startswith("FRAME_ERROR - ")
+
+
+# -- heartbeats ----------------------------------------------------------------------
+
+
+def test_heartbeats(broker):
+    """heartbeat=1: the server sends heartbeat frames, and drops a client that sends
+    nothing after about 2 intervals (RabbitMQ: ~3 s, socket closed without a frame),
+    while a client that answers with heartbeats stays connected. A client that
+    negotiated heartbeat=0 receives no heartbeat frames at all."""
+    silent = connect(broker.host, broker.port, heartbeat=1)
+    started = time.monotonic()
+    talking = connect(broker.host, broker.port, heartbeat=1)
+    no_heartbeat = connect(broker.host, broker.port, heartbeat=0)
+    assert (silent.heartbeat, talking.heartbeat, no_heartbeat.heartbeat) == (1, 1, 0)
+    try:
+        deadline = started + 10
+        silent_frames = []
+        silent_closed_after = None
+        sockets = {silent.sock: silent, talking.sock: talking}
+        while silent_closed_after is None:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, "the silent client was not disconnected within 10 s"
+            readable, _, _ = select.select(list(sockets), [], [], remaining)
+            for sock in readable:
+                client = sockets[sock]
+                try:
+                    received = client.read_frame(timeout=1)
+                except PeerClosed:
+                    assert client is silent, "the client sending heartbeats was dropped"
+                    silent_closed_after = time.monotonic() - started
+                    break
+                if client is silent:
+                    silent_frames.append(received)
+                else:
+                    assert received.is_heartbeat, received
+                    client.send_raw(heartbeat_frame())
+        assert silent_frames, "no heartbeat frame before the disconnection"
+        assert all(received.is_heartbeat for received in silent_frames), silent_frames
+        assert silent_closed_after >= 1.0
+        assert talking.heartbeats_received >= 1
+        # Both remaining connections still work; heartbeat=0 never got a heartbeat.
+        for client in (talking, no_heartbeat):
+            client.open_channel(1)
+        assert no_heartbeat.heartbeats_received == 0
+    finally:
+        for client in (silent, talking, no_heartbeat):
+            client.close()
+
+
+# -- Connection.Open / Close ---------------------------------------------------------
+
+
+def test_open_unknown_vhost_gets_530(broker):
+    with RawAmqpClient(broker.host, broker.port) as client:
+        client.start_handshake()
+        client.send_start_ok()
+        client.tune = client.expect(commands.Connection.Tune, channel=0)
+        client.send_tune_ok(heartbeat=0)
+        vhost = "no-such-vhost-" + uuid.uuid4().hex[:8]
+        client.send_method(0, commands.Connection.Open(virtual_host=vhost))
+        close = client.wait_for_connection_close()
+        assert close.reply_code == 530
+        assert close.reply_text.startswith("NOT_ALLOWED - ")
+        assert vhost in close.reply_text
+        assert (close.class_id, close.method_id) == (10, 40)
+        _assert_closed_without_frames(client)
+
+
+def test_client_initiated_close_gets_close_ok(broker):
+    with connect(broker.host, broker.port) as client:
+        client.open_channel(1)
+        client.open_channel(2)
+        client.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye",
+                                                        class_id=0, method_id=0))
+        client.expect(commands.Connection.CloseOk, channel=0)
+
+
+# -- channels ------------------------------------------------------------------------
+
+
+def test_opening_a_channel_twice_is_a_504_connection_error(broker):
+    with connect(broker.host, broker.port) as client:
+        client.open_channel(1)
+        client.send_method(1, commands.Channel.Open())
+        close = client.wait_for_connection_close()
+        assert close.channel == 0
+        assert close.reply_code == 504
+        assert close.reply_text == "CHANNEL_ERROR - second 'channel.open' seen"
+        assert (close.class_id, close.method_id) == (20, 10)
+
+
+def test_channel_number_above_channel_max_is_accepted(broker):
+    """RabbitMQ limits the number of open channels, not channel numbers: with
+    channel_max=10, channels 11 and 65535 open fine."""
+    with connect(broker.host, broker.port, channel_max=10) as client:
+        client.open_channel(11)
+        client.open_channel(65535)
+        client.send_method(65535, commands.Queue.Declare(exclusive=True))
+        client.expect(commands.Queue.DeclareOk, channel=65535)
+
+
+def test_more_open_channels_than_channel_max_is_a_530_connection_error(broker):
+    with connect(broker.host, broker.port, channel_max=2) as client:
+        client.open_channel(1)
+        client.open_channel(2)
+        client.send_method(3, commands.Channel.Open())
+        close = client.wait_for_connection_close()
+        assert close.reply_code == 530
+        assert close.reply_text == ("NOT_ALLOWED - number of channels opened (2) has "
+                                    "reached the negotiated channel_max (2)")
+
+
+def test_closed_channel_frees_a_slot_under_channel_max(broker):
+    with connect(broker.host, broker.port, channel_max=2) as client:
+        client.open_channel(1)
+        client.open_channel(2)
+        client.send_method(2, commands.Channel.Close(reply_code=200, reply_text="",
+                                                     class_id=0, method_id=0))
+        client.expect(commands.Channel.CloseOk, channel=2)
+        client.open_channel(3)
