@@ -5,8 +5,8 @@ import os
 
 from pamqp import commands
 
-from amqp_codec import (encode_basic_ack, encode_deliver, encode_get_ok, encode_method,
-                        encode_return)
+from amqp_codec import (encode_basic_ack, encode_basic_nack, encode_deliver,
+                        encode_get_ok, encode_method, encode_return)
 from amqp_codec.reply_codes import ReplyCode
 
 from .errors import ChannelError, ConnectionFailure, precondition_failed
@@ -49,6 +49,7 @@ class Channel:
         self.confirming = False
         self.publish_seq = 0
         self.acked_seq = 0
+        self.nacked_seqs: list[int] = []
         self.last_queue_name = ""
         self.transaction: "Transaction | None" = None
 
@@ -110,8 +111,10 @@ class Channel:
         if self.transaction is not None:
             self.transaction.publishes.append((exchange, message, command.mandatory))
             return
-        self._route(exchange, message, command.mandatory)
+        accepted = self._route(exchange, message, command.mandatory)
         if self.confirming:
+            if not accepted:
+                self.nacked_seqs.append(self.publish_seq)
             self.connection.confirms_pending(self)
 
     def _check_user_id(self, message: Message) -> None:
@@ -122,23 +125,38 @@ class Channel:
                 f"user_id property set to '{user_id}' but authenticated user was "
                 f"'{self.connection.user}'")
 
-    def _route(self, exchange, message: Message, mandatory: bool) -> None:
+    def _route(self, exchange, message: Message, mandatory: bool) -> bool:
+        """Deliver to every bound queue; False if any queue refused the message."""
         queues = self.vhost.route(exchange, message)
+        accepted = True
         if queues:
             for queue in queues:
-                queue.enqueue(message)
+                if not queue.enqueue(message):
+                    accepted = False
         elif mandatory:
             self.connection.write(encode_return(
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
                 message.properties, message.body, self.connection.frame_max))
+        return accepted
 
     def flush_confirms(self) -> None:
-        """Acknowledge every publish routed since the last flush, as one Basic.Ack."""
-        upto = self.publish_seq
-        if upto > self.acked_seq and not self.closing:
-            self.connection.write(encode_basic_ack(self.number, upto,
-                                                   upto - self.acked_seq > 1))
-            self.acked_seq = upto
+        """Confirm every publish routed since the last flush: one Basic.Ack per
+        contiguous range (multiple=true), a Basic.Nack for each refused message."""
+        if self.closing:
+            return
+        write = self.connection.write
+        for seq in self.nacked_seqs:
+            self._ack_through(seq - 1)
+            write(encode_basic_nack(self.number, seq, False))
+            self.acked_seq = seq
+        self.nacked_seqs.clear()
+        self._ack_through(self.publish_seq)
+
+    def _ack_through(self, seq: int) -> None:
+        if seq > self.acked_seq:
+            self.connection.write(encode_basic_ack(self.number, seq,
+                                                   seq - self.acked_seq > 1))
+            self.acked_seq = seq
 
     # -- consuming -----------------------------------------------------------------
 

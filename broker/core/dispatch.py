@@ -56,9 +56,11 @@ def queue_bind(channel: Channel, method) -> None:
 
 
 def queue_unbind(channel: Channel, method) -> None:
-    queue = channel.vhost.queue(channel.queue_name(method.queue), channel.connection)
-    channel.vhost.unbind(queue, method.exchange, method.routing_key,
-                         method.arguments or {})
+    vhost = channel.vhost
+    queue = vhost.queues.get(channel.queue_name(method.queue))
+    if queue is not None:   # unbinding a missing queue succeeds, as in RabbitMQ 3.x
+        vhost.check_exclusive(queue, channel.connection)
+        vhost.unbind(queue, method.exchange, method.routing_key, method.arguments or {})
     channel.send(commands.Queue.UnbindOk())
 
 

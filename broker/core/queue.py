@@ -42,6 +42,8 @@ class Queue:
         self.auto_delete = auto_delete
         self.arguments = dict(arguments or {})
         self.store = store
+        self.max_length = self.arguments.get("x-max-length")
+        self.overflow = self.arguments.get("x-overflow", "drop-head")
         self.ready: deque[QueueEntry] = deque()
         self.consumers: deque[Consumer] = deque()
         self.unacked = 0
@@ -61,13 +63,27 @@ class Queue:
     def consumer_count(self) -> int:
         return len(self.consumers)
 
-    def enqueue(self, message: Message) -> None:
+    def enqueue(self, message: Message) -> bool:
+        """Accept a routed message; False when a length limit refuses it
+        (x-overflow reject-publish), which the publisher sees as a confirm nack."""
+        limit = self.max_length
+        if limit is not None and len(self.ready) >= limit and self.overflow != "drop-head":
+            return False
         self._next_seq += 1
         entry = QueueEntry(message, self._next_seq)
         self.store.append(entry)
         self.ready.append(entry)
+        if limit is not None:
+            self._drop_overflow(limit)
         if self.consumers:
             self.dispatch()
+        return True
+
+    def _drop_overflow(self, limit: int) -> None:
+        """x-overflow drop-head: discard the oldest ready messages beyond the limit."""
+        ready = self.ready
+        while len(ready) > limit:
+            self.store.settle(ready.popleft())
 
     def dispatch(self) -> None:
         ready = self.ready

@@ -10,6 +10,7 @@ from .errors import (ConnectionFailure, access_refused, not_found, precondition_
 from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
 from .message import Message
 from .queue import Queue
+from .queue_arguments import validate_queue_arguments
 
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -137,6 +138,7 @@ class VirtualHost:
         elif name.startswith("amq."):
             raise access_refused(
                 f"queue name '{name}' contains reserved prefix 'amq.*'")
+        validate_queue_arguments(arguments or {}, name, self.name)
         existing = self.queues.get(name)
         if existing is not None:
             self.check_exclusive(existing, connection)

@@ -238,3 +238,39 @@ def test_backpressure_stops_and_resumes_delivery():
 def test_channel_flow_active_false_is_refused_with_540_as_rabbitmq_does():
     client = consumer_client(no_ack=True)
     assert close_code(client.method(1, commands.Channel.Flow(active=False))) == 540
+
+
+def test_max_length_drop_head_keeps_the_newest_messages():
+    client = Client()
+    client.open_channel()
+    client.declare_queue(1, "q", arguments={"x-max-length": 2})
+    publish_many(client, 5)
+    queue = client.broker.vhosts["/"].queues["q"]
+    assert [entry.message.body for entry in queue.ready] == [b"3", b"4"]
+
+
+def test_reject_publish_overflow_nacks_refused_messages_in_sequence():
+    client = Client()
+    client.open_channel()
+    client.declare_queue(1, "q", arguments={"x-max-length": 2,
+                                            "x-overflow": "reject-publish"})
+    client.method(1, commands.Confirm.Select())
+    from amqp_codec import InboundPublish, encode_properties
+    raw = encode_properties(commands.Basic.Properties())
+    for _ in range(4):
+        client.connection.handle(InboundPublish(1, "", "q", False, False, raw, b"x"))
+    client.connection.end_of_batch()
+    confirms = [(type(frame).__name__, frame.delivery_tag, frame.multiple)
+                for _, frame in client.transport.methods()]
+    assert confirms == [("Ack", 2, True), ("Nack", 3, False), ("Nack", 4, False)]
+
+
+def test_invalid_queue_arguments_are_406():
+    client = Client()
+    client.open_channel()
+    for arguments in ({"x-max-length": -1}, {"x-overflow": "sideways"},
+                      {"x-message-ttl": "soon"}, {"x-queue-type": "stream"}):
+        replies = client.method(1, commands.Queue.Declare(queue="bad", arguments=arguments))
+        assert close_code(replies) == 406
+        client.method(1, commands.Channel.CloseOk())
+        client.open_channel()

@@ -1,0 +1,76 @@
+"""Validation of the optional queue arguments RabbitMQ understands (x-...).
+
+Unknown arguments are accepted and kept, as RabbitMQ does. A known argument with an
+unacceptable value is a 406, worded like RabbitMQ's.
+"""
+
+from .errors import precondition_failed
+
+OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+ACCEPTED_QUEUE_TYPES = ("classic", "quorum")
+
+
+def _non_negative_int(value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{{unacceptable_type,{type(value).__name__}}}"
+    if value < 0:
+        return f"{{value_negative,{value}}}"
+    return None
+
+
+def _positive_int(value):
+    problem = _non_negative_int(value)
+    if problem is None and value == 0:
+        return f"{{value_zero,{value}}}"
+    return problem
+
+
+def _overflow_mode(value):
+    text = value.decode() if isinstance(value, bytes) else value
+    if text not in OVERFLOW_MODES:
+        return f"{{unknown_overflow_type,{text!r}}}"
+    return None
+
+
+def _string(value):
+    if not isinstance(value, (str, bytes)):
+        return f"{{unacceptable_type,{type(value).__name__}}}"
+    return None
+
+
+def _priority(value):
+    problem = _non_negative_int(value)
+    if problem is None and value > 255:
+        return f"{{value_too_large,{value},255}}"
+    return problem
+
+
+VALIDATORS = {
+    "x-max-length": _non_negative_int,
+    "x-max-length-bytes": _non_negative_int,
+    "x-message-ttl": _non_negative_int,
+    "x-expires": _positive_int,
+    "x-max-priority": _priority,
+    "x-overflow": _overflow_mode,
+    "x-dead-letter-exchange": _string,
+    "x-dead-letter-routing-key": _string,
+    "x-queue-type": _string,
+}
+
+
+def validate_queue_arguments(arguments: dict, queue: str, vhost: str) -> None:
+    for name, check in VALIDATORS.items():
+        if name in arguments:
+            problem = check(arguments[name])
+            if problem:
+                raise precondition_failed(
+                    f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': "
+                    f"{problem}")
+    queue_type = arguments.get("x-queue-type", "classic")
+    if isinstance(queue_type, bytes):
+        queue_type = queue_type.decode()
+    if queue_type not in ACCEPTED_QUEUE_TYPES:
+        raise precondition_failed(
+            f"invalid arg 'x-queue-type' for queue '{queue}' in vhost '{vhost}': "
+            f"Warren implements classic queues (quorum is served as classic), "
+            f"not '{queue_type}'")
