@@ -1,11 +1,14 @@
 """The broker: configuration, virtual hosts, users and the live connections."""
 
 import platform
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 from broker import __version__
 
 from .auth import UserDatabase
+from .scheduler import Scheduler
 from .vhost import VirtualHost
 
 CAPABILITIES = {
@@ -33,9 +36,11 @@ class BrokerConfig:
 class Broker:
     """Everything one Warren process serves."""
 
-    def __init__(self, config: BrokerConfig | None = None):
+    def __init__(self, config: BrokerConfig | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.config = config or BrokerConfig()
-        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/")}
+        self.scheduler = Scheduler(clock)
+        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.scheduler)}
         self.users = UserDatabase()
         self.users.add("guest", "guest", vhosts=("/",))
         self.connections: set = set()

@@ -106,6 +106,8 @@ class Channel:
                           command.body)
         if message.has_user_id():
             self._check_user_id(message)
+        if message.has_expiration():
+            self._check_expiration(message)
         if self.confirming:
             self.publish_seq += 1
         if self.transaction is not None:
@@ -124,6 +126,15 @@ class Channel:
             raise precondition_failed(
                 f"user_id property set to '{user_id}' but authenticated user was "
                 f"'{self.connection.user}'")
+
+    @staticmethod
+    def _check_expiration(message: Message) -> None:
+        try:
+            message.expiration_ms()
+        except ValueError:
+            raise precondition_failed(
+                f"invalid expiration '{message.decoded_properties.expiration}': "
+                "expected a non-negative integer of milliseconds") from None
 
     def _route(self, exchange, message: Message, mandatory: bool) -> bool:
         """Deliver to every bound queue; False if any queue refused the message."""
@@ -284,7 +295,7 @@ class Channel:
             if requeue:
                 by_queue.setdefault(delivery.queue, []).append(delivery.entry)
             else:
-                delivery.queue.settle(delivery.entry)
+                delivery.queue.discard([delivery.entry], "rejected")
         for queue, entries in by_queue.items():
             queue.requeue(entries)
         self._after_release(queues)

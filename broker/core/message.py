@@ -2,7 +2,8 @@
 
 from amqp_codec import decode_properties
 
-USER_ID_FLAG = 0x10   # in the low byte of the first 16-bit property-flags word
+USER_ID_FLAG = 0x10      # in the low byte of the first 16-bit property-flags word
+EXPIRATION_FLAG = 0x01   # in the high byte
 
 
 class Message:
@@ -26,6 +27,22 @@ class Message:
         properties = self.properties
         return len(properties) >= 2 and bool(properties[1] & USER_ID_FLAG)
 
+    def has_expiration(self) -> bool:
+        properties = self.properties
+        return len(properties) >= 2 and bool(properties[0] & EXPIRATION_FLAG)
+
+    def expiration_ms(self) -> int | None:
+        """The per-message TTL in milliseconds, or None; ValueError when malformed."""
+        if not self.has_expiration():
+            return None
+        text = self.decoded_properties.expiration
+        if text is None:
+            return None
+        value = int(text)
+        if value < 0:
+            raise ValueError(text)
+        return value
+
     @property
     def decoded_properties(self):
         """The pamqp Basic.Properties of this message, decoded once on first use."""
@@ -41,9 +58,11 @@ class Message:
 class QueueEntry:
     """A message's place in one queue: the shared Message plus per-queue state."""
 
-    __slots__ = ("message", "seq", "redelivered")
+    __slots__ = ("message", "seq", "redelivered", "expires_at")
 
-    def __init__(self, message: Message, seq: int, redelivered: bool = False):
+    def __init__(self, message: Message, seq: int, redelivered: bool = False,
+                 expires_at: float | None = None):
         self.message = message
         self.seq = seq
         self.redelivered = redelivered
+        self.expires_at = expires_at

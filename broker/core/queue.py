@@ -1,9 +1,11 @@
 """Queues and their consumers: FIFO delivery, round-robin dispatch, requeue."""
 
+import datetime
 from collections import deque
 
 from storage.message_store import MEMORY_STORE, QueueStore
 
+from .dead_letter import dead_letter_message
 from .message import Message, QueueEntry
 
 
@@ -43,7 +45,13 @@ class Queue:
         self.arguments = dict(arguments or {})
         self.store = store
         self.max_length = self.arguments.get("x-max-length")
-        self.overflow = self.arguments.get("x-overflow", "drop-head")
+        self.overflow = _text(self.arguments.get("x-overflow", "drop-head"))
+        self.message_ttl = self.arguments.get("x-message-ttl")
+        self.dead_letter_exchange = _text(self.arguments.get("x-dead-letter-exchange"))
+        self.dead_letter_routing_key = _text(
+            self.arguments.get("x-dead-letter-routing-key"))
+        self._may_expire = self.message_ttl is not None
+        self._expiry_timer = None
         self.ready: deque[QueueEntry] = deque()
         self.consumers: deque[Consumer] = deque()
         self.unacked = 0
@@ -56,7 +64,10 @@ class Queue:
 
     @property
     def message_count(self) -> int:
-        """Messages ready for delivery (unacked ones are not counted, as in RabbitMQ)."""
+        """Messages ready for delivery (unacked ones are not counted, as in RabbitMQ).
+        Expired messages at the head are removed first."""
+        if self._may_expire:
+            self.expire(self.vhost.scheduler.clock())
         return len(self.ready)
 
     @property
@@ -68,27 +79,55 @@ class Queue:
         (x-overflow reject-publish), which the publisher sees as a confirm nack."""
         limit = self.max_length
         if limit is not None and len(self.ready) >= limit and self.overflow != "drop-head":
+            if self.overflow == "reject-publish-dlx":
+                self._dead_letter_refused(message)
             return False
         self._next_seq += 1
+        now = None
         entry = QueueEntry(message, self._next_seq)
+        if self.message_ttl is not None or message.has_expiration():
+            now = self.vhost.scheduler.clock()
+            entry.expires_at = self._expiry(message, now)
         self.store.append(entry)
         self.ready.append(entry)
         if limit is not None:
             self._drop_overflow(limit)
         if self.consumers:
-            self.dispatch()
+            self.dispatch(now)
+        if entry.expires_at is not None:
+            self._may_expire = True
+            self._arm_expiry()
         return True
+
+    def _expiry(self, message: Message, now: float) -> float | None:
+        """When the message expires: the queue's TTL or the message's, whichever is
+        shorter (milliseconds in AMQP, seconds on the clock)."""
+        ttl = self.message_ttl
+        message_ttl = message.expiration_ms()
+        if message_ttl is not None:
+            ttl = message_ttl if ttl is None else min(ttl, message_ttl)
+        return None if ttl is None else now + ttl / 1000
 
     def _drop_overflow(self, limit: int) -> None:
         """x-overflow drop-head: discard the oldest ready messages beyond the limit."""
         ready = self.ready
+        dropped = []
         while len(ready) > limit:
-            self.store.settle(ready.popleft())
+            dropped.append(ready.popleft())
+        self.discard(dropped, "maxlen")
 
-    def dispatch(self) -> None:
+    def dispatch(self, now: float | None = None) -> None:
+        """Hand ready messages to consumers that can take them, in turn. `now` is the
+        clock reading that expiry is judged by (a fresh one when None)."""
         ready = self.ready
         consumers = self.consumers
+        if self._may_expire:
+            self.expire(self.vhost.scheduler.clock() if now is None else now)
         while ready and consumers:
+            if self._may_expire and ready[0].expires_at is not None:
+                self.expire(self.vhost.scheduler.clock() if now is None else now)
+                if not ready:
+                    return
             for _ in range(len(consumers)):
                 consumer = consumers[0]
                 consumers.rotate(-1)
@@ -100,7 +139,67 @@ class Queue:
 
     def take(self) -> QueueEntry | None:
         """The head message for Basic.Get, or None when the queue is empty."""
+        if self._may_expire:
+            self.expire(self.vhost.scheduler.clock())
         return self.ready.popleft() if self.ready else None
+
+    def expire(self, now: float) -> None:
+        """Drop (or dead-letter) expired messages at the head, as RabbitMQ does:
+        a message with its own shorter TTL behind a longer-lived one waits its turn."""
+        ready = self.ready
+        expired = []
+        while ready and ready[0].expires_at is not None and ready[0].expires_at < now:
+            expired.append(ready.popleft())
+        if expired:
+            self.discard(expired, "expired")
+
+    def _arm_expiry(self) -> None:
+        """Make sure a timer fires when the head message expires."""
+        ready = self.ready
+        if not ready or ready[0].expires_at is None or self.deleted:
+            return
+        when = ready[0].expires_at
+        timer = self._expiry_timer
+        if timer is not None and not timer.cancelled and timer.when <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._expiry_timer = self.vhost.scheduler.call_at(when, self._expiry_due)
+
+    def _expiry_due(self) -> None:
+        self._expiry_timer = None
+        if not self.deleted:
+            self.expire(self.vhost.scheduler.clock())
+            self._arm_expiry()
+
+    def discard(self, entries: list[QueueEntry], reason: str) -> None:
+        """Messages leave the queue for good without being acked: rejected, expired or
+        over the length limit. They go to the dead-letter exchange when there is one."""
+        for entry in entries:
+            self.store.settle(entry)
+        exchange = self._dead_letter_exchange()
+        if exchange is None or not entries:
+            return
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for entry in entries:
+            self._republish(exchange, entry.message, reason, now)
+
+    def _dead_letter_refused(self, message: Message) -> None:
+        exchange = self._dead_letter_exchange()
+        if exchange is not None:
+            self._republish(exchange, message, "maxlen",
+                            datetime.datetime.now(datetime.timezone.utc))
+
+    def _dead_letter_exchange(self):
+        name = self.dead_letter_exchange
+        return None if name is None else self.vhost.exchanges.get(name)
+
+    def _republish(self, exchange, message: Message, reason: str, now) -> None:
+        dead = dead_letter_message(message, self.name, reason, exchange.name,
+                                   self.dead_letter_routing_key, now)
+        if dead is not None:
+            for queue in self.vhost.route(exchange, dead):
+                queue.enqueue(dead)
 
     def requeue(self, entries: list[QueueEntry]) -> None:
         """Put unacked messages back, redelivered, where they were in the queue.
@@ -120,6 +219,8 @@ class Queue:
             for entry in entries:
                 ready.insert(_insertion_point(ready, entry.seq), entry)
         self.dispatch()
+        if self._may_expire:
+            self._arm_expiry()
 
     def settle(self, entry: QueueEntry) -> None:
         """A delivered message was acked or discarded."""
@@ -147,6 +248,10 @@ class Queue:
 
     def has_exclusive_consumer(self) -> bool:
         return any(consumer.exclusive for consumer in self.consumers)
+
+
+def _text(value):
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _by_seq(entry: QueueEntry) -> int:

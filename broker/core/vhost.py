@@ -11,6 +11,7 @@ from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
 from .message import Message
 from .queue import Queue
 from .queue_arguments import validate_queue_arguments
+from .scheduler import Scheduler
 
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -29,8 +30,9 @@ def server_named(prefix: str) -> str:
 class VirtualHost:
     """Exchanges and queues of one vhost, with the checks RabbitMQ applies to them."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, scheduler: Scheduler):
         self.name = name
+        self.scheduler = scheduler
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)

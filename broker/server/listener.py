@@ -2,6 +2,7 @@
 
 import functools
 import logging
+import math
 import signal
 
 import trio
@@ -31,6 +32,7 @@ class Server:
             async with trio.open_nursery() as nursery:
                 listeners = await nursery.start(functools.partial(
                     trio.serve_tcp, self._serve_connection, self.port, host=self.host))
+                nursery.start_soon(self._run_timers)
                 port = listeners[0].socket.getsockname()[1]
                 log.info("event=listening host=%s port=%s", self.host, port)
                 async for signum in signals:
@@ -40,6 +42,23 @@ class Server:
                     nursery.cancel_scope.cancel()
                     break
         log.info("event=stopped")
+
+    async def _run_timers(self) -> None:
+        """Fire the core's timers (message expiry) when they fall due."""
+        scheduler = self.broker.scheduler
+        wakeup = trio.Event()
+
+        def earlier_timer_added() -> None:
+            wakeup.set()
+
+        scheduler.on_change = earlier_timer_added
+        while True:
+            deadline = scheduler.next_deadline()
+            delay = math.inf if deadline is None else deadline - scheduler.clock()
+            with trio.move_on_after(max(delay, 0)):
+                await wakeup.wait()
+            wakeup = trio.Event()
+            scheduler.run_due()
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         host, port = stream.socket.getpeername()[:2]

@@ -1,0 +1,119 @@
+"""Message TTL, expiry timers and dead-lettering in the core, on a fake clock."""
+
+from pamqp import commands
+
+from broker.core.broker import Broker
+from core_harness import Client, close_code, deliveries
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def client_with_clock():
+    clock = FakeClock()
+    client = Client(Broker(clock=clock))
+    client.open_channel()
+    return client, clock
+
+
+def queue(client, name):
+    return client.broker.vhosts["/"].queues[name]
+
+
+def test_queue_ttl_expires_messages_for_get_and_counts():
+    client, clock = client_with_clock()
+    client.declare_queue(1, "q", arguments={"x-message-ttl": 100})
+    client.publish(1, "", "q", b"old")
+    clock.now += 0.05
+    client.publish(1, "", "q", b"new")
+    clock.now += 0.06
+    assert queue(client, "q").message_count == 1
+    (_, get_ok), _, (_, body) = client.method(1, commands.Basic.Get(queue="q", no_ack=True))
+    assert body.value == b"new"
+
+
+def test_per_message_expiration_uses_the_shorter_ttl():
+    client, clock = client_with_clock()
+    client.declare_queue(1, "q", arguments={"x-message-ttl": 10_000})
+    client.publish(1, "", "q", b"m", properties=commands.Basic.Properties(expiration="50"))
+    clock.now += 0.051
+    assert queue(client, "q").message_count == 0
+
+
+def test_ttl_zero_still_reaches_a_waiting_consumer():
+    client, clock = client_with_clock()
+    client.declare_queue(1, "q", arguments={"x-message-ttl": 0})
+    client.method(1, commands.Basic.Consume(queue="q", consumer_tag="c", no_ack=True))
+    assert len(deliveries(client.publish(1, "", "q", b"m"))) == 1
+
+
+def test_expiry_timer_dead_letters_without_any_client_action():
+    client, clock = client_with_clock()
+    client.method(1, commands.Exchange.Declare(exchange="dlx", exchange_type="fanout"))
+    client.declare_queue(1, "dead")
+    client.method(1, commands.Queue.Bind(queue="dead", exchange="dlx"))
+    client.declare_queue(1, "delay", arguments={"x-message-ttl": 100,
+                                                "x-dead-letter-exchange": "dlx"})
+    client.publish(1, "", "delay", b"later")
+    scheduler = client.broker.scheduler
+    assert scheduler.next_deadline() == 1000.1
+    clock.now += 0.2
+    scheduler.run_due()
+    (entry,) = queue(client, "dead").ready
+    headers = entry.message.headers
+    assert entry.message.body == b"later"
+    assert headers["x-first-death-reason"] == "expired"
+    (death,) = headers["x-death"]
+    assert (death["queue"], death["reason"], death["count"]) == ("delay", "expired", 1)
+    assert entry.message.decoded_properties.expiration is None
+
+
+def test_rejected_messages_go_to_the_dead_letter_exchange_with_its_routing_key():
+    client, _ = client_with_clock()
+    client.declare_queue(1, "dead")
+    client.declare_queue(1, "work", arguments={"x-dead-letter-exchange": "",
+                                               "x-dead-letter-routing-key": "dead"})
+    client.publish(1, "", "work", b"bad")
+    client.method(1, commands.Basic.Get(queue="work"))
+    client.method(1, commands.Basic.Reject(delivery_tag=1, requeue=False))
+    (entry,) = queue(client, "dead").ready
+    assert entry.message.routing_key == "dead"
+    assert entry.message.headers["x-death"][0]["reason"] == "rejected"
+
+
+def test_max_length_drop_head_dead_letters_with_reason_maxlen():
+    client, _ = client_with_clock()
+    client.declare_queue(1, "dead")
+    client.declare_queue(1, "short", arguments={"x-max-length": 1,
+                                                "x-dead-letter-exchange": "",
+                                                "x-dead-letter-routing-key": "dead"})
+    client.publish(1, "", "short", b"first")
+    client.publish(1, "", "short", b"second")
+    (entry,) = queue(client, "dead").ready
+    assert (entry.message.body, entry.message.headers["x-death"][0]["reason"]) == (
+        b"first", "maxlen")
+
+
+def test_expired_messages_do_not_cycle_back_into_their_queue():
+    client, clock = client_with_clock()
+    client.declare_queue(1, "loop", arguments={"x-message-ttl": 10,
+                                               "x-dead-letter-exchange": ""})
+    client.publish(1, "", "loop", b"m")
+    clock.now += 1
+    client.broker.scheduler.run_due()
+    clock.now += 1
+    client.broker.scheduler.run_due()
+    assert queue(client, "loop").message_count == 0
+
+
+def test_invalid_expiration_is_406():
+    client, _ = client_with_clock()
+    client.declare_queue(1, "q")
+    frames = client.publish(1, "", "q", b"m",
+                            properties=commands.Basic.Properties(expiration="soon"))
+    assert close_code(frames) == 406
