@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
-# Install everything the test suite needs (Debian packages, .venv with Warren and its
-# test dependencies) and run the whole suite. Extra arguments go to pytest.
+# Install everything the test suite needs (Debian packages for the Java interop tests,
+# .venv with Warren and its test dependencies) and run the whole suite.
+# Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+debian_packages=()
+command -v javac >/dev/null || debian_packages+=(default-jdk-headless)
+[ -f /usr/share/java/amqp-client.jar ] || debian_packages+=(librabbitmq-client-java)
+[ -f /usr/share/java/slf4j-api.jar ] || debian_packages+=(libslf4j-java)
+if [ ${#debian_packages[@]} -gt 0 ]; then
+    sudo_if_needed=""
+    [ "$(id -u)" = 0 ] || sudo_if_needed=sudo
+    $sudo_if_needed apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq "${debian_packages[@]}"
+fi
+
 source scripts/venv.sh "[test]"
 exec .venv/bin/python -m pytest "$@"
