@@ -136,3 +136,4 @@ def encode_basic_nack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
     """A Basic.Nack frame (publisher confirms); requeue is set, as pamqp and RabbitMQ do."""
     return _ACK_FRAME.pack(FRAME_METHOD, channel, 13, BASIC_CLASS, BASIC_NACK,
                            delivery_tag, multiple | _NACK_REQUEUE_BIT, FRAME_END)
+

@@ -17,6 +17,7 @@ from amqp_codec import (
     encode_properties, encode_return,
 )
 from amqp_codec.fast_path import decode_ack, decode_publish, shortstr
+from amqp_codec.properties import delivery_mode
 
 
 def _truncate_utf8(text: str, limit: int = 255) -> str:
@@ -202,3 +203,8 @@ def test_decode_ack_matches_pamqp(delivery_tag, multiple):
 def test_decode_ack_rejects_wrong_length():
     with pytest.raises(ValueError):
         decode_ack(b"\x00" * 20, 0, 8)
+
+
+@given(properties)
+def test_delivery_mode_reads_the_same_value_as_pamqp(props):
+    assert delivery_mode(encode_properties(props)) == (props.delivery_mode or 0)
