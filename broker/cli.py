@@ -61,7 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(settings.log_level)
     os.makedirs(settings.data_dir, exist_ok=True)
     server = Server(Broker(settings.limits), settings.host, settings.port)
-    trio.run(server.run)
+    try:
+        trio.run(server.run)
+    except OSError as error:
+        logging.getLogger("warren.server").error(
+            "event=listen_failed host=%s port=%s error=%r hint=%r", settings.host,
+            settings.port, error.strerror or str(error),
+            "another process uses this port: stop it or pass --port")
+        return 1
     return 0
 
 

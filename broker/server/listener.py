@@ -1,6 +1,5 @@
 """Accept connections, and shut down cleanly on SIGINT/SIGTERM."""
 
-import functools
 import logging
 import math
 import signal
@@ -28,10 +27,11 @@ class Server:
         self._all_closed = trio.Event()
 
     async def run(self) -> None:
+        """Serve until SIGINT/SIGTERM. Raises OSError when the address cannot be bound."""
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                listeners = await nursery.start(functools.partial(
-                    trio.serve_tcp, self._serve_connection, self.port, host=self.host))
+                nursery.start_soon(trio.serve_listeners, self._serve_connection, listeners)
                 nursery.start_soon(self._run_timers)
                 port = listeners[0].socket.getsockname()[1]
                 log.info("event=listening host=%s port=%s", self.host, port)

@@ -1,0 +1,48 @@
+"""`warren serve` as a user runs it: configuration file, flags, start-up failures."""
+
+import subprocess
+import sys
+
+import pika
+
+from conftest import BrokerProcess
+
+SERVE = [sys.executable, "-m", "broker", "serve"]
+
+
+def run_serve(*args, timeout=30):
+    return subprocess.run([*SERVE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_taken_port_fails_with_exit_1_and_says_why(broker_factory, tmp_path):
+    running = broker_factory()
+    result = run_serve("--port", str(running.port), "--data-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "event=listen_failed" in result.stderr
+    assert "Address already in use" in result.stderr
+
+
+def test_unknown_configuration_key_fails_with_exit_2(tmp_path):
+    config = tmp_path / "warren.toml"
+    config.write_text('prot = 5672\n')
+    result = run_serve("--config", str(config))
+    assert result.returncode == 2
+    assert "unknown setting 'prot'" in result.stderr
+
+
+def test_configuration_file_sets_the_tune_limits(tmp_path):
+    config = tmp_path / "warren.toml"
+    config.write_text('log_level = "info"\n[limits]\nchannel_max = 7\nheartbeat = 5\n')
+    broker = BrokerProcess(data_dir=str(tmp_path / "data"),
+                           extra_args=("--config", str(config))).start()
+    try:
+        connection = pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", broker.port))
+        try:
+            params = connection._impl.params
+            assert (params.channel_max, params.heartbeat) == (7, 5)
+        finally:
+            connection.close()
+    finally:
+        broker.kill()
+    assert (tmp_path / "data").is_dir()
