@@ -1,0 +1,427 @@
+"""The metadata store: vhosts, users, permissions, durable exchanges, queues, bindings.
+
+Plain synchronous SQLAlchemy Core; every public method is one transaction and takes and
+returns plain values and frozen dataclasses. The broker calls it from a worker thread
+(trio.to_thread with a CapacityLimiter(1)), which also serialises SQLite's one writer.
+
+SQLite (the default, `<data_dir>/metadata.sqlite3`) or any SQLAlchemy URL, for example
+postgresql+psycopg://user@host/db. Conventions: `add_*` raises AlreadyExists for a name
+in use; naming a vhost or user that does not exist raises NotFound; `save_*` of
+something already saved is a no-op; `delete_*` returns whether something was deleted.
+"""
+
+import json
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    Connection, Engine, and_, create_engine, delete, event, insert, or_, select,
+)
+from sqlalchemy.engine import URL, make_url
+
+from storage import migrations, passwords
+from storage.schema import (
+    DESTINATION_KINDS, arguments_digest, bindings, decode_arguments, encode_arguments,
+    exchanges, queues, users, vhosts,
+)
+from storage.schema import permissions as permissions_table
+
+SQLITE_FILE_NAME = "metadata.sqlite3"
+SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
+                  "busy_timeout=5000")
+DEFAULT_VHOST = "/"
+DEFAULT_USER = "guest"
+DEFAULT_PASSWORD = "guest"
+FULL_ACCESS = ".*"
+
+
+class MetadataError(Exception):
+    """A metadata operation that cannot be carried out as asked."""
+
+
+class NotFound(MetadataError, LookupError):
+    """A named vhost or user does not exist."""
+
+
+class AlreadyExists(MetadataError):
+    """A vhost or user of that name exists already."""
+
+
+@dataclass(frozen=True)
+class VhostRecord:
+    name: str
+
+
+@dataclass(frozen=True)
+class UserRecord:
+    """A user as listed: never the password hash."""
+    name: str
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PermissionRecord:
+    user: str
+    vhost: str
+    configure: str
+    write: str
+    read: str
+
+
+@dataclass(frozen=True)
+class ExchangeRecord:
+    vhost: str
+    name: str
+    type: str
+    auto_delete: bool
+    internal: bool
+    arguments: dict
+
+
+@dataclass(frozen=True)
+class QueueRecord:
+    vhost: str
+    name: str
+    id: str  # stable for the queue's life, never reused: names its queue-file directory
+    auto_delete: bool
+    arguments: dict
+
+
+@dataclass(frozen=True)
+class BindingRecord:
+    vhost: str
+    source: str
+    destination_kind: str  # "queue" or "exchange"
+    destination: str
+    routing_key: str
+    arguments: dict
+
+
+def create_metadata_engine(url: str | None, data_dir: str) -> Engine:
+    """An engine for `url`, or for the SQLite file in `data_dir` when url is None.
+
+    hide_parameters keeps bound values (password hashes) out of errors and logs."""
+    if url is None:
+        os.makedirs(data_dir, exist_ok=True)
+        url = URL.create("sqlite", database=os.path.join(data_dir, SQLITE_FILE_NAME))
+    url = make_url(url)
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True, hide_parameters=True)
+    engine = create_engine(url, hide_parameters=True,
+                           connect_args={"check_same_thread": False})
+    _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """Pragmas on every new connection, and a real BEGIN for every transaction.
+
+    sqlite3's legacy mode starts no transaction before DDL or SELECT; taking over BEGIN
+    makes migrations transactional. IMMEDIATE takes the write lock up front, so a
+    read-then-write transaction waits (busy_timeout) instead of failing halfway.
+    """
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        for pragma in SQLITE_PRAGMAS:
+            cursor.execute(f"PRAGMA {pragma}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(connection):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class MetadataStore:
+    """Durable broker metadata in a SQL database (see the module docstring)."""
+
+    def __init__(self, engine: Engine):
+        self._engine = engine
+
+    @classmethod
+    def open(cls, url: str | None, data_dir: str) -> "MetadataStore":
+        """Open (creating or upgrading) the database; a new one gets RabbitMQ's
+        defaults: vhost "/" and user guest/guest (administrator) with full access."""
+        engine = create_metadata_engine(url, data_dir)
+        try:
+            with engine.begin() as connection:
+                if migrations.upgrade_connection(connection) == 0:
+                    _seed_defaults(connection)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> "MetadataStore":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def schema_version(self) -> int:
+        with self._engine.connect() as connection:
+            return migrations.current_version(connection)
+
+    # --- vhosts -------------------------------------------------------------------------
+
+    def add_vhost(self, name: str) -> None:
+        with self._engine.begin() as connection:
+            _insert_vhost(connection, name)
+
+    def delete_vhost(self, name: str) -> bool:
+        """Delete the vhost with its permissions, exchanges, queues and bindings."""
+        with self._engine.begin() as connection:
+            return _deleted(connection.execute(delete(vhosts).where(vhosts.c.name == name)))
+
+    def list_vhosts(self) -> list[VhostRecord]:
+        with self._engine.begin() as connection:
+            names = connection.scalars(select(vhosts.c.name).order_by(vhosts.c.name))
+            return [VhostRecord(name) for name in names]
+
+    # --- users and permissions ----------------------------------------------------------
+
+    def add_user(self, name: str, password: str | None, tags: Iterable[str] = ()) -> None:
+        """Add a user; password None means the user cannot log in with a password."""
+        with self._engine.begin() as connection:
+            _insert_user(connection, name, password, tags)
+
+    def delete_user(self, name: str) -> bool:
+        """Delete the user with its permissions."""
+        with self._engine.begin() as connection:
+            return _deleted(connection.execute(delete(users).where(users.c.name == name)))
+
+    def check_password(self, name: str, password: str) -> bool:
+        with self._engine.begin() as connection:
+            row = connection.execute(
+                select(users.c.password_hash, users.c.hashing_algorithm)
+                .where(users.c.name == name)).first()
+        if row is None:
+            return False
+        return passwords.verify_password(password, row.password_hash, row.hashing_algorithm)
+
+    def list_users(self) -> list[UserRecord]:
+        with self._engine.begin() as connection:
+            rows = connection.execute(
+                select(users.c.name, users.c.tags_json).order_by(users.c.name))
+            return [UserRecord(row.name, tuple(json.loads(row.tags_json))) for row in rows]
+
+    def set_permissions(self, user: str, vhost: str, configure: str = FULL_ACCESS,
+                        write: str = FULL_ACCESS, read: str = FULL_ACCESS) -> None:
+        """Set (replace) the user's permission patterns on the vhost."""
+        with self._engine.begin() as connection:
+            _set_permissions(connection, _user_id(connection, user),
+                             _vhost_id(connection, vhost), configure, write, read)
+
+    def permissions(self, user: str, vhost: str) -> PermissionRecord | None:
+        """The user's permissions on the vhost; None when it has none."""
+        table = permissions_table
+        query = (select(table.c.configure, table.c.write, table.c.read)
+                 .join(users, users.c.id == table.c.user_id)
+                 .join(vhosts, vhosts.c.id == table.c.vhost_id)
+                 .where(users.c.name == user, vhosts.c.name == vhost))
+        with self._engine.begin() as connection:
+            row = connection.execute(query).first()
+        if row is None:
+            return None
+        return PermissionRecord(user, vhost, row.configure, row.write, row.read)
+
+    # --- durable exchanges --------------------------------------------------------------
+
+    def save_exchange(self, vhost: str, name: str, type: str, auto_delete: bool = False,
+                      internal: bool = False, arguments: Mapping | None = None) -> None:
+        """Persist a durable exchange; a no-op when the vhost has one of that name."""
+        with self._engine.begin() as connection:
+            vhost_id = _vhost_id(connection, vhost)
+            if _exchange_exists(connection, vhost_id, name):
+                return
+            connection.execute(insert(exchanges).values(
+                vhost_id=vhost_id, name=name, type=type, auto_delete=auto_delete,
+                internal=internal, arguments_json=encode_arguments(arguments)))
+
+    def delete_exchange(self, vhost: str, name: str) -> bool:
+        """Delete the exchange and the bindings it is the source or destination of."""
+        with self._engine.begin() as connection:
+            vhost_id = _vhost_id_or_none(connection, vhost)
+            if vhost_id is None:
+                return False
+            _delete_bindings_of(connection, vhost_id, "exchange", name)
+            return _deleted(connection.execute(delete(exchanges).where(
+                exchanges.c.vhost_id == vhost_id, exchanges.c.name == name)))
+
+    def list_exchanges(self, vhost: str) -> list[ExchangeRecord]:
+        with self._engine.begin() as connection:
+            rows = connection.execute(
+                select(exchanges).where(exchanges.c.vhost_id == _vhost_id(connection, vhost))
+                .order_by(exchanges.c.name))
+            return [ExchangeRecord(vhost, row.name, row.type, row.auto_delete, row.internal,
+                                   decode_arguments(row.arguments_json)) for row in rows]
+
+    # --- durable queues -----------------------------------------------------------------
+
+    def save_queue(self, vhost: str, name: str, auto_delete: bool = False,
+                   arguments: Mapping | None = None) -> str:
+        """Persist a durable queue; returns its stable id (the existing one when the
+        vhost has a queue of that name already)."""
+        with self._engine.begin() as connection:
+            vhost_id = _vhost_id(connection, vhost)
+            existing = connection.scalar(select(queues.c.id).where(
+                queues.c.vhost_id == vhost_id, queues.c.name == name))
+            if existing is not None:
+                return existing
+            queue_id = uuid.uuid4().hex
+            connection.execute(insert(queues).values(
+                id=queue_id, vhost_id=vhost_id, name=name, auto_delete=auto_delete,
+                arguments_json=encode_arguments(arguments)))
+            return queue_id
+
+    def delete_queue(self, vhost: str, name: str) -> bool:
+        """Delete the queue and the bindings to it."""
+        with self._engine.begin() as connection:
+            vhost_id = _vhost_id_or_none(connection, vhost)
+            if vhost_id is None:
+                return False
+            _delete_bindings_of(connection, vhost_id, "queue", name)
+            return _deleted(connection.execute(delete(queues).where(
+                queues.c.vhost_id == vhost_id, queues.c.name == name)))
+
+    def list_queues(self, vhost: str) -> list[QueueRecord]:
+        with self._engine.begin() as connection:
+            rows = connection.execute(
+                select(queues).where(queues.c.vhost_id == _vhost_id(connection, vhost))
+                .order_by(queues.c.name))
+            return [QueueRecord(vhost, row.name, row.id, row.auto_delete,
+                                decode_arguments(row.arguments_json)) for row in rows]
+
+    # --- bindings -----------------------------------------------------------------------
+
+    def save_binding(self, vhost: str, source: str, destination_kind: str,
+                     destination: str, routing_key: str,
+                     arguments: Mapping | None = None) -> None:
+        """Persist a binding; a no-op when an identical one (arguments included) exists."""
+        _check_destination_kind(destination_kind)
+        arguments_json = encode_arguments(arguments)
+        with self._engine.begin() as connection:
+            vhost_id = _vhost_id(connection, vhost)
+            key = _binding_key(vhost_id, source, destination_kind, destination,
+                               routing_key, arguments_json)
+            if connection.scalar(select(bindings.c.id).where(*key)) is not None:
+                return
+            connection.execute(insert(bindings).values(
+                vhost_id=vhost_id, source=source, destination_kind=destination_kind,
+                destination=destination, routing_key=routing_key,
+                arguments_json=arguments_json,
+                arguments_digest=arguments_digest(arguments_json)))
+
+    def delete_binding(self, vhost: str, source: str, destination_kind: str,
+                       destination: str, routing_key: str,
+                       arguments: Mapping | None = None) -> bool:
+        _check_destination_kind(destination_kind)
+        arguments_json = encode_arguments(arguments)
+        with self._engine.begin() as connection:
+            vhost_id = _vhost_id_or_none(connection, vhost)
+            if vhost_id is None:
+                return False
+            key = _binding_key(vhost_id, source, destination_kind, destination,
+                               routing_key, arguments_json)
+            return _deleted(connection.execute(delete(bindings).where(*key)))
+
+    def list_bindings(self, vhost: str) -> list[BindingRecord]:
+        """The vhost's bindings in the order they were saved."""
+        with self._engine.begin() as connection:
+            rows = connection.execute(
+                select(bindings).where(bindings.c.vhost_id == _vhost_id(connection, vhost))
+                .order_by(bindings.c.id))
+            return [BindingRecord(vhost, row.source, row.destination_kind, row.destination,
+                                  row.routing_key, decode_arguments(row.arguments_json))
+                    for row in rows]
+
+
+# --- statements shared by the methods (each runs inside the caller's transaction) ------
+
+def _seed_defaults(connection: Connection) -> None:
+    vhost_id = _insert_vhost(connection, DEFAULT_VHOST)
+    user_id = _insert_user(connection, DEFAULT_USER, DEFAULT_PASSWORD, ("administrator",))
+    _set_permissions(connection, user_id, vhost_id, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
+
+
+def _insert_vhost(connection: Connection, name: str) -> int:
+    if _vhost_id_or_none(connection, name) is not None:
+        raise AlreadyExists(f"vhost '{name}' already exists")
+    return connection.execute(insert(vhosts).values(name=name)).inserted_primary_key[0]
+
+
+def _insert_user(connection: Connection, name: str, password: str | None,
+                 tags: Iterable[str]) -> int:
+    if isinstance(tags, str):
+        raise TypeError("tags must be an iterable of str, not one str")
+    if connection.scalar(select(users.c.id).where(users.c.name == name)) is not None:
+        raise AlreadyExists(f"user '{name}' already exists")
+    password_hash = "" if password is None else passwords.hash_password(password)
+    return connection.execute(insert(users).values(
+        name=name, password_hash=password_hash,
+        hashing_algorithm=passwords.SHA256_ALGORITHM,
+        tags_json=json.dumps(list(tags)))).inserted_primary_key[0]
+
+
+def _set_permissions(connection: Connection, user_id: int, vhost_id: int,
+                     configure: str, write: str, read: str) -> None:
+    connection.execute(delete(permissions_table).where(
+        permissions_table.c.user_id == user_id, permissions_table.c.vhost_id == vhost_id))
+    connection.execute(insert(permissions_table).values(
+        user_id=user_id, vhost_id=vhost_id, configure=configure, write=write, read=read))
+
+
+def _vhost_id_or_none(connection: Connection, name: str) -> int | None:
+    return connection.scalar(select(vhosts.c.id).where(vhosts.c.name == name))
+
+
+def _vhost_id(connection: Connection, name: str) -> int:
+    vhost_id = _vhost_id_or_none(connection, name)
+    if vhost_id is None:
+        raise NotFound(f"no vhost '{name}'")
+    return vhost_id
+
+
+def _user_id(connection: Connection, name: str) -> int:
+    user_id = connection.scalar(select(users.c.id).where(users.c.name == name))
+    if user_id is None:
+        raise NotFound(f"no user '{name}'")
+    return user_id
+
+
+def _exchange_exists(connection: Connection, vhost_id: int, name: str) -> bool:
+    return connection.scalar(select(exchanges.c.id).where(
+        exchanges.c.vhost_id == vhost_id, exchanges.c.name == name)) is not None
+
+
+def _binding_key(vhost_id: int, source: str, destination_kind: str, destination: str,
+                 routing_key: str, arguments_json: str) -> tuple:
+    return (bindings.c.vhost_id == vhost_id, bindings.c.source == source,
+            bindings.c.destination_kind == destination_kind,
+            bindings.c.destination == destination, bindings.c.routing_key == routing_key,
+            bindings.c.arguments_digest == arguments_digest(arguments_json),
+            bindings.c.arguments_json == arguments_json)
+
+
+def _delete_bindings_of(connection: Connection, vhost_id: int, kind: str,
+                        name: str) -> None:
+    """Delete the bindings that have the named queue or exchange at either end."""
+    ends = and_(bindings.c.destination_kind == kind, bindings.c.destination == name)
+    if kind == "exchange":
+        ends = or_(ends, bindings.c.source == name)
+    connection.execute(delete(bindings).where(bindings.c.vhost_id == vhost_id, ends))
+
+
+def _check_destination_kind(kind: str) -> None:
+    if kind not in DESTINATION_KINDS:
+        raise ValueError(f"destination_kind must be 'queue' or 'exchange', not {kind!r}")
+
+
+def _deleted(result) -> bool:
+    return result.rowcount > 0
