@@ -44,11 +44,14 @@ class Exchange:
         # (destination, routing_key, frozen arguments) -> arguments as given
         self.bindings: dict[tuple, dict] = {}
 
-    def bind(self, destination, routing_key: str, arguments: dict | None) -> None:
+    def bind(self, destination, routing_key: str, arguments: dict | None) -> bool:
+        """Add a binding; False when it already existed."""
         key = (destination, routing_key, freeze_arguments(arguments))
-        if key not in self.bindings:
-            self.bindings[key] = dict(arguments or {})
-            self._index_add(destination, routing_key, arguments or {})
+        if key in self.bindings:
+            return False
+        self.bindings[key] = dict(arguments or {})
+        self._index_add(destination, routing_key, arguments or {})
+        return True
 
     def unbind(self, destination, routing_key: str, arguments: dict | None) -> bool:
         key = (destination, routing_key, freeze_arguments(arguments))

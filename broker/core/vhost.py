@@ -7,10 +7,13 @@ from amqp_codec.reply_codes import ReplyCode
 
 from .errors import (ConnectionFailure, access_refused, not_found, precondition_failed,
                      resource_locked)
+from storage.message_store import MEMORY_STORE
+
 from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
 from .message import Message
 from .queue import Queue
 from .queue_arguments import validate_queue_arguments
+from .persistence import Persistence
 from .scheduler import Scheduler
 
 DEFAULT_EXCHANGES = (
@@ -30,9 +33,11 @@ def server_named(prefix: str) -> str:
 class VirtualHost:
     """Exchanges and queues of one vhost, with the checks RabbitMQ applies to them."""
 
-    def __init__(self, name: str, scheduler: Scheduler):
+    def __init__(self, name: str, scheduler: Scheduler,
+                 persistence: Persistence | None = None):
         self.name = name
         self.scheduler = scheduler
+        self.persistence = persistence or Persistence()
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, Queue] = {}
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
@@ -88,6 +93,10 @@ class VirtualHost:
             return existing
         exchange = exchange_class(name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = exchange
+        if durable:
+            self.persistence.record("save_exchange", vhost=self.name, name=name, type=kind,
+                                    auto_delete=auto_delete, internal=internal,
+                                    arguments=dict(arguments or {}))
         return exchange
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
@@ -101,17 +110,36 @@ class VirtualHost:
             return   # deleting a missing exchange succeeds, as in RabbitMQ 3.x
         if if_unused and exchange.bindings:
             raise precondition_failed(f"exchange '{name}' in vhost '{self.name}' in use")
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        """Forget an exchange and every binding from or to it (the metadata store
+        cascades the bindings of a durable exchange)."""
         for (destination, key, _), arguments in list(exchange.bindings.items()):
             exchange.unbind(destination, key, arguments)
         for other in self.exchanges.values():
             other.unbind_destination(exchange)
-        del self.exchanges[name]
+        del self.exchanges[exchange.name]
+        if exchange.durable:
+            self.persistence.record("delete_exchange", vhost=self.name, name=exchange.name)
 
     def bind(self, destination, exchange_name: str, routing_key: str,
              arguments: dict) -> None:
         exchange = self._bindable(exchange_name)
         exchange.validate_binding(arguments)
-        exchange.bind(destination, routing_key, arguments)
+        if exchange.bind(destination, routing_key, arguments):
+            self._record_binding("save_binding", exchange, destination, routing_key,
+                                 arguments)
+
+    def _record_binding(self, operation: str, exchange: Exchange, destination,
+                        routing_key: str, arguments: dict) -> None:
+        """Durable bindings (durable source and destination) go to the metadata store."""
+        if not (exchange.durable and _persisted(destination)):
+            return
+        kind = "queue" if isinstance(destination, Queue) else "exchange"
+        self.persistence.record(operation, vhost=self.name, source=exchange.name,
+                                destination_kind=kind, destination=destination.name,
+                                routing_key=routing_key, arguments=dict(arguments or {}))
 
     def unbind(self, destination, exchange_name: str, routing_key: str,
                arguments: dict) -> None:
@@ -120,8 +148,10 @@ class VirtualHost:
         exchange = self.exchanges.get(exchange_name)
         if exchange is None or not exchange.unbind(destination, routing_key, arguments):
             return   # unbinding what is not bound succeeds, as in RabbitMQ 3.x
+        self._record_binding("delete_binding", exchange, destination, routing_key,
+                             arguments)
         if exchange.auto_delete and not exchange.bindings:
-            del self.exchanges[exchange.name]
+            self._remove_exchange(exchange)
 
     def _bindable(self, exchange_name: str) -> Exchange:
         if exchange_name == "":
@@ -149,10 +179,17 @@ class VirtualHost:
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete,
                                          arguments)
             return existing
+        persisted = durable and not exclusive
+        store = (self.persistence.store_factory(self.name, name) if persisted
+                 else MEMORY_STORE)
         queue = Queue(self, name, durable, connection if exclusive else None,
-                      auto_delete, arguments)
+                      auto_delete, arguments, store)
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
+        if persisted:
+            self.persistence.record("save_queue", vhost=self.name, name=name,
+                                    auto_delete=auto_delete,
+                                    arguments=dict(arguments or {}))
         return queue
 
     def _check_queue_equivalent(self, queue: Queue, durable: bool, exclusive: bool,
@@ -189,8 +226,9 @@ class VirtualHost:
         for exchange in list(self.exchanges.values()):
             exchange.unbind_destination(queue)
             if exchange.auto_delete and not exchange.bindings and exchange.name:
-                self.exchanges.pop(exchange.name, None)
-        self.default_exchange.unbind_destination(queue)
+                self._remove_exchange(exchange)
+        if _persisted(queue):
+            self.persistence.record("delete_queue", vhost=self.name, name=queue.name)
         for consumer in list(queue.consumers):
             consumer.channel.consumer_cancelled_by_broker(consumer)
         queue.consumers.clear()
@@ -234,6 +272,13 @@ class VirtualHost:
                 else:
                     pending.append(destination)
         return queues
+
+
+def _persisted(destination) -> bool:
+    """Whether a queue or exchange outlives a restart."""
+    if isinstance(destination, Queue):
+        return destination.durable and destination.exclusive_owner is None
+    return destination.durable
 
 
 def _locked(queue: Queue):
