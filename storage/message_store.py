@@ -11,6 +11,8 @@ from typing import Protocol
 class QueueStore(Protocol):
     """Per-queue message persistence. Entries carry `.seq` and `.message`."""
 
+    store_id: str | None   # names the store's directory; None for memory-only stores
+
     def append(self, entry) -> None:
         """A message entered the queue."""
 
@@ -25,6 +27,7 @@ class MemoryQueueStore:
     """Keeps messages only in the queue's memory: nothing survives a restart."""
 
     __slots__ = ()
+    store_id = None
 
     def append(self, entry) -> None:
         pass

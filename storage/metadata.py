@@ -55,6 +55,16 @@ class VhostRecord:
 
 
 @dataclass(frozen=True)
+class Credential:
+    """What the broker needs to authenticate a user: the salted hash (never a plain
+    password) and the vhosts the user has permissions on."""
+    name: str
+    password_hash: str
+    hashing_algorithm: str
+    vhosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class UserRecord:
     """A user as listed: never the password hash."""
     name: str
@@ -218,6 +228,23 @@ class MetadataStore:
             _set_permissions(connection, _user_id(connection, user),
                              _vhost_id(connection, vhost), configure, write, read)
 
+    def credentials(self) -> list[Credential]:
+        """Every user with a password, for the broker to check logins in memory."""
+        table = permissions_table
+        with self._engine.begin() as connection:
+            rows = connection.execute(
+                select(users.c.name, users.c.password_hash, users.c.hashing_algorithm)
+                .where(users.c.password_hash != "").order_by(users.c.name)).all()
+            grants = connection.execute(
+                select(users.c.name, vhosts.c.name.label("vhost"))
+                .join(table, users.c.id == table.c.user_id)
+                .join(vhosts, vhosts.c.id == table.c.vhost_id)).all()
+        by_user: dict[str, list[str]] = {}
+        for grant in grants:
+            by_user.setdefault(grant.name, []).append(grant.vhost)
+        return [Credential(row.name, row.password_hash, row.hashing_algorithm,
+                           tuple(sorted(by_user.get(row.name, ())))) for row in rows]
+
     def permissions(self, user: str, vhost: str) -> PermissionRecord | None:
         """The user's permissions on the vhost; None when it has none."""
         table = permissions_table
@@ -265,16 +292,17 @@ class MetadataStore:
     # --- durable queues -----------------------------------------------------------------
 
     def save_queue(self, vhost: str, name: str, auto_delete: bool = False,
-                   arguments: Mapping | None = None) -> str:
+                   arguments: Mapping | None = None, queue_id: str | None = None) -> str:
         """Persist a durable queue; returns its stable id (the existing one when the
-        vhost has a queue of that name already)."""
+        vhost has a queue of that name already). `queue_id` chooses the id of a new
+        queue (the broker names the queue's directory before the write commits)."""
         with self._engine.begin() as connection:
             vhost_id = _vhost_id(connection, vhost)
             existing = connection.scalar(select(queues.c.id).where(
                 queues.c.vhost_id == vhost_id, queues.c.name == name))
             if existing is not None:
                 return existing
-            queue_id = uuid.uuid4().hex
+            queue_id = queue_id or uuid.uuid4().hex
             connection.execute(insert(queues).values(
                 id=queue_id, vhost_id=vhost_id, name=name, auto_delete=auto_delete,
                 arguments_json=encode_arguments(arguments)))

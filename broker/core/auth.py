@@ -1,40 +1,37 @@
-"""Users and SASL mechanisms (PLAIN, AMQPLAIN). Passwords are kept as salted hashes."""
+"""Users and SASL mechanisms (PLAIN, AMQPLAIN). Passwords are kept as salted hashes
+in RabbitMQ's format (storage.passwords); plain passwords are never stored."""
 
-import hashlib
-import hmac
-import os
 import struct
 
 from pamqp import decode
 
+from storage.passwords import SHA256_ALGORITHM, hash_password, verify_password
+
 MECHANISMS = ("PLAIN", "AMQPLAIN")
 
 
-def hash_password(password: str, salt: bytes | None = None) -> bytes:
-    """RabbitMQ's scheme: 4 random salt bytes + SHA-256(salt + password)."""
-    salt = os.urandom(4) if salt is None else salt
-    return salt + hashlib.sha256(salt + password.encode()).digest()
-
-
-def password_matches(password_hash: bytes, password: str) -> bool:
-    expected = hash_password(password, password_hash[:4])
-    return hmac.compare_digest(expected, password_hash)
-
-
 class UserDatabase:
-    """Users, their password hashes and the vhosts they may open."""
+    """Users, their password hashes and the vhosts they may open, held in memory
+    (loaded from the metadata store at start-up)."""
 
     def __init__(self):
-        self._users: dict[str, bytes] = {}
+        self._hashes: dict[str, tuple[str, str]] = {}
         self._vhosts: dict[str, set[str]] = {}
 
     def add(self, name: str, password: str, vhosts=("/",)) -> None:
-        self._users[name] = hash_password(password)
+        self.add_hashed(name, hash_password(password), SHA256_ALGORITHM, vhosts)
+
+    def add_hashed(self, name: str, password_hash: str, algorithm: str, vhosts) -> None:
+        self._hashes[name] = (password_hash, algorithm)
         self._vhosts[name] = set(vhosts)
 
+    def clear(self) -> None:
+        self._hashes.clear()
+        self._vhosts.clear()
+
     def authenticate(self, name: str, password: str) -> bool:
-        password_hash = self._users.get(name)
-        return password_hash is not None and password_matches(password_hash, password)
+        stored = self._hashes.get(name)
+        return stored is not None and verify_password(password, *stored)
 
     def may_open(self, name: str, vhost: str) -> bool:
         return vhost in self._vhosts.get(name, ())

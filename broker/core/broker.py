@@ -8,6 +8,7 @@ from typing import Callable
 from broker import __version__
 
 from .auth import UserDatabase
+from .persistence import Persistence
 from .scheduler import Scheduler
 from .vhost import VirtualHost
 
@@ -37,13 +38,22 @@ class Broker:
     """Everything one Warren process serves."""
 
     def __init__(self, config: BrokerConfig | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 persistence: Persistence | None = None):
         self.config = config or BrokerConfig()
         self.scheduler = Scheduler(clock)
-        self.vhosts: dict[str, VirtualHost] = {"/": VirtualHost("/", self.scheduler)}
+        self.persistence = persistence or Persistence()
+        self.vhosts: dict[str, VirtualHost] = {}
+        self.add_vhost("/")
         self.users = UserDatabase()
         self.users.add("guest", "guest", vhosts=("/",))
         self.connections: set = set()
+
+    def add_vhost(self, name: str) -> VirtualHost:
+        vhost = self.vhosts.get(name)
+        if vhost is None:
+            vhost = self.vhosts[name] = VirtualHost(name, self.scheduler, self.persistence)
+        return vhost
 
     def server_properties(self) -> dict:
         return {

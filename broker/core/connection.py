@@ -56,14 +56,20 @@ class Connection:
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()
         self.exclusive_queues: dict = {}
+        self.needs_sync = False   # replies of this batch wait for a durable commit
         self._confirming: dict[Channel, None] = {}
+        self._held: list[bytes] = []
+        self._capture: list[bytes] | None = None
 
     @property
     def writable(self) -> bool:
         return self.transport.writable
 
     def write(self, data: bytes) -> None:
-        self.transport.write(data)
+        if self._capture is None:
+            self.transport.write(data)
+        else:
+            self._capture.append(data)
 
     def supports(self, capability: str) -> bool:
         return bool(self.capabilities.get(capability))
@@ -95,7 +101,13 @@ class Connection:
             self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
 
     def end_of_batch(self) -> None:
-        """Everything read so far is handled: send the confirms it produced."""
+        """Everything read so far is handled, and (when `needs_sync` was set) committed
+        to disk: send the replies held for durability, then the confirms."""
+        self.needs_sync = False
+        if self._held:
+            held, self._held = self._held, []
+            for data in held:
+                self.transport.write(data)
         if self._confirming:
             for channel in self._confirming:
                 channel.flush_confirms()
@@ -243,7 +255,10 @@ class Connection:
         handler = HANDLERS.get(type(method))
         if handler is not None:
             try:
-                handler(channel, method)
+                if type(method) in DURABLE_REPLIES:
+                    self._run_holding_durable_replies(handler, channel, method)
+                else:
+                    handler(channel, method)
             except AMQPError as error:
                 if not error.class_id:
                     error.class_id, error.method_id = _ids(method)
@@ -258,6 +273,23 @@ class Connection:
         else:
             raise ConnectionFailure(ReplyCode.COMMAND_INVALID, "unimplemented method",
                                     *_ids(method))
+
+    def _run_holding_durable_replies(self, handler, channel: Channel, method) -> None:
+        """Run a handler whose reply may promise durability (declare, bind, delete,
+        tx.commit): when it wrote to durable storage, hold its output until the commit."""
+        persistence = self.broker.persistence
+        writes = persistence.writes
+        self._capture = captured = []
+        try:
+            handler(channel, method)
+        finally:
+            self._capture = None
+            if persistence.writes != writes:
+                self._held.extend(captured)
+                self.needs_sync = True
+            else:
+                for data in captured:
+                    self.transport.write(data)
 
     def _open_channel(self, number: int, method) -> None:
         if not isinstance(method, commands.Channel.Open):
@@ -290,8 +322,12 @@ class Connection:
                 return
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
                                     *PUBLISH_IDS)
+        persistence = self.broker.persistence
+        writes = persistence.writes
         try:
             channel.publish(item)
+            if channel.confirming and persistence.writes != writes:
+                self.needs_sync = True
         except ChannelError as error:
             error.class_id, error.method_id = PUBLISH_IDS
             raise
@@ -310,6 +346,13 @@ def _ids(method) -> tuple[int, int]:
     """(class_id, method_id) of a pamqp method."""
     return method.index >> 16, method.index & 0xFFFF
 
+
+DURABLE_REPLIES = frozenset({
+    commands.Exchange.Declare, commands.Exchange.Delete, commands.Exchange.Bind,
+    commands.Exchange.Unbind, commands.Queue.Declare, commands.Queue.Bind,
+    commands.Queue.Unbind, commands.Queue.Delete,
+    commands.Tx.Commit,
+})
 
 _STATE_NAMES = {"open": "running", "awaiting-start-ok": "starting",
                 "awaiting-tune-ok": "tuning", "awaiting-open": "opening"}

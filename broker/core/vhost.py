@@ -189,7 +189,8 @@ class VirtualHost:
         if persisted:
             self.persistence.record("save_queue", vhost=self.name, name=name,
                                     auto_delete=auto_delete,
-                                    arguments=dict(arguments or {}))
+                                    arguments=dict(arguments or {}),
+                                    queue_id=store.store_id)
         return queue
 
     def _check_queue_equivalent(self, queue: Queue, durable: bool, exclusive: bool,

@@ -282,6 +282,26 @@ class TestMetadataStore:
         store.delete_queue("/", "q")
         assert store.save_queue("/", "q", False, {}) != queue_id
 
+    def test_credentials_carry_hashes_and_granted_vhosts_only(self, store):
+        store.add_vhost("other")
+        store.add_user("alice", "secret")
+        store.set_permissions("alice", "other")
+        store.add_user("nobody", None)
+        by_name = {credential.name: credential for credential in store.credentials()}
+        assert set(by_name) == {"guest", "alice"}
+        alice = by_name["alice"]
+        assert alice.vhosts == ("other",)
+        assert "secret" not in alice.password_hash
+        assert passwords.verify_password("secret", alice.password_hash,
+                                         alice.hashing_algorithm)
+        assert by_name["guest"].vhosts == ("/",)
+
+    def test_a_new_queue_can_be_given_its_id(self, store):
+        chosen = "0123456789abcdef0123456789abcdef"
+        assert store.save_queue("/", "q", False, {}, queue_id=chosen) == chosen
+        assert store.save_queue("/", "q", False, {}, queue_id="f" * 32) == chosen
+        assert [record.id for record in store.list_queues("/")] == [chosen]
+
     def test_queues_belong_to_their_vhost(self, store):
         store.add_vhost("other")
         mine = store.save_queue("/", "q", False, {})

@@ -1,0 +1,51 @@
+"""Group commit: one worker-thread pass makes every pending durable write safe
+(metadata changes through SQL, queue files through fsync), shared by all connections."""
+
+import logging
+
+import trio
+
+from broker.core.persistence import Persistence
+
+log = logging.getLogger("warren.storage")
+
+
+class GroupCommitter:
+    """Connections call `wait_for(writes)` and resume once that many writes are durable.
+
+    While a commit runs, new writes accumulate; the next commit takes them all at once,
+    so many publishers and channels share one fsync.
+    """
+
+    def __init__(self, persistence: Persistence, apply_changes, sync_stores):
+        self.persistence = persistence
+        self.durable_writes = 0
+        self._apply_changes = apply_changes   # blocking: list[MetadataChange] -> None
+        self._sync_stores = sync_stores       # blocking: list[store] -> None
+        self._committing = False
+        self._finished = trio.Event()
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def wait_for(self, writes: int) -> None:
+        while self.durable_writes < writes:
+            if self._committing:
+                await self._finished.wait()
+            else:
+                await self._commit()
+
+    async def _commit(self) -> None:
+        self._committing = True
+        finished = self._finished
+        try:
+            changes, stores, writes = self.persistence.take_pending()
+            await trio.to_thread.run_sync(self._write, changes, stores,
+                                          limiter=self._limiter)
+            self.durable_writes = writes
+        finally:
+            self._committing = False
+            self._finished = trio.Event()
+            finished.set()
+
+    def _write(self, changes, stores) -> None:
+        self._apply_changes(changes)
+        self._sync_stores(stores)

@@ -1,0 +1,92 @@
+"""Replies that promise durability wait for the commit (end_of_batch after sync)."""
+
+from pamqp import commands
+
+from amqp_codec import InboundMethod, InboundPublish, encode_properties
+from amqp_codec.properties import delivery_mode
+from broker.core.broker import Broker
+from broker.core.persistence import Persistence
+from core_harness import Client, kinds
+
+
+class RecordingStore:
+    """A durable store that counts a write for each persistent message."""
+
+    def __init__(self, persistence: Persistence):
+        self.persistence = persistence
+        self.store_id = "s"
+        self.appended = []
+
+    def append(self, entry) -> None:
+        if delivery_mode(entry.message.properties) == 2:
+            self.appended.append(entry.seq)
+            self.persistence.store_written(self)
+
+    def settle(self, entry) -> None:
+        pass
+
+    def drop(self) -> None:
+        pass
+
+
+def durable_client():
+    persistence = Persistence()
+    persistence.store_factory = lambda vhost, queue: RecordingStore(persistence)
+    client = Client(Broker(persistence=persistence))
+    client.open_channel()
+    return client, persistence
+
+
+def handle(client, channel, method):
+    client.connection.handle(InboundMethod(channel, method))
+    return client.transport.frames()
+
+
+def test_durable_declare_ok_is_held_until_the_commit():
+    client, persistence = durable_client()
+    assert handle(client, 1, commands.Queue.Declare(queue="d", durable=True)) == []
+    assert client.connection.needs_sync
+    changes, _, _ = persistence.take_pending()
+    assert [change.operation for change in changes] == ["save_queue"]
+    client.connection.end_of_batch()
+    assert kinds(client.transport.frames()) == [(1, commands.Queue.DeclareOk)]
+
+
+def test_transient_declare_ok_is_sent_at_once():
+    client, _ = durable_client()
+    replies = handle(client, 1, commands.Queue.Declare(queue="t"))
+    assert kinds(replies) == [(1, commands.Queue.DeclareOk)]
+    assert not client.connection.needs_sync
+
+
+def publish(client, queue, mode):
+    raw = encode_properties(commands.Basic.Properties(delivery_mode=mode))
+    client.connection.handle(InboundPublish(1, "", queue, False, False, raw, b"m"))
+
+
+def test_confirm_of_a_persistent_message_on_a_durable_queue_waits_for_sync():
+    client, persistence = durable_client()
+    client.declare_queue(1, "d", durable=True)
+    client.method(1, commands.Confirm.Select())
+    publish(client, "d", 1)
+    assert not client.connection.needs_sync
+    publish(client, "d", 2)
+    assert client.connection.needs_sync
+    assert persistence.take_pending()[1]   # the queue's store is dirty
+    client.connection.end_of_batch()
+    (_, ack), = client.transport.methods()
+    assert (ack.delivery_tag, ack.multiple) == (2, True)
+
+
+def test_durable_bindings_are_recorded_and_transient_ones_are_not():
+    client, persistence = durable_client()
+    client.method(1, commands.Exchange.Declare(exchange="dx", exchange_type="direct",
+                                               durable=True))
+    client.declare_queue(1, "d", durable=True)
+    client.declare_queue(1, "t")
+    persistence.take_pending()
+    client.method(1, commands.Queue.Bind(queue="d", exchange="dx", routing_key="k"))
+    client.method(1, commands.Queue.Bind(queue="t", exchange="dx", routing_key="k"))
+    changes, _, _ = persistence.take_pending()
+    assert [(change.operation, change.fields["destination"]) for change in changes] == [
+        ("save_binding", "d")]
