@@ -10,6 +10,8 @@ import trio
 
 from broker.config import ConfigError, load_settings
 from broker.core.broker import Broker
+from broker.server.committer import GroupCommitter
+from broker.server.durability import DurableStorage
 from broker.server.listener import Server
 
 
@@ -43,6 +45,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help="AMQP port (default 5672; 0 picks a free one, logged as "
                             "event=listening)")
     serve.add_argument("--data-dir", help="data directory (default ./data)")
+    serve.add_argument("--metadata-url",
+                       help="SQLAlchemy URL of the metadata database (default: SQLite "
+                            "in the data directory)")
     serve.add_argument("--config", help="TOML configuration file; flags override it")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                        help="default info")
@@ -54,13 +59,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(args.config, {
             "host": args.host, "port": args.port, "data_dir": args.data_dir,
-            "log_level": args.log_level})
+            "metadata_url": args.metadata_url, "log_level": args.log_level})
     except ConfigError as error:
         print(f"warren: {error}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
     os.makedirs(settings.data_dir, exist_ok=True)
-    server = Server(Broker(settings.limits), settings.host, settings.port)
+    storage = DurableStorage(settings.data_dir, settings.metadata_url)
+    broker = Broker(settings.limits, persistence=storage.persistence)
+    storage.restore(broker)
+    committer = GroupCommitter(storage.persistence, storage.apply_changes,
+                               storage.sync_stores)
+    server = Server(broker, settings.host, settings.port, committer)
     try:
         trio.run(server.run)
     except OSError as error:
@@ -69,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             settings.port, error.strerror or str(error),
             "another process uses this port: stop it or pass --port")
         return 1
+    finally:
+        storage.close(broker)
     return 0
 
 

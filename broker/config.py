@@ -5,6 +5,7 @@ Example file:
     host = "0.0.0.0"
     port = 5672
     data_dir = "/var/lib/warren"
+    metadata_url = "postgresql+psycopg://warren@localhost/warren"   # default: SQLite
     log_level = "info"
 
     [limits]
@@ -24,6 +25,7 @@ class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 5672
     data_dir: str = "./data"
+    metadata_url: str | None = None
     log_level: str = "info"
     limits: BrokerConfig = field(default_factory=BrokerConfig)
 

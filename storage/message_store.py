@@ -19,6 +19,10 @@ class QueueStore(Protocol):
     def settle(self, entry) -> None:
         """A message left the queue for good (acked, rejected without requeue, purged)."""
 
+    def delivered(self, entry) -> None:
+        """A message was handed to a consumer and awaits its ack (after a crash it comes
+        back with redelivered=true)."""
+
     def drop(self) -> None:
         """The queue was deleted: forget everything."""
 
@@ -33,6 +37,9 @@ class MemoryQueueStore:
         pass
 
     def settle(self, entry) -> None:
+        pass
+
+    def delivered(self, entry) -> None:
         pass
 
     def drop(self) -> None:

@@ -73,6 +73,7 @@ class Channel:
         else:
             consumer.unacked += 1
             self.unacked[tag] = Delivery(tag, queue, entry, consumer)
+            queue.store.delivered(entry)
         message = entry.message
         connection = self.connection
         connection.write(encode_deliver(
@@ -206,6 +207,7 @@ class Channel:
             queue.settle(entry)
         else:
             self.unacked[tag] = Delivery(tag, queue, entry, None)
+            queue.store.delivered(entry)
         message = entry.message
         self.connection.write(encode_get_ok(
             self.number, tag, entry.redelivered, message.exchange, message.routing_key,

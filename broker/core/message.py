@@ -1,6 +1,7 @@
 """A published message as the broker holds it: raw properties, body, routing data."""
 
 from amqp_codec import decode_properties
+from amqp_codec.properties import delivery_mode
 
 USER_ID_FLAG = 0x10      # in the low byte of the first 16-bit property-flags word
 EXPIRATION_FLAG = 0x01   # in the high byte
@@ -13,7 +14,8 @@ class Message:
     it, forwarded untouched to consumers; it is decoded only when a feature needs a field.
     """
 
-    __slots__ = ("exchange", "routing_key", "properties", "body", "_decoded")
+    __slots__ = ("exchange", "routing_key", "properties", "body", "_decoded",
+                 "_persistent")
 
     def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes):
         self.exchange = exchange
@@ -21,6 +23,14 @@ class Message:
         self.properties = properties
         self.body = body
         self._decoded = None
+        self._persistent = None
+
+    @property
+    def persistent(self) -> bool:
+        """delivery_mode 2: kept across restarts when in a durable queue."""
+        if self._persistent is None:
+            self._persistent = delivery_mode(self.properties) == 2
+        return self._persistent
 
     def has_user_id(self) -> bool:
         """Whether the user_id property is present (bit 4 of the property flags)."""

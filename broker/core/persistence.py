@@ -38,8 +38,17 @@ class Persistence:
         self.writes += 1
 
     def store_written(self, store) -> None:
+        """A store buffered a message whose confirm must wait for the next commit."""
         self._dirty_stores[store] = None
         self.writes += 1
+
+    def store_touched(self, store) -> None:
+        """A store buffered an ack or marker: flushed by the next commit, which nothing
+        waits for."""
+        self._dirty_stores[store] = None
+
+    def has_pending(self) -> bool:
+        return bool(self._changes or self._dirty_stores)
 
     def take_pending(self) -> tuple[list[MetadataChange], list, int]:
         """Everything written so far, for one commit: (changes, stores, writes)."""

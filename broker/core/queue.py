@@ -99,6 +99,21 @@ class Queue:
             self._arm_expiry()
         return True
 
+    def restore(self, recovered) -> None:
+        """Load messages recovered from the queue file (in seq order). Their TTL, if
+        any, counts again from now: publish times are not stored."""
+        now = self.vhost.scheduler.clock()
+        for record in recovered:
+            message = Message(record.exchange, record.routing_key, record.properties,
+                              record.body)
+            entry = QueueEntry(message, record.seq, record.redelivered)
+            if self.message_ttl is not None or message.has_expiration():
+                entry.expires_at = self._expiry(message, now)
+                self._may_expire = True
+            self.ready.append(entry)
+            self._next_seq = record.seq
+        self._arm_expiry()
+
     def _expiry(self, message: Message, now: float) -> float | None:
         """When the message expires: the queue's TTL or the message's, whichever is
         shorter (milliseconds in AMQP, seconds on the clock)."""

@@ -237,6 +237,34 @@ class VirtualHost:
         queue.store.drop()
         return count
 
+    # -- recovery ------------------------------------------------------------------
+
+    def restore_exchange(self, name: str, kind: str, auto_delete: bool, internal: bool,
+                         arguments: dict) -> None:
+        """Recreate a durable exchange found in the metadata store at start-up."""
+        exchange_class = EXCHANGE_TYPES[kind]
+        self.exchanges[name] = exchange_class(name, True, auto_delete, internal, arguments)
+
+    def restore_queue(self, name: str, auto_delete: bool, arguments: dict, store,
+                      messages) -> Queue:
+        """Recreate a durable queue and the messages recovered from its queue file."""
+        queue = Queue(self, name, True, None, auto_delete, arguments, store)
+        self.queues[name] = queue
+        self.default_exchange.bind(queue, name, None)
+        queue.restore(messages)
+        return queue
+
+    def restore_binding(self, source: str, destination_kind: str, destination: str,
+                        routing_key: str, arguments: dict) -> bool:
+        """Recreate a durable binding; False when an end of it no longer exists."""
+        exchange = self.exchanges.get(source)
+        target = (self.queues if destination_kind == "queue"
+                  else self.exchanges).get(destination)
+        if exchange is None or target is None:
+            return False
+        exchange.bind(target, routing_key, arguments)
+        return True
+
     # -- routing -------------------------------------------------------------------
 
     def route(self, exchange: Exchange, message: Message) -> list[Queue]:

@@ -26,6 +26,22 @@ class GroupCommitter:
         self._finished = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
 
+    async def flush_periodically(self, interval: float) -> None:
+        """Commit what accumulated without anyone waiting (publishes without confirms,
+        acks), so it reaches disk within `interval` seconds."""
+        while True:
+            await trio.sleep(interval)
+            if self.persistence.has_pending() and not self._committing:
+                await self._commit()
+
+    async def flush(self) -> None:
+        """Commit everything pending now (used at shutdown)."""
+        while self.persistence.has_pending() or self._committing:
+            if self._committing:
+                await self._finished.wait()
+            else:
+                await self._commit()
+
     async def wait_for(self, writes: int) -> None:
         while self.durable_writes < writes:
             if self._committing:

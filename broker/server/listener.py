@@ -9,20 +9,23 @@ import trio
 from amqp_codec.reply_codes import ReplyCode
 from broker.core.broker import Broker
 
+from .committer import GroupCommitter
 from .transport import SocketTransport
 
 log = logging.getLogger("warren.server")
 
 SHUTDOWN_GRACE = 5.0   # seconds connections get to flush their Connection.Close
+FLUSH_INTERVAL = 0.2   # unconfirmed persistent messages and acks reach disk this often
 
 
 class Server:
     """The listening socket and every live SocketTransport."""
 
-    def __init__(self, broker: Broker, host: str, port: int):
+    def __init__(self, broker: Broker, host: str, port: int, committer: GroupCommitter):
         self.broker = broker
         self.host = host
         self.port = port
+        self.committer = committer
         self.transports: set[SocketTransport] = set()
         self._all_closed = trio.Event()
 
@@ -33,12 +36,14 @@ class Server:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.serve_listeners, self._serve_connection, listeners)
                 nursery.start_soon(self._run_timers)
+                nursery.start_soon(self.committer.flush_periodically, FLUSH_INTERVAL)
                 port = listeners[0].socket.getsockname()[1]
                 log.info("event=listening host=%s port=%s", self.host, port)
                 async for signum in signals:
                     log.info("event=shutdown signal=%s connections=%d",
                              signal.Signals(signum).name, len(self.transports))
                     await self._close_all()
+                    await self.committer.flush()
                     nursery.cancel_scope.cancel()
                     break
         log.info("event=stopped")
@@ -62,7 +67,7 @@ class Server:
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         host, port = stream.socket.getpeername()[:2]
-        transport = SocketTransport(stream, self.broker, f"{host}:{port}")
+        transport = SocketTransport(stream, self.broker, f"{host}:{port}", self.committer)
         self.transports.add(transport)
         try:
             await transport.run()

@@ -9,6 +9,8 @@ from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, Decoder, ProtocolError
                         ProtocolHeaderMismatch)
 from broker.core.connection import Connection
 
+from .committer import GroupCommitter
+
 log = logging.getLogger("warren.server")
 
 RECEIVE_SIZE = 256 * 1024
@@ -20,9 +22,11 @@ CLOSE_OK_TIMEOUT = 5.0        # how long a server-initiated close waits for Clos
 class SocketTransport:
     """Implements the core's Transport over a trio stream."""
 
-    def __init__(self, stream: trio.abc.Stream, broker, peer: str):
+    def __init__(self, stream: trio.abc.Stream, broker, peer: str,
+                 committer: GroupCommitter):
         self.stream = stream
         self.peer = peer
+        self.committer = committer
         self.connection = Connection(broker, self, peer)
         self.decoder = Decoder()
         self.writable = True
@@ -95,6 +99,8 @@ class SocketTransport:
                     connection.start()
                 for item in items:
                     connection.handle(item)
+                if connection.needs_sync:
+                    await self.committer.wait_for(connection.broker.persistence.writes)
                 connection.end_of_batch()
                 continue
             return   # a server-initiated close was not acknowledged in time

@@ -5,7 +5,7 @@ import sys
 
 import pika
 
-from conftest import BrokerProcess
+from broker_process import BrokerProcess
 
 SERVE = [sys.executable, "-m", "broker", "serve"]
 

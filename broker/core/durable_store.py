@@ -1,0 +1,48 @@
+"""A durable queue's store: persistent messages go to its queue file.
+
+Writes only touch memory here; the server's group committer calls `sync` (fsync) off
+the event loop before the confirms that depend on it, and `drop_files` after the queue's
+deletion is committed to the metadata store.
+"""
+
+from storage.queue_file import QueueFile
+
+from .persistence import Persistence
+
+
+class DurableQueueStore:
+    """QueueStore over a QueueFile; transient messages stay in memory only."""
+
+    __slots__ = ("queue_file", "persistence", "store_id")
+
+    def __init__(self, queue_file: QueueFile, persistence: Persistence, store_id: str):
+        self.queue_file = queue_file
+        self.persistence = persistence
+        self.store_id = store_id
+
+    def append(self, entry) -> None:
+        message = entry.message
+        if message.persistent:
+            self.queue_file.append(entry.seq, message.exchange, message.routing_key,
+                                   message.properties, message.body, entry.redelivered)
+            self.persistence.store_written(self)
+
+    def settle(self, entry) -> None:
+        if entry.message.persistent:
+            self.queue_file.ack(entry.seq)
+            self.persistence.store_touched(self)
+
+    def delivered(self, entry) -> None:
+        if entry.message.persistent and not entry.redelivered:
+            self.queue_file.mark_delivered(entry.seq)
+            self.persistence.store_touched(self)
+
+    def drop(self) -> None:
+        """The queue is deleted: its files go once the deletion is committed."""
+        self.persistence.record("drop_queue_files", store=self)
+
+    def sync(self) -> int:
+        return self.queue_file.sync()
+
+    def drop_files(self) -> None:
+        self.queue_file.drop()

@@ -1,0 +1,95 @@
+"""Durable storage for a running broker: the metadata store and the queue files under
+the data directory, opened and replayed at start-up."""
+
+import logging
+import os
+import shutil
+import uuid
+
+from broker.core.broker import Broker
+from broker.core.durable_store import DurableQueueStore
+from broker.core.persistence import MetadataChange, Persistence
+from storage.metadata import MetadataStore
+from storage.queue_file import QueueFile
+
+log = logging.getLogger("warren.storage")
+
+QUEUES_DIRECTORY = "queues"
+
+
+class DurableStorage:
+    """Owns the MetadataStore and the queue-file directories of one data directory."""
+
+    def __init__(self, data_dir: str, metadata_url: str | None = None):
+        self.queues_dir = os.path.join(data_dir, QUEUES_DIRECTORY)
+        os.makedirs(self.queues_dir, exist_ok=True)
+        self.metadata = MetadataStore.open(metadata_url, data_dir)
+        self.persistence = Persistence(self.new_queue_store)
+
+    def new_queue_store(self, vhost: str, queue: str) -> DurableQueueStore:
+        store_id = uuid.uuid4().hex
+        queue_file = QueueFile(os.path.join(self.queues_dir, store_id))
+        return DurableQueueStore(queue_file, self.persistence, store_id)
+
+    # -- committing (worker thread) ---------------------------------------------------
+
+    def apply_changes(self, changes: list[MetadataChange]) -> None:
+        for change in changes:
+            if change.operation == "drop_queue_files":
+                change.fields["store"].drop_files()
+            else:
+                getattr(self.metadata, change.operation)(**change.fields)
+
+    def sync_stores(self, stores: list) -> None:
+        for store in stores:
+            store.sync()
+            if store.queue_file.needs_compaction():
+                store.queue_file.compact(limit=1)
+
+    # -- start-up and shutdown --------------------------------------------------------
+
+    def restore(self, broker: Broker) -> None:
+        """Load users, vhosts, durable exchanges, queues (with their messages) and
+        bindings into a fresh broker."""
+        broker.users.clear()
+        for credential in self.metadata.credentials():
+            broker.users.add_hashed(credential.name, credential.password_hash,
+                                    credential.hashing_algorithm, credential.vhosts)
+        known_stores = set()
+        for vhost_record in self.metadata.list_vhosts():
+            vhost = broker.add_vhost(vhost_record.name)
+            for exchange in self.metadata.list_exchanges(vhost.name):
+                vhost.restore_exchange(exchange.name, exchange.type, exchange.auto_delete,
+                                       exchange.internal, exchange.arguments)
+            for queue in self.metadata.list_queues(vhost.name):
+                known_stores.add(queue.id)
+                self._restore_queue(vhost, queue)
+            for binding in self.metadata.list_bindings(vhost.name):
+                vhost.restore_binding(binding.source, binding.destination_kind,
+                                      binding.destination, binding.routing_key,
+                                      binding.arguments)
+        self._remove_orphans(known_stores)
+
+    def _restore_queue(self, vhost, record) -> None:
+        directory = os.path.join(self.queues_dir, record.id)
+        queue_file, messages, problems = QueueFile.recover(directory)
+        store = DurableQueueStore(queue_file, self.persistence, record.id)
+        vhost.restore_queue(record.name, record.auto_delete, record.arguments, store,
+                            messages)
+        log.info("event=queue_recovered vhost=%s queue=%s messages=%d problems=%d",
+                 vhost.name, record.name, len(messages), len(problems))
+
+    def _remove_orphans(self, known_stores: set) -> None:
+        """Queue directories no durable queue refers to: deleted queues whose files
+        were not removed before a crash."""
+        for name in os.listdir(self.queues_dir):
+            if name not in known_stores:
+                shutil.rmtree(os.path.join(self.queues_dir, name), ignore_errors=True)
+                log.info("event=orphan_queue_files_removed store=%s", name)
+
+    def close(self, broker: Broker) -> None:
+        for vhost in broker.vhosts.values():
+            for queue in vhost.queues.values():
+                if isinstance(queue.store, DurableQueueStore):
+                    queue.store.queue_file.close()
+        self.metadata.close()

@@ -1,0 +1,752 @@
+"""Queue files: the durable message log of one queue, cut into segment files.
+
+A `QueueFile` owns one directory holding `00000001.seg`, `00000002.seg`, ... Messages and
+acks are appended to the newest (active) segment; a segment whose messages are all acked
+is deleted, and one that is mostly dead is compacted (its live records are copied into
+the active segment, then it is deleted). `QueueFile.recover` rebuilds the queue after a
+restart or a crash. The format and the guarantees are in docs/storage-format.md.
+
+Threads. `append`, `ack` and `mark_delivered` are meant for the event-loop thread: they
+only touch memory (no system call) under a short lock. `sync`, `compact`, `close` and
+`drop` do blocking I/O; they serialize on a second lock, so one flusher thread (or
+several) may run them while the loop keeps appending. `read` may run on any thread.
+"""
+
+import logging
+import os
+import shutil
+import threading
+from dataclasses import dataclass
+
+from .record import (FLAG_PERSISTENT, FLAG_REDELIVERED, KIND_ACK, KIND_DELIVERED,
+                     KIND_MESSAGE, RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, append_marker,
+                     append_message, decode_message, decode_segment_header,
+                     encode_segment_header, parse_record, scan_segment, with_flags)
+
+log = logging.getLogger("warren.storage")
+
+DEFAULT_SEGMENT_SIZE = 16 * 1024 * 1024
+DEFAULT_COMPACT_RATIO = 0.3
+SEGMENT_SUFFIX = ".seg"
+
+_fdatasync = getattr(os, "fdatasync", os.fsync)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+class StorageError(Exception):
+    """The queue file cannot be used: an earlier write or fsync failed, or it is closed."""
+
+
+@dataclass(slots=True)
+class RecoveredMessage:
+    """A message found live by `QueueFile.recover`."""
+
+    seq: int
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes | None          # None when recovered with load_bodies=False (use `read`)
+    redelivered: bool
+
+
+class _Segment:
+    """Bookkeeping for one segment file (only the flusher side touches it)."""
+
+    __slots__ = ("number", "size", "live", "live_bytes", "min_seq", "max_seq", "refs",
+                 "fd", "dir_dirty", "damaged")
+
+    def __init__(self, number: int):
+        self.number = number
+        self.size = 0               # bytes in the file that hold a header or valid records
+        self.live = 0               # live messages whose home record is here
+        self.live_bytes = 0
+        self.min_seq = None         # seq range of every message record in the file
+        self.max_seq = None
+        # Segments holding messages that this segment's ack/delivered records refer to:
+        # while one of them exists, this segment's records are still needed.
+        self.refs: dict[int, int] = {}
+        self.fd = None              # open for writing while active
+        self.dir_dirty = False      # created, directory entry not fsynced yet
+        self.damaged = False        # unreadable parts seen: never compacted
+
+    def cover(self, seq: int) -> None:
+        if self.min_seq is None or seq < self.min_seq:
+            self.min_seq = seq
+        if self.max_seq is None or seq > self.max_seq:
+            self.max_seq = seq
+
+    def holds(self, seq: int) -> bool:
+        return self.min_seq is not None and self.min_seq <= seq <= self.max_seq
+
+
+def segment_name(number: int) -> str:
+    return f"{number:08d}{SEGMENT_SUFFIX}"
+
+
+def segment_numbers(directory: str) -> list[int]:
+    """The numbers of the segment files in `directory`, ascending ([] if it is missing)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    numbers = []
+    for name in names:
+        stem, suffix = name[:-len(SEGMENT_SUFFIX)], name[-len(SEGMENT_SUFFIX):]
+        if suffix == SEGMENT_SUFFIX and stem.isdigit():
+            numbers.append(int(stem))
+    return sorted(numbers)
+
+
+def _encode_name(value) -> bytes:
+    if isinstance(value, str):
+        value = value.encode("utf-8", "surrogateescape")
+    if len(value) > 255:
+        raise ValueError(f"exchange and routing key are at most 255 bytes, got {len(value)}")
+    return value
+
+
+def _decode_name(value: bytes) -> str:
+    return value.decode("utf-8", "surrogateescape")
+
+
+def _fsync_directory(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_directory(path: str) -> None:
+    """Create `path` (and missing parents) durably: each new entry's parent is fsynced."""
+    path = os.path.abspath(path)
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            pass
+        _fsync_directory(os.path.dirname(directory))
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
+
+
+class QueueFile:
+    """The append-only, segmented message log of one durable queue.
+
+    `seq` is the queue's 64-bit message number: strictly increasing across appends and
+    across restarts (`last_seq` after `recover` is where the queue continues).
+    """
+
+    def __init__(self, directory, segment_size: int = DEFAULT_SEGMENT_SIZE,
+                 compact_ratio: float = DEFAULT_COMPACT_RATIO):
+        """A new, empty queue file in `directory` (created on the first write).
+
+        Raises FileExistsError if the directory already holds segments: use `recover`.
+        """
+        self._setup(directory, segment_size, compact_ratio)
+        if segment_numbers(self.directory):
+            raise FileExistsError(f"{self.directory} holds segments: use QueueFile.recover")
+
+    def _setup(self, directory, segment_size: int, compact_ratio: float) -> None:
+        if segment_size <= 0:
+            raise ValueError("segment_size must be positive")
+        self.directory = os.fspath(directory)
+        self.segment_size = segment_size
+        self.compact_ratio = compact_ratio
+        # Loop side, guarded by _lock.
+        self._lock = threading.Lock()
+        self._pending: dict[int, list] = {}         # seq -> [flags, exchange, key, props, body]
+        self._pending_acks: list[int] = []
+        self._pending_delivered: dict[int, None] = {}
+        self._inflight: dict[int, list] | None = None   # the batch a sync is writing
+        self._last_seq = 0          # highest seq appended (or recovered)
+        self._durable_seq = 0       # highest seq covered by a completed sync
+        self._dropped = False
+        self._closed = False
+        # Flusher side, guarded by _sync_lock; _index is also read by `read` under _lock.
+        self._sync_lock = threading.Lock()
+        self._index: dict[int, tuple] = {}          # seq -> (segment, offset, length, flags)
+        self._dups: dict[int, list[int]] = {}       # seq -> older segments holding a copy
+        self._delivered: set[int] = set()           # live seqs with a delivered mark on disk
+        self._segments: dict[int, _Segment] = {}    # by number, ascending
+        self._active: _Segment | None = None
+        self._next_segment = 1
+        self._high_seq = 0          # highest seq in any record written or recovered
+        self._collect_due = False
+        self._failed: BaseException | None = None
+        self._directory_exists = False
+        self._checkpoint = None     # tests: called with a step name at crash-relevant points
+
+    def __repr__(self) -> str:
+        return f"<QueueFile {self.directory!r} last_seq={self._last_seq}>"
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq appended or recovered; the next append must use a higher one."""
+        return self._last_seq
+
+    @property
+    def durable_seq(self) -> int:
+        """The highest seq that a completed `sync` made durable."""
+        return self._durable_seq
+
+    # -- the event-loop side: memory only -------------------------------------------------
+
+    def append(self, seq: int, exchange, routing_key, properties, body,
+               redelivered: bool = False, persistent: bool = True) -> None:
+        """Buffer a message record; it is written and made durable by the next `sync`.
+
+        `persistent=False` writes the record for paging only: recovery discards it.
+        """
+        exchange = _encode_name(exchange)
+        routing_key = _encode_name(routing_key)
+        flags = (FLAG_REDELIVERED if redelivered else 0) | (FLAG_PERSISTENT if persistent else 0)
+        with self._lock:
+            if self._dropped:
+                return
+            if self._closed:
+                raise StorageError(f"{self.directory}: queue file is closed")
+            if seq <= self._last_seq:
+                raise ValueError(f"seq {seq} is not above the last seq {self._last_seq}")
+            self._last_seq = seq
+            self._pending[seq] = [flags, exchange, routing_key, properties, body]
+
+    def ack(self, seq: int) -> None:
+        """The message left the queue for good. Unknown seqs are ignored at the next sync.
+
+        A message acked before any sync wrote it is simply never written.
+        """
+        with self._lock:
+            if self._pending.pop(seq, None) is not None or self._dropped:
+                return
+            self._pending_delivered.pop(seq, None)
+            self._pending_acks.append(seq)
+
+    def mark_delivered(self, seq: int) -> None:
+        """The message was handed to a consumer: after a crash it comes back redelivered."""
+        with self._lock:
+            record = self._pending.get(seq)
+            if record is not None:
+                record[0] |= FLAG_REDELIVERED
+            elif not self._dropped:
+                self._pending_delivered[seq] = None
+
+    # -- the flusher side: blocking I/O ---------------------------------------------------
+
+    def sync(self) -> int:
+        """Write what was buffered, fsync it, and return the highest seq now durable.
+
+        Every message appended with a seq <= the returned value is on disk (or was acked
+        and need not be), and every ack given before this call started is on disk.
+        """
+        with self._sync_lock:
+            self._check_usable()
+            with self._lock:
+                target = self._last_seq
+                if self._dropped or self._closed or not (
+                        self._pending or self._pending_acks or self._pending_delivered):
+                    if not self._dropped and not self._closed:
+                        self._durable_seq = target
+                    return self._durable_seq
+                batch, acks, delivered = \
+                    self._pending, self._pending_acks, self._pending_delivered
+                self._pending, self._pending_acks, self._pending_delivered = {}, [], {}
+                self._inflight = batch
+            try:
+                self._write_batch(batch, acks, delivered)
+                self._collect_garbage()
+            except BaseException as exc:
+                self._failed = exc
+                raise
+            with self._lock:
+                self._inflight = None
+                self._durable_seq = target
+            return target
+
+    def compact(self, limit: int | None = None) -> int:
+        """Compact up to `limit` segments whose live ratio fell below `compact_ratio`.
+
+        Blocking (reads a segment, writes its live records to the active one, fsyncs,
+        deletes it). Returns how many segments were compacted.
+        """
+        done = 0
+        with self._sync_lock:
+            self._check_usable()
+            if self._dropped or self._closed:
+                return 0
+            try:
+                while limit is None or done < limit:
+                    segment = self._compaction_candidate()
+                    if segment is None:
+                        break
+                    if self._compact_segment(segment):
+                        done += 1
+                    self._collect_garbage()
+            except BaseException as exc:
+                self._failed = exc
+                raise
+        return done
+
+    def needs_compaction(self) -> bool:
+        """Whether `compact` has work (takes the flusher lock: call it on the flusher)."""
+        with self._sync_lock:
+            if self._failed is not None or self._dropped or self._closed:
+                return False
+            return self._compaction_candidate() is not None
+
+    def read(self, seq: int) -> bytes:
+        """The body of a live message, from memory if not yet written, else from its segment.
+
+        Raises KeyError for an unknown or acked seq, StorageError if the record is damaged.
+        """
+        for _attempt in range(8):
+            with self._lock:
+                record = self._pending.get(seq)
+                if record is None and self._inflight is not None:
+                    record = self._inflight.get(seq)
+                if record is not None:
+                    return bytes(record[4])
+                location = self._index.get(seq)
+            if location is None:
+                raise KeyError(seq)
+            number, offset, length, _flags = location
+            try:
+                fd = os.open(self._path(number), os.O_RDONLY | _O_CLOEXEC)
+            except FileNotFoundError:
+                continue        # compacted meanwhile: the index already says where it went
+            try:
+                data = os.pread(fd, length, offset)
+            finally:
+                os.close(fd)
+            parsed = parse_record(data, 0)
+            if parsed is None or parsed.kind != KIND_MESSAGE or parsed.seq != seq:
+                raise StorageError(f"{self._path(number)}: offset {offset}: "
+                                   f"record of message {seq} is damaged")
+            return decode_message(data, 0, parsed.length).body
+        raise StorageError(f"{self.directory}: message {seq} kept moving while being read")
+
+    def close(self, flush: bool = True) -> None:
+        """Sync (unless `flush` is False, which loses what was not synced) and close.
+
+        Call it once the loop has stopped appending: later appends raise StorageError.
+        """
+        if flush and self._failed is None:
+            self.sync()
+        with self._sync_lock:
+            with self._lock:
+                self._closed = True
+                self._pending, self._pending_acks, self._pending_delivered = {}, [], {}
+            self._close_active()
+
+    def drop(self) -> None:
+        """The queue was deleted: forget everything and remove its directory (blocking)."""
+        with self._sync_lock:
+            with self._lock:
+                self._dropped = True
+                self._pending, self._pending_acks, self._pending_delivered = {}, [], {}
+                self._index = {}
+            self._close_active()
+            self._segments = {}
+            shutil.rmtree(self.directory, ignore_errors=True)
+            parent = os.path.dirname(os.path.abspath(self.directory))
+            try:
+                _fsync_directory(parent)
+            except OSError:
+                pass
+
+    def stats(self) -> dict:
+        """Segment and index figures, for diagnostics and tests."""
+        with self._sync_lock:
+            with self._lock:
+                return {
+                    "segments": [(s.number, s.size, s.live, s.live_bytes)
+                                 for s in self._segments.values()],
+                    "active": self._active.number if self._active else None,
+                    "indexed": len(self._index),
+                    "pending": len(self._pending),
+                    "pending_acks": len(self._pending_acks),
+                    "last_seq": self._last_seq,
+                    "durable_seq": self._durable_seq,
+                }
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise StorageError(f"{self.directory}: an earlier write failed "
+                               f"({self._failed!r}); recover from disk") from self._failed
+
+    def _step(self, name: str) -> None:
+        if self._checkpoint is not None:
+            self._checkpoint(name)
+
+    def _path(self, number: int) -> str:
+        return os.path.join(self.directory, segment_name(number))
+
+    def _write_batch(self, batch: dict, acks: list, delivered: dict) -> None:
+        index = self._index
+        buffer = bytearray()
+        written = []                # (seq, relative offset, length, flags)
+        for seq, (flags, exchange, routing_key, properties, body) in batch.items():
+            offset = len(buffer)
+            length = append_message(buffer, seq, flags, exchange, routing_key, properties, body)
+            written.append((seq, offset, length, flags))
+        acked = {}                  # seq -> location, in ack order
+        for seq in acks:
+            location = index.get(seq)
+            if location is not None and seq not in acked:
+                acked[seq] = location
+                if location[3] & FLAG_PERSISTENT:
+                    append_marker(buffer, KIND_ACK, seq)
+        marked = []
+        for seq in delivered:
+            location = index.get(seq)
+            if (location is not None and location[3] & FLAG_PERSISTENT
+                    and seq not in acked and seq not in self._delivered):
+                marked.append((seq, location))
+                append_marker(buffer, KIND_DELIVERED, seq)
+
+        segment = self._active
+        if buffer:
+            segment = self._writable_segment()
+            base = segment.size
+            self._write(segment, buffer)
+            if written:     # batches are in seq order; acks and marks name older seqs
+                self._high_seq = max(self._high_seq, written[-1][0])
+        with self._lock:
+            for seq, offset, length, flags in written:
+                index[seq] = (segment.number, base + offset, length, flags)
+            for seq in acked:
+                del index[seq]
+        for seq, _offset, length, _flags in written:
+            segment.live += 1
+            segment.live_bytes += length
+            segment.cover(seq)
+        segments = self._segments
+        for seq, (number, _offset, length, flags) in acked.items():
+            home = segments[number]
+            home.live -= 1
+            home.live_bytes -= length
+            if home.live == 0:
+                self._collect_due = True
+            dups = self._dups.pop(seq, ())
+            self._delivered.discard(seq)
+            if flags & FLAG_PERSISTENT:
+                self._add_ref(segment, number)
+                for dup in dups:
+                    self._add_ref(segment, dup)
+        for seq, (number, *_rest) in marked:
+            self._delivered.add(seq)
+            self._add_ref(segment, number)
+            for dup in self._dups.get(seq, ()):
+                self._add_ref(segment, dup)
+
+    def _add_ref(self, segment: _Segment, target: int) -> None:
+        if target != segment.number and target in self._segments:
+            segment.refs[target] = segment.refs.get(target, 0) + 1
+
+    def _writable_segment(self) -> _Segment:
+        segment = self._active
+        if segment is not None and segment.size < self.segment_size:
+            return segment
+        self._close_active()
+        if not self._directory_exists:
+            _make_directory(self.directory)
+            self._directory_exists = True
+        segment = _Segment(self._next_segment)
+        self._next_segment += 1
+        segment.fd = os.open(self._path(segment.number),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
+        segment.dir_dirty = True
+        self._collect_due = True        # the previous newest segment may be deletable now
+        header = encode_segment_header(self._high_seq)
+        os.pwrite(segment.fd, header, 0)
+        segment.size = len(header)
+        self._segments[segment.number] = segment
+        self._active = segment
+        return segment
+
+    def _write(self, segment: _Segment, buffer) -> None:
+        """Write `buffer` at the end of `segment` and make it (and the file) durable."""
+        view = memoryview(buffer)
+        offset = segment.size
+        while view:
+            written = os.pwrite(segment.fd, view, offset)
+            view = view[written:]
+            offset += written
+        self._step("written")
+        _fdatasync(segment.fd)
+        if segment.dir_dirty:
+            _fsync_directory(self.directory)
+            segment.dir_dirty = False
+        segment.size = offset
+        self._step("synced")
+
+    def _close_active(self) -> None:
+        segment = self._active
+        if segment is not None and segment.fd is not None:
+            os.close(segment.fd)
+            segment.fd = None
+        self._active = None
+
+    # -- deleting and compacting segments -------------------------------------------------
+
+    def _newest(self) -> int | None:
+        return next(reversed(self._segments), None)
+
+    def _unresolved(self, segment: _Segment) -> dict:
+        """The refs of `segment` to segments that still exist (pruning the others)."""
+        refs = segment.refs
+        for target in [t for t in refs if t not in self._segments]:
+            del refs[target]
+        return refs
+
+    def _collect_garbage(self) -> None:
+        """Delete every segment that holds nothing needed any more.
+
+        A segment goes when none of its messages is live, it is not the newest (whose
+        header carries the queue's highest seq), and no segment it refers to (by acks or
+        delivered marks) still exists. Deletions are made durable round by round, so a
+        segment is never gone while an older one its acks refer to could come back.
+        """
+        if not self._collect_due:
+            return
+        self._collect_due = False
+        while True:
+            newest = self._newest()
+            dead = [segment for number, segment in self._segments.items()
+                    if number != newest and segment.live == 0
+                    and not self._unresolved(segment)]
+            if not dead:
+                return
+            for segment in dead:
+                os.unlink(self._path(segment.number))
+                del self._segments[segment.number]
+                log.debug("event=segment_deleted path=%s", self._path(segment.number))
+            _fsync_directory(self.directory)
+
+    def _compaction_candidate(self) -> _Segment | None:
+        newest = self._newest()
+        for number, segment in self._segments.items():
+            if number == newest or segment.damaged or segment is self._active:
+                continue
+            content = segment.size - SEGMENT_HEADER_SIZE
+            if content <= 0:
+                continue
+            refs = self._unresolved(segment)
+            if segment.live == 0 and not refs:
+                continue    # garbage collection deletes it without copying
+            keep = segment.live_bytes + RECORD_HEADER_SIZE * sum(refs.values())
+            if keep < self.compact_ratio * content:
+                return segment
+        return None
+
+    def _compact_segment(self, source: _Segment) -> bool:
+        """Copy what `source` still holds that matters into the active segment, then
+        delete it. Crash-safe: the copies are fsynced before the source is unlinked, and
+        recovery dedupes the two copies of a message by seq."""
+        path = self._path(source.number)
+        data = _read_file(path)
+        scan = scan_segment(data)
+        if scan.corrupt or scan.tail or decode_segment_header(data) is None:
+            source.damaged = True
+            log.warning("event=compaction_skipped path=%s reason=damaged_segment", path)
+            return False
+        index = self._index
+        segments = self._segments
+        number = source.number
+        targets = [segments[t] for t in self._unresolved(source)]
+        buffer = bytearray()
+        moved = []              # (seq, relative offset, length, flags)
+        forwarded = []          # (seq, [segments the copied ack/delivered record refers to])
+        for record in scan.records:
+            seq = record.seq
+            if record.kind == KIND_MESSAGE:
+                location = index.get(seq)
+                if location is None or location[0] != number or location[1] != record.offset:
+                    continue        # acked, or a stale duplicate of a copy made elsewhere
+                flags = record.flags | (FLAG_REDELIVERED if seq in self._delivered else 0)
+                raw = data[record.offset:record.offset + record.length]
+                if flags != record.flags:
+                    raw = with_flags(raw, flags)
+                moved.append((seq, len(buffer), record.length, flags))
+                buffer += raw
+            elif record.kind == KIND_ACK:
+                refers = [t.number for t in targets if t.holds(seq)]
+                if refers:
+                    append_marker(buffer, KIND_ACK, seq)
+                    forwarded.append(refers)
+            else:
+                location = index.get(seq)
+                if location is not None and location[0] != number:
+                    append_marker(buffer, KIND_DELIVERED, seq)
+                    forwarded.append([location[0], *self._dups.get(seq, ())])
+        if buffer:
+            active = self._writable_segment()
+            base = active.size
+            self._write(active, buffer)
+            self._step("compact:copied")
+            with self._lock:
+                for seq, offset, length, flags in moved:
+                    index[seq] = (active.number, base + offset, length, flags)
+            for seq, _offset, length, _flags in moved:
+                active.live += 1
+                active.live_bytes += length
+                active.cover(seq)
+            for refers in forwarded:
+                for target in refers:
+                    self._add_ref(active, target)
+        source.live = 0
+        source.live_bytes = 0
+        source.refs.clear()
+        os.unlink(path)
+        del segments[number]
+        self._step("compact:unlinked")
+        _fsync_directory(self.directory)
+        self._collect_due = True
+        log.info("event=segment_compacted path=%s moved=%d forwarded=%d",
+                 path, len(moved), len(forwarded))
+        return True
+
+    # -- recovery -------------------------------------------------------------------------
+
+    @classmethod
+    def recover(cls, directory, segment_size: int = DEFAULT_SEGMENT_SIZE,
+                compact_ratio: float = DEFAULT_COMPACT_RATIO, load_bodies: bool = True,
+                ) -> tuple["QueueFile", list[RecoveredMessage], list[str]]:
+        """Rebuild a queue from its directory after a restart or a crash.
+
+        Returns the queue file (appends continue after `last_seq`), its live messages in
+        seq order, and a description of every problem found (damaged records skipped,
+        truncated or unreadable segments). A torn tail of the newest segment, the normal
+        result of a crash mid-write, is cut off and is not a problem.
+        """
+        queue_file = cls.__new__(cls)
+        queue_file._setup(directory, segment_size, compact_ratio)
+        messages, problems = queue_file._replay(load_bodies)
+        for problem in problems:
+            log.warning("event=recovery_problem %s", problem)
+        return queue_file, messages, problems
+
+    def _replay(self, load_bodies: bool) -> tuple[list, list]:
+        problems = []
+        numbers = segment_numbers(self.directory)
+        self._directory_exists = os.path.isdir(self.directory)
+        newest = numbers[-1] if numbers else None
+        copies: dict[int, list] = {}        # seq -> [(segment, offset, length, flags)]
+        fields: dict[int, tuple] = {}       # seq -> MessageFields of its newest copy
+        acked: set[int] = set()
+        marked: set[int] = set()
+        acks_in: dict[int, list] = {}       # segment -> seqs acked by its records
+        marks_in: dict[int, list] = {}
+        high = 0
+        for number in numbers:
+            path = self._path(number)
+            data = _read_file(path)
+            segment = _Segment(number)
+            base_seq = decode_segment_header(data)
+            scan = scan_segment(data) if len(data) > SEGMENT_HEADER_SIZE else None
+            if base_seq is None:
+                if scan is None or not scan.records:
+                    os.unlink(path)
+                    if number != newest:
+                        problems.append(f"{path}: no valid header and no records; removed")
+                    else:
+                        log.info("event=torn_segment_removed path=%s bytes=%d",
+                                 path, len(data))
+                    continue
+                problems.append(f"{path}: segment header damaged; records read anyway")
+            else:
+                high = max(high, base_seq)
+            segment.size = len(data)
+            if scan is not None:
+                for offset, length in scan.corrupt:
+                    problems.append(f"{path}: offset {offset}: {length} damaged bytes "
+                                    f"skipped (bad length or checksum)")
+                if scan.tail is not None:
+                    offset, length = scan.tail
+                    if number == newest:
+                        self._truncate(path, offset)
+                        segment.size = offset
+                        log.info("event=torn_tail_dropped path=%s offset=%d bytes=%d",
+                                 path, offset, length)
+                    else:
+                        problems.append(f"{path}: offset {offset}: segment truncated or "
+                                        f"damaged; {length} trailing bytes hold no record")
+                segment.damaged = bool(scan.corrupt) or (
+                    scan.tail is not None and segment.size != scan.tail[0])
+                for record in scan.records:
+                    seq = record.seq
+                    if seq > high:
+                        high = seq
+                    if record.kind == KIND_MESSAGE:
+                        copies.setdefault(seq, []).append(
+                            (number, record.offset, record.length, record.flags))
+                        segment.cover(seq)
+                        if record.flags & FLAG_PERSISTENT and seq not in acked:
+                            fields[seq] = decode_message(data, record.offset,
+                                                         record.length, load_bodies)
+                    elif record.kind == KIND_ACK:
+                        acked.add(seq)
+                        fields.pop(seq, None)
+                        acks_in.setdefault(number, []).append(seq)
+                    else:
+                        marked.add(seq)
+                        marks_in.setdefault(number, []).append(seq)
+            if base_seq is None:
+                segment.damaged = True
+            self._segments[number] = segment
+
+        messages = []
+        for seq in sorted(fields):
+            home = copies[seq][-1]
+            number, _offset, length, flags = home
+            self._index[seq] = home
+            segment = self._segments[number]
+            segment.live += 1
+            segment.live_bytes += length
+            older = [copy[0] for copy in copies[seq][:-1] if copy[0] != number]
+            if older:
+                self._dups[seq] = older
+            redelivered = bool(flags & FLAG_REDELIVERED) or seq in marked
+            if redelivered:
+                self._delivered.add(seq)
+            exchange, routing_key, properties, body = fields[seq]
+            messages.append(RecoveredMessage(seq, _decode_name(exchange),
+                                             _decode_name(routing_key), properties, body,
+                                             redelivered))
+        for number, seqs in acks_in.items():
+            segment = self._segments[number]
+            for seq in seqs:
+                for copy in copies.get(seq, ()):
+                    self._add_ref(segment, copy[0])
+        for number, seqs in marks_in.items():
+            segment = self._segments[number]
+            for seq in seqs:
+                if seq in self._index:
+                    for copy in copies[seq]:
+                        self._add_ref(segment, copy[0])
+
+        self._high_seq = self._last_seq = self._durable_seq = high
+        self._next_segment = (numbers[-1] + 1) if numbers else 1
+        self._collect_due = True
+        self._collect_garbage()
+        return messages, problems
+
+    @staticmethod
+    def _truncate(path: str, size: int) -> None:
+        fd = os.open(path, os.O_WRONLY | _O_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+

@@ -1,0 +1,209 @@
+"""The queue-file format: segment headers, records, and scanning a segment's bytes.
+
+Pure functions on bytes; no files, no locks. The layout is documented in
+docs/storage-format.md; the numbers here are the single source of truth for it.
+
+A segment file is a 24-byte header followed by records. Every record is
+
+    magic (2) | crc32 (4) | kind (1) | flags (1) | payload length (4) | seq (8) | payload
+
+big-endian, the CRC covering everything from `kind` to the end of the payload. A message
+record's payload is `exchange (shortstr) | routing key (shortstr) | properties length (4) |
+properties | body`; ack and delivered records have no payload.
+"""
+
+import struct
+import zlib
+from typing import NamedTuple
+
+SEGMENT_MAGIC = b"WARRENQF"
+FORMAT_VERSION = 1
+_SEGMENT_HEADER = struct.Struct(">8sHHQ")      # magic, version, reserved, base seq
+_U32 = struct.Struct(">I")
+SEGMENT_HEADER_SIZE = _SEGMENT_HEADER.size + _U32.size   # + crc32 of the above: 24
+
+RECORD_MAGIC = b"\xfbW"      # 0xFB never occurs in UTF-8 text
+_PREFIX = struct.Struct(">2sI")                 # magic, crc32
+_CHECKED = struct.Struct(">BBIQ")               # kind, flags, payload length, seq
+RECORD_HEADER_SIZE = _PREFIX.size + _CHECKED.size        # 20
+CRC_START = _PREFIX.size     # the CRC covers the record from here to its end
+MIN_MESSAGE_PAYLOAD = 1 + 1 + 4                 # two empty shortstrs + properties length
+
+KIND_MESSAGE = 1
+KIND_ACK = 2
+KIND_DELIVERED = 3
+_KINDS = (KIND_MESSAGE, KIND_ACK, KIND_DELIVERED)
+
+FLAG_REDELIVERED = 0x01   # recover this message with redelivered=True
+FLAG_PERSISTENT = 0x02    # recover this message at all (transient ones are only paged out)
+
+_FLAGS_OFFSET = _PREFIX.size + 1
+
+
+def encode_segment_header(base_seq: int) -> bytes:
+    """The header of a new segment; `base_seq` is the queue's highest seq when it was made."""
+    header = _SEGMENT_HEADER.pack(SEGMENT_MAGIC, FORMAT_VERSION, 0, base_seq)
+    return header + _U32.pack(zlib.crc32(header))
+
+
+def decode_segment_header(data: bytes) -> int | None:
+    """The base seq of a segment header, or None when it is missing, torn or corrupt."""
+    if len(data) < SEGMENT_HEADER_SIZE:
+        return None
+    magic, version, _reserved, base_seq = _SEGMENT_HEADER.unpack_from(data)
+    (crc,) = _U32.unpack_from(data, _SEGMENT_HEADER.size)
+    if magic != SEGMENT_MAGIC or version != FORMAT_VERSION:
+        return None
+    if zlib.crc32(memoryview(data)[:_SEGMENT_HEADER.size]) != crc:
+        return None
+    return base_seq
+
+
+def append_message(buffer: bytearray, seq: int, flags: int, exchange: bytes,
+                   routing_key: bytes, properties, body) -> int:
+    """Append a message record to `buffer`; return its length."""
+    payload_length = MIN_MESSAGE_PAYLOAD + len(exchange) + len(routing_key) \
+        + len(properties) + len(body)
+    head = b"".join((_CHECKED.pack(KIND_MESSAGE, flags, payload_length, seq),
+                     len(exchange).to_bytes(1, "big"), exchange,
+                     len(routing_key).to_bytes(1, "big"), routing_key,
+                     _U32.pack(len(properties)), properties))
+    buffer += _PREFIX.pack(RECORD_MAGIC, zlib.crc32(body, zlib.crc32(head)))
+    buffer += head
+    buffer += body
+    return RECORD_HEADER_SIZE + payload_length
+
+
+def append_marker(buffer: bytearray, kind: int, seq: int) -> int:
+    """Append an ack (tombstone) or delivered record to `buffer`; return its length."""
+    checked = _CHECKED.pack(kind, 0, 0, seq)
+    buffer += _PREFIX.pack(RECORD_MAGIC, zlib.crc32(checked))
+    buffer += checked
+    return RECORD_HEADER_SIZE
+
+
+def with_flags(record: bytes, flags: int) -> bytes:
+    """A copy of a complete, valid record with its flags replaced (and its CRC redone)."""
+    copy = bytearray(record)
+    copy[_FLAGS_OFFSET] = flags
+    copy[:CRC_START] = _PREFIX.pack(RECORD_MAGIC, zlib.crc32(memoryview(copy)[CRC_START:]))
+    return bytes(copy)
+
+
+class Record(NamedTuple):
+    kind: int
+    flags: int
+    seq: int
+    offset: int
+    length: int
+
+
+class MessageFields(NamedTuple):
+    exchange: bytes
+    routing_key: bytes
+    properties: bytes
+    body: bytes
+
+
+def _plausible_end(data: bytes, offset: int) -> int | None:
+    """Where the record at `offset` ends if its unchecked header fields are sane."""
+    if len(data) - offset < RECORD_HEADER_SIZE or data[offset:offset + 2] != RECORD_MAGIC:
+        return None
+    kind, _flags, payload_length, _seq = _CHECKED.unpack_from(data, CRC_START + offset)
+    if kind not in _KINDS:
+        return None
+    if kind == KIND_MESSAGE:
+        if payload_length < MIN_MESSAGE_PAYLOAD:
+            return None
+    elif payload_length:
+        return None
+    end = offset + RECORD_HEADER_SIZE + payload_length
+    return end if end <= len(data) else None
+
+
+def parse_record(data: bytes, offset: int) -> Record | None:
+    """The valid record starting at `offset`, or None (torn, corrupt, or not a record)."""
+    end = _plausible_end(data, offset)
+    if end is None:
+        return None
+    (crc,) = _U32.unpack_from(data, offset + 2)
+    if zlib.crc32(memoryview(data)[offset + CRC_START:end]) != crc:
+        return None
+    kind, flags, payload_length, seq = _CHECKED.unpack_from(data, offset + CRC_START)
+    if kind == KIND_MESSAGE and _message_layout(data, offset, end) is None:
+        return None
+    return Record(kind, flags, seq, offset, end - offset)
+
+
+def _message_layout(data: bytes, offset: int, end: int):
+    """Offsets of a message record's fields, or None when they overrun the record."""
+    position = offset + RECORD_HEADER_SIZE
+    exchange_end = position + 1 + data[position]
+    if exchange_end + 1 + 4 > end:
+        return None
+    routing_key_end = exchange_end + 1 + data[exchange_end]
+    if routing_key_end + 4 > end:
+        return None
+    (properties_length,) = _U32.unpack_from(data, routing_key_end)
+    properties_end = routing_key_end + 4 + properties_length
+    if properties_end > end:
+        return None
+    return position + 1, exchange_end, routing_key_end, properties_end
+
+
+def decode_message(data: bytes, offset: int, length: int, with_body: bool = True) -> MessageFields:
+    """The fields of the (already validated) message record at `offset`."""
+    end = offset + length
+    exchange_start, exchange_end, routing_key_end, properties_end = \
+        _message_layout(data, offset, end)
+    view = memoryview(data)
+    return MessageFields(bytes(view[exchange_start:exchange_end]),
+                         bytes(view[exchange_end + 1:routing_key_end]),
+                         bytes(view[routing_key_end + 4:properties_end]),
+                         bytes(view[properties_end:end]) if with_body else None)
+
+
+class ScanResult(NamedTuple):
+    records: list          # Record, in file order
+    corrupt: list          # (offset, length) of skipped damaged spans with valid records after
+    tail: tuple | None     # (offset, length) of trailing bytes holding no valid record
+
+
+def scan_segment(data: bytes, start: int = SEGMENT_HEADER_SIZE) -> ScanResult:
+    """Every valid record in a segment's bytes, and where the damage is.
+
+    Records are walked by their lengths. At an invalid record the scan skips to the
+    next valid one: exactly one record when only its checksum is wrong and a valid record
+    follows it, otherwise the next offset holding the record magic, a sane header and a
+    matching CRC. What follows the last valid record is the tail (a torn write).
+    """
+    records = []
+    corrupt = []
+    size = len(data)
+    position = start
+    while position < size:
+        record = parse_record(data, position)
+        if record is not None:
+            records.append(record)
+            position += record.length
+            continue
+        end = _plausible_end(data, position)
+        if end is not None and end < size and parse_record(data, end) is not None:
+            resume = end
+        else:
+            resume = _resync(data, position + 1)
+        if resume is None:
+            return ScanResult(records, corrupt, (position, size - position))
+        corrupt.append((position, resume - position))
+        position = resume
+    return ScanResult(records, corrupt, None)
+
+
+def _resync(data: bytes, position: int) -> int | None:
+    while True:
+        position = data.find(RECORD_MAGIC, position)
+        if position < 0:
+            return None
+        if parse_record(data, position) is not None:
+            return position
+        position += 1

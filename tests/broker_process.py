@@ -1,0 +1,56 @@
+"""A Warren broker running as a subprocess, for tests and stress scripts."""
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+
+LISTENING = re.compile(r"event=listening .*host=(\S+) port=(\d+)")
+
+
+@dataclass
+class BrokerProcess:
+    """A Warren broker running as a subprocess; stderr is collected in `log_lines`."""
+
+    data_dir: str
+    extra_args: tuple = ()
+    host: str = "127.0.0.1"
+    port: int = 0
+    process: subprocess.Popen | None = None
+    log_lines: list = field(default_factory=list)
+    _listening: threading.Event = field(default_factory=threading.Event)
+
+    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+        self._listening.clear()
+        command = [sys.executable, "-m", "broker", "serve", "--host", self.host,
+                   "--port", str(self.port), "--data-dir", self.data_dir, *self.extra_args]
+        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read_log, args=(self.process,), daemon=True).start()
+        if not self._listening.wait(timeout):
+            self.kill()
+            raise RuntimeError("broker did not start:\n" + "".join(self.log_lines))
+        return self
+
+    def _read_log(self, process: subprocess.Popen) -> None:
+        for line in process.stderr:
+            self.log_lines.append(line)
+            match = LISTENING.search(line)
+            if match:
+                self.port = int(match.group(2))
+                self._listening.set()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Send `sig` and wait for the exit code."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        code = self.process.wait(timeout)
+        return code
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
