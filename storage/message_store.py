@@ -23,6 +23,12 @@ class QueueStore(Protocol):
         """A message was handed to a consumer and awaits its ack (after a crash it comes
         back with redelivered=true)."""
 
+    def page_out(self, entry) -> None:
+        """Let go of the entry's body if it can be read back later (paging)."""
+
+    def page_in(self, entry) -> None:
+        """Give a paged-out entry its body back."""
+
     def drop(self) -> None:
         """The queue was deleted: forget everything."""
 
@@ -41,6 +47,12 @@ class MemoryQueueStore:
 
     def delivered(self, entry) -> None:
         pass
+
+    def page_out(self, entry) -> None:
+        pass
+
+    def page_in(self, entry) -> None:
+        raise RuntimeError("a memory store never pages messages out")
 
     def drop(self) -> None:
         pass

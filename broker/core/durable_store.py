@@ -1,4 +1,5 @@
-"""A durable queue's store: persistent messages go to its queue file.
+"""A durable queue's store: persistent messages go to its queue file, and their bodies
+can be paged out of memory and read back from it.
 
 Writes only touch memory here; the server's group committer calls `sync` (fsync) off
 the event loop before the confirms that depend on it, and `drop_files` after the queue's
@@ -36,6 +37,17 @@ class DurableQueueStore:
         if entry.message.persistent and not entry.redelivered:
             self.queue_file.mark_delivered(entry.seq)
             self.persistence.store_touched(self)
+
+    def page_out(self, entry) -> None:
+        """Persistent messages can drop their body: the queue file has it (in its
+        write buffer until the next sync, then on disk)."""
+        message = entry.message
+        if message.persistent and message.body is not None:
+            entry.message = message.without_body()
+
+    def page_in(self, entry) -> None:
+        """Read a paged-out body back (one pread from the page cache or disk)."""
+        entry.message = entry.message.with_body(self.queue_file.read(entry.seq))
 
     def drop(self) -> None:
         """The queue is deleted: its files go once the deletion is committed."""

@@ -32,6 +32,18 @@ class Message:
             self._persistent = delivery_mode(self.properties) == 2
         return self._persistent
 
+    def without_body(self) -> "Message":
+        """A copy whose body was paged out to the queue file (body None)."""
+        copy = Message(self.exchange, self.routing_key, self.properties, None)
+        copy._persistent = self._persistent
+        return copy
+
+    def with_body(self, body: bytes) -> "Message":
+        """A copy with its body read back from the queue file."""
+        copy = Message(self.exchange, self.routing_key, self.properties, body)
+        copy._persistent = self._persistent
+        return copy
+
     def has_user_id(self) -> bool:
         """Whether the user_id property is present (bit 4 of the property flags)."""
         properties = self.properties

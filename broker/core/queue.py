@@ -9,6 +9,9 @@ from .dead_letter import dead_letter_message
 from .message import Message, QueueEntry
 
 
+PAGE_WINDOW = 10_000   # ready messages beyond this keep their bodies only on disk
+
+
 class Consumer:
     """A Basic.Consume subscription of one channel to one queue."""
 
@@ -52,6 +55,7 @@ class Queue:
             self.arguments.get("x-dead-letter-routing-key"))
         self._may_expire = self.message_ttl is not None
         self._expiry_timer = None
+        self.page_window = PAGE_WINDOW
         self.ready: deque[QueueEntry] = deque()
         self.consumers: deque[Consumer] = deque()
         self.unacked = 0
@@ -89,7 +93,10 @@ class Queue:
             now = self.vhost.scheduler.clock()
             entry.expires_at = self._expiry(message, now)
         self.store.append(entry)
-        self.ready.append(entry)
+        ready = self.ready
+        ready.append(entry)
+        if len(ready) > self.page_window:
+            self.store.page_out(entry)
         if limit is not None:
             self._drop_overflow(limit)
         if self.consumers:
@@ -100,13 +107,15 @@ class Queue:
         return True
 
     def restore(self, recovered) -> None:
-        """Load messages recovered from the queue file (in seq order). Their TTL, if
-        any, counts again from now: publish times are not stored."""
+        """Load messages recovered from the queue file (in seq order). A record without
+        a body (recovered with load_bodies=False) is paged in when delivered. Their TTL,
+        if any, counts again from now: publish times are not stored."""
         now = self.vhost.scheduler.clock()
         for record in recovered:
             message = Message(record.exchange, record.routing_key, record.properties,
                               record.body)
             entry = QueueEntry(message, record.seq, record.redelivered)
+            message._persistent = True
             if self.message_ttl is not None or message.has_expiration():
                 entry.expires_at = self._expiry(message, now)
                 self._may_expire = True
@@ -150,13 +159,21 @@ class Queue:
                     break
             else:
                 return
-            consumer.channel.deliver(consumer, ready.popleft())
+            entry = ready.popleft()
+            if entry.message.body is None:
+                self.store.page_in(entry)
+            consumer.channel.deliver(consumer, entry)
 
     def take(self) -> QueueEntry | None:
         """The head message for Basic.Get, or None when the queue is empty."""
         if self._may_expire:
             self.expire(self.vhost.scheduler.clock())
-        return self.ready.popleft() if self.ready else None
+        if not self.ready:
+            return None
+        entry = self.ready.popleft()
+        if entry.message.body is None:
+            self.store.page_in(entry)
+        return entry
 
     def expire(self, now: float) -> None:
         """Drop (or dead-letter) expired messages at the head, as RabbitMQ does:
@@ -197,6 +214,8 @@ class Queue:
             return
         now = datetime.datetime.now(datetime.timezone.utc)
         for entry in entries:
+            if entry.message.body is None:
+                self.store.page_in(entry)
             self._republish(exchange, entry.message, reason, now)
 
     def _dead_letter_refused(self, message: Message) -> None:

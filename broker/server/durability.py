@@ -72,7 +72,7 @@ class DurableStorage:
 
     def _restore_queue(self, vhost, record) -> None:
         directory = os.path.join(self.queues_dir, record.id)
-        queue_file, messages, problems = QueueFile.recover(directory)
+        queue_file, messages, problems = QueueFile.recover(directory, load_bodies=False)
         store = DurableQueueStore(queue_file, self.persistence, record.id)
         vhost.restore_queue(record.name, record.auto_delete, record.arguments, store,
                             messages)
