@@ -41,6 +41,7 @@ _FRAME_PREFIX = Struct(">BHI")      # type, channel, payload size
 _METHOD_INDEX = Struct(">I")        # class_id << 16 | method_id
 _CONTENT_HEADER = Struct(">HHQ")    # class_id, weight, body_size
 _NO_LIMIT = 0xFFFFFFFF
+_PROPERTIES_CACHE_SIZE = 256
 # RabbitMQ also accepts the 0-9 header (AMQP 1-1-0-9) and speaks 0-9-1 to such clients.
 ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
 _DECODE_ERRORS = (StructError, ValueError, TypeError, IndexError, KeyError)
@@ -118,6 +119,8 @@ class Decoder:
         self._header_bytes = b""
         self._buffer = bytearray()      # an incomplete frame carried to the next feed
         self._content: dict[int, _Content] = {}
+        # Publishers mostly repeat the same properties: queued messages share one copy.
+        self._properties_seen: dict[bytes, bytes] = {}
 
     @property
     def header_received(self) -> bool:
@@ -234,7 +237,13 @@ class Decoder:
                                 f"got one for class {class_id} instead",
                                 channel, BASIC_CLASS, BASIC_PUBLISH)
         publish = state.publish
-        publish.properties = data[start + 12:end]
+        properties = data[start + 12:end]
+        shared = self._properties_seen.get(properties)
+        if shared is None:
+            if len(self._properties_seen) >= _PROPERTIES_CACHE_SIZE:
+                self._properties_seen.clear()
+            shared = self._properties_seen[properties] = properties
+        publish.properties = shared
         if body_size:
             state.remaining = body_size
         else:

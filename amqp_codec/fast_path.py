@@ -9,6 +9,7 @@ weight and body_size (property flags, then property values).
 """
 
 from struct import Struct
+from sys import intern
 
 from pamqp import commands
 
@@ -50,8 +51,9 @@ def decode_publish(data: bytes, start: int, end: int) -> tuple[str, str, bool, b
     if key_end + 1 != end:
         raise ValueError("Basic.Publish arguments do not fill the frame")
     bits = data[key_end]
-    return (data[start + 3:exchange_end].decode(), data[exchange_end + 1:key_end].decode(),
-            bits & 1 == 1, bits & 2 == 2)
+    # Interned: a backlog of messages shares one copy of each exchange and key string.
+    return (intern(data[start + 3:exchange_end].decode()),
+            intern(data[exchange_end + 1:key_end].decode()), bits & 1 == 1, bits & 2 == 2)
 
 
 def decode_ack(data: bytes, start: int, end: int) -> commands.Basic.Ack:
