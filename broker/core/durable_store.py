@@ -14,12 +14,13 @@ from .persistence import Persistence
 class DurableQueueStore:
     """QueueStore over a QueueFile; transient messages stay in memory only."""
 
-    __slots__ = ("queue_file", "persistence", "store_id")
+    __slots__ = ("queue_file", "persistence", "store_id", "dropped")
 
     def __init__(self, queue_file: QueueFile, persistence: Persistence, store_id: str):
         self.queue_file = queue_file
         self.persistence = persistence
         self.store_id = store_id
+        self.dropped = False
 
     def append(self, entry) -> None:
         message = entry.message
@@ -51,6 +52,7 @@ class DurableQueueStore:
 
     def drop(self) -> None:
         """The queue is deleted: its files go once the deletion is committed."""
+        self.dropped = True
         self.persistence.record("drop_queue_files", store=self)
 
     def sync(self) -> int:

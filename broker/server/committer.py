@@ -17,11 +17,14 @@ class GroupCommitter:
     so many publishers and channels share one fsync.
     """
 
-    def __init__(self, persistence: Persistence, apply_changes, sync_stores):
+    def __init__(self, persistence: Persistence, apply_changes, sync_stores,
+                 compact_stores):
         self.persistence = persistence
         self.durable_writes = 0
         self._apply_changes = apply_changes   # blocking: list[MetadataChange] -> None
         self._sync_stores = sync_stores       # blocking: list[store] -> None
+        self._compact_stores = compact_stores  # blocking: list[store] -> None
+        self._synced_since_compaction: dict = {}
         self._committing = False
         self._finished = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
@@ -33,6 +36,11 @@ class GroupCommitter:
             await trio.sleep(interval)
             if self.persistence.has_pending() and not self._committing:
                 await self._commit()
+            if self._synced_since_compaction:
+                stores = list(self._synced_since_compaction)
+                self._synced_since_compaction.clear()
+                await trio.to_thread.run_sync(self._compact_stores, stores,
+                                              limiter=self._limiter)
 
     async def flush(self) -> None:
         """Commit everything pending now (used at shutdown)."""
@@ -57,6 +65,7 @@ class GroupCommitter:
             await trio.to_thread.run_sync(self._write, changes, stores,
                                           limiter=self._limiter)
             self.durable_writes = writes
+            self._synced_since_compaction.update(dict.fromkeys(stores))
         finally:
             self._committing = False
             self._finished = trio.Event()

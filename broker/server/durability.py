@@ -42,8 +42,14 @@ class DurableStorage:
 
     def sync_stores(self, stores: list) -> None:
         for store in stores:
-            store.sync()
-            if store.queue_file.needs_compaction():
+            if not store.dropped:
+                store.sync()
+
+    def compact_stores(self, stores: list) -> None:
+        """Compact mostly-dead segments, one per queue per pass (off the confirm path:
+        the periodic flush runs it, so confirms never wait for compaction)."""
+        for store in stores:
+            if not store.dropped and store.queue_file.needs_compaction():
                 store.queue_file.compact(limit=1)
 
     # -- start-up and shutdown --------------------------------------------------------

@@ -46,3 +46,25 @@ def test_acked_messages_stay_gone_after_sigkill(broker_factory, tmp_path):
     broker.process.wait(10)
     broker = broker_factory(data_dir=data_dir)
     assert drain(broker.port) == ["4", "5", "6", "7", "8", "9", "barrier"]
+
+
+def test_a_damaged_record_is_reported_and_the_rest_recovered(broker_factory, tmp_path):
+    data_dir = tmp_path / "data"
+    broker = broker_factory(data_dir=str(data_dir))
+    declare(broker.port)
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    for index in range(5):
+        channel.basic_publish("", QUEUE, f"message-{index}".encode(), PERSISTENT)
+    connection.close()
+    assert broker.stop() == 0
+    (segment,) = (data_dir / "queues").glob("*/*.seg")
+    data = bytearray(segment.read_bytes())
+    position = data.index(b"message-2")
+    data[position] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    broker = broker_factory(data_dir=str(data_dir))
+    assert drain(broker.port) == ["message-0", "message-1", "message-3", "message-4"]
+    problems = [line for line in broker.log_lines if "event=recovery_problem" in line]
+    assert len(problems) == 1 and segment.name in problems[0]
