@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     storage.restore(broker)
     committer = GroupCommitter(storage.persistence, storage.apply_changes,
                                storage.sync_stores, storage.compact_stores)
-    server = Server(broker, settings.host, settings.port, committer)
+    server = Server(broker, settings.host, settings.port, committer, settings.alarms,
+                    settings.data_dir)
     try:
         trio.run(server.run)
     except OSError as error:

@@ -12,12 +12,17 @@ Example file:
     channel_max = 2047
     frame_max = 131072
     heartbeat = 60
+
+    [alarms]
+    memory_high_watermark = 0.4     # fraction of RAM; publishers are blocked above it
+    disk_free_limit = 50000000      # bytes; publishers are blocked below it
 """
 
 import tomllib
 from dataclasses import dataclass, field, fields
 
 from broker.core.broker import BrokerConfig
+from broker.server.alarms import AlarmLimits
 
 
 @dataclass
@@ -28,6 +33,7 @@ class ServeSettings:
     metadata_url: str | None = None
     log_level: str = "info"
     limits: BrokerConfig = field(default_factory=BrokerConfig)
+    alarms: AlarmLimits = field(default_factory=AlarmLimits)
 
 
 class ConfigError(Exception):
@@ -51,14 +57,16 @@ def _apply_file(settings: ServeSettings, path: str) -> None:
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"cannot read configuration file {path}: {error}") from error
     limits = data.pop("limits", {})
+    alarms = data.pop("alarms", {})
     _assign(settings, data, path)
     _assign(settings.limits, limits, path + " [limits]")
+    _assign(settings.alarms, alarms, path + " [alarms]")
 
 
 def _assign(target, values: dict, where: str) -> None:
     known = {f.name: f for f in fields(target)}
     for name, value in values.items():
-        if name not in known or name == "limits":
+        if name not in known or name in ("limits", "alarms"):
             raise ConfigError(f"unknown setting '{name}' in {where}; "
                               f"known: {', '.join(sorted(known))}")
         setattr(target, name, value)

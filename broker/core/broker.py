@@ -17,7 +17,7 @@ CAPABILITIES = {
     "exchange_exchange_bindings": True,
     "basic.nack": True,
     "consumer_cancel_notify": True,
-    "connection.blocked": False,
+    "connection.blocked": True,
     "consumer_priorities": False,
     "authentication_failure_close": True,
     "per_consumer_qos": True,

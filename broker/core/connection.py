@@ -57,6 +57,8 @@ class Connection:
         self.closing_channels: set[int] = set()
         self.exclusive_queues: dict = {}
         self.needs_sync = False   # replies of this batch wait for a durable commit
+        self.has_published = False   # publishing connections are blocked by alarms
+        self._blocked_notified = False
         self._confirming: dict[Channel, None] = {}
         self._held: list[bytes] = []
         self._capture: list[bytes] | None = None
@@ -115,6 +117,19 @@ class Connection:
 
     def confirms_pending(self, channel: Channel) -> None:
         self._confirming[channel] = None
+
+    def alarm_changed(self, raised: frozenset) -> None:
+        """A resource alarm was raised or cleared: tell a publishing client that asked to
+        know (connection.blocked capability), as RabbitMQ does."""
+        if self.state != "open" or not self.supports("connection.blocked"):
+            return
+        if raised and self.has_published and not self._blocked_notified:
+            reason = f"low on {' and '.join(sorted(raised))}"
+            self.write(encode_method(0, commands.Connection.Blocked(reason=reason)))
+            self._blocked_notified = True
+        elif not raised and self._blocked_notified:
+            self.write(encode_method(0, commands.Connection.Unblocked()))
+            self._blocked_notified = False
 
     def drained(self) -> None:
         """The outgoing buffer drained: consumers may be fed again."""
@@ -315,6 +330,7 @@ class Connection:
             self.write(encode_method(number, commands.Channel.CloseOk()))
 
     def _publish(self, item: InboundPublish) -> None:
+        self.has_published = True
         number = item.channel
         channel = self.channels.get(number)
         if channel is None:

@@ -9,6 +9,7 @@ import trio
 from amqp_codec.reply_codes import ReplyCode
 from broker.core.broker import Broker
 
+from .alarms import AlarmLimits, ResourceAlarm
 from .committer import GroupCommitter
 from .transport import SocketTransport
 
@@ -21,11 +22,13 @@ FLUSH_INTERVAL = 0.2   # unconfirmed persistent messages and acks reach disk thi
 class Server:
     """The listening socket and every live SocketTransport."""
 
-    def __init__(self, broker: Broker, host: str, port: int, committer: GroupCommitter):
+    def __init__(self, broker: Broker, host: str, port: int, committer: GroupCommitter,
+                 alarm_limits: AlarmLimits, data_dir: str):
         self.broker = broker
         self.host = host
         self.port = port
         self.committer = committer
+        self.alarm = ResourceAlarm(alarm_limits, data_dir, self._alarm_changed)
         self.transports: set[SocketTransport] = set()
         self._all_closed = trio.Event()
 
@@ -36,6 +39,7 @@ class Server:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.serve_listeners, self._serve_connection, listeners)
                 nursery.start_soon(self._run_timers)
+                nursery.start_soon(self.alarm.run)
                 nursery.start_soon(self.committer.flush_periodically, FLUSH_INTERVAL)
                 port = listeners[0].socket.getsockname()[1]
                 log.info("event=listening host=%s port=%s", self.host, port)
@@ -47,6 +51,10 @@ class Server:
                     nursery.cancel_scope.cancel()
                     break
         log.info("event=stopped")
+
+    def _alarm_changed(self, raised: frozenset) -> None:
+        for transport in self.transports:
+            transport.connection.alarm_changed(raised)
 
     async def _run_timers(self) -> None:
         """Fire the core's timers (message expiry) when they fall due."""
@@ -67,7 +75,8 @@ class Server:
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         host, port = stream.socket.getpeername()[:2]
-        transport = SocketTransport(stream, self.broker, f"{host}:{port}", self.committer)
+        transport = SocketTransport(stream, self.broker, f"{host}:{port}", self.committer,
+                                    self.alarm)
         self.transports.add(transport)
         try:
             await transport.run()

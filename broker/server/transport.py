@@ -9,6 +9,7 @@ from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, Decoder, ProtocolError
                         ProtocolHeaderMismatch)
 from broker.core.connection import Connection
 
+from .alarms import ResourceAlarm
 from .committer import GroupCommitter
 
 log = logging.getLogger("warren.server")
@@ -23,10 +24,12 @@ class SocketTransport:
     """Implements the core's Transport over a trio stream."""
 
     def __init__(self, stream: trio.abc.Stream, broker, peer: str,
-                 committer: GroupCommitter):
+                 committer: GroupCommitter, alarm: ResourceAlarm):
         self.stream = stream
         self.peer = peer
         self.committer = committer
+        self.alarm = alarm
+        self._held_by_alarm = False
         self.connection = Connection(broker, self, peer)
         self.decoder = Decoder()
         self.writable = True
@@ -79,6 +82,8 @@ class SocketTransport:
         connection = self.connection
         started = False
         while not self._closing:
+            if connection.has_published and not self.alarm.clear.is_set():
+                await self._wait_for_alarm_to_clear()
             with trio.move_on_at(self._read_deadline()):
                 data = await self.stream.receive_some(RECEIVE_SIZE)
                 if not data:
@@ -104,6 +109,14 @@ class SocketTransport:
                 connection.end_of_batch()
                 continue
             return   # a server-initiated close was not acknowledged in time
+
+    async def _wait_for_alarm_to_clear(self) -> None:
+        """A publishing connection is not read while a resource alarm is raised."""
+        self._held_by_alarm = True
+        self.connection.alarm_changed(self.alarm.raised)
+        await self.alarm.clear.wait()
+        self._held_by_alarm = False
+        self._last_received = trio.current_time()
 
     def _read_deadline(self) -> float:
         if self.connection.state == "closing":
@@ -139,7 +152,7 @@ class SocketTransport:
         while True:
             await trio.sleep(interval / 2)
             now = trio.current_time()
-            if now - self._last_received > 2 * interval:
+            if not self._held_by_alarm and now - self._last_received > 2 * interval:
                 log.info("event=heartbeat_timeout peer=%s interval=%s", self.peer, interval)
                 self.connection.lost()
                 self._nursery.cancel_scope.cancel()

@@ -1,0 +1,37 @@
+"""A raised resource alarm blocks publishing connections, as RabbitMQ's alarms do."""
+
+import pika
+
+from broker_process import BrokerProcess
+
+QUEUE = "alarm-queue"
+
+
+def test_disk_alarm_blocks_publishers_and_tells_them(tmp_path):
+    config = tmp_path / "warren.toml"
+    config.write_text("[alarms]\ndisk_free_limit = 1000000000000000000\n")
+    broker = BrokerProcess(data_dir=str(tmp_path / "data"),
+                           extra_args=("--config", str(config))).start()
+    try:
+        blocked = []
+        publisher = pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", broker.port, blocked_connection_timeout=None))
+        publisher.add_on_connection_blocked_callback(
+            lambda _connection, frame: blocked.append(frame.method.reason))
+        channel = publisher.channel()
+        channel.queue_declare(QUEUE)
+        channel.basic_publish("", QUEUE, b"first")    # read: the connection now publishes
+        deadline = 100
+        while not blocked and deadline:
+            publisher.process_data_events(time_limit=0.1)
+            deadline -= 1
+        assert blocked == ["low on disk"]
+        channel.basic_publish("", QUEUE, b"second")   # not read while the alarm is raised
+        observer = pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", broker.port))
+        count = observer.channel().queue_declare(QUEUE, passive=True).method.message_count
+        assert count == 1
+        observer.close()
+    finally:
+        broker.kill()
+    assert any("event=resource_alarm raised=disk" in line for line in broker.log_lines)
