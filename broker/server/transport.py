@@ -30,6 +30,7 @@ class SocketTransport:
         self.committer = committer
         self.alarm = alarm
         self._held_by_alarm = False
+        self._started = False   # Connection.Start sent (after the protocol header)
         self.connection = Connection(broker, self, peer)
         self.decoder = Decoder()
         self.writable = True
@@ -79,36 +80,39 @@ class SocketTransport:
                 await trio.aclose_forcefully(self.stream)
 
     async def _read_loop(self) -> None:
-        connection = self.connection
-        started = False
         while not self._closing:
-            if connection.has_published and not self.alarm.clear.is_set():
+            if self.connection.has_published and not self.alarm.clear.is_set():
                 await self._wait_for_alarm_to_clear()
-            with trio.move_on_at(self._read_deadline()):
+            with trio.move_on_at(self._read_deadline()) as deadline:
                 data = await self.stream.receive_some(RECEIVE_SIZE)
-                if not data:
-                    return
-                self._last_received = trio.current_time()
-                try:
-                    items = self.decoder.feed(data)
-                except ProtocolHeaderMismatch:
-                    self.write(PROTOCOL_HEADER)
-                    return
-                except ProtocolError as error:
-                    for item in error.decoded:
-                        connection.handle(item)
-                    self._protocol_error(error)
-                    return
-                if not started and self.decoder.header_received:
-                    started = True
-                    connection.start()
-                for item in items:
-                    connection.handle(item)
-                if connection.needs_sync:
-                    await self.committer.wait_for(connection.broker.persistence.writes)
-                connection.end_of_batch()
-                continue
-            return   # a server-initiated close was not acknowledged in time
+            if deadline.cancelled_caught or not data:
+                return   # peer closed, or our Connection.Close was not answered in time
+            self._last_received = trio.current_time()
+            if not await self._handle(data):
+                return
+
+    async def _handle(self, data: bytes) -> bool:
+        """Run one read through the codec and the core; False ends the connection."""
+        connection = self.connection
+        try:
+            items = self.decoder.feed(data)
+        except ProtocolHeaderMismatch:
+            self.write(PROTOCOL_HEADER)
+            return False
+        except ProtocolError as error:
+            for item in error.decoded:
+                connection.handle(item)
+            self._protocol_error(error)
+            return False
+        if not self._started and self.decoder.header_received:
+            self._started = True
+            connection.start()
+        for item in items:
+            connection.handle(item)
+        if connection.needs_sync:
+            await self.committer.wait_for(connection.broker.persistence.writes)
+        connection.end_of_batch()
+        return True
 
     async def _wait_for_alarm_to_clear(self) -> None:
         """A publishing connection is not read while a resource alarm is raised."""
