@@ -1,8 +1,5 @@
 """One AMQP channel: its state machine, consumers, deliveries, acks and confirms."""
 
-import base64
-import os
-
 from pamqp import commands
 
 from amqp_codec import (encode_basic_ack, encode_basic_nack, encode_deliver,
@@ -12,12 +9,9 @@ from amqp_codec.reply_codes import ReplyCode
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
 from .queue import Consumer, Queue
+from .vhost import server_named
 
 MAX_MESSAGE_SIZE = 128 * 1024 * 1024
-
-
-def consumer_tag() -> str:
-    return "amq.ctag-" + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
 class Delivery:
@@ -174,7 +168,7 @@ class Channel:
 
     def consume(self, method) -> str:
         queue = self.vhost.queue(self.queue_name(method.queue), self.connection)
-        tag = method.consumer_tag or consumer_tag()
+        tag = method.consumer_tag or server_named("amq.ctag-")
         if tag in self.consumers:
             raise ConnectionFailure(ReplyCode.NOT_ALLOWED,
                                     f"attempt to reuse consumer tag '{tag}'", 60, 20)
