@@ -68,10 +68,14 @@ class Connection:
         return self.transport.writable
 
     def write(self, data: bytes) -> None:
-        if self._capture is None:
-            self.transport.write(data)
-        else:
+        """Send bytes, unless replies are being held for a durable commit: then they
+        queue behind the held ones so the client sees them in order."""
+        if self._capture is not None:
             self._capture.append(data)
+        elif self._held:
+            self._held.append(data)
+        else:
+            self.transport.write(data)
 
     def supports(self, capability: str) -> bool:
         return bool(self.capabilities.get(capability))
@@ -106,14 +110,16 @@ class Connection:
         """Everything read so far is handled, and (when `needs_sync` was set) committed
         to disk: send the replies held for durability, then the confirms."""
         self.needs_sync = False
-        if self._held:
-            held, self._held = self._held, []
-            for data in held:
-                self.transport.write(data)
+        self._release_held()
         if self._confirming:
             for channel in self._confirming:
                 channel.flush_confirms()
             self._confirming.clear()
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        for data in held:
+            self.transport.write(data)
 
     def confirms_pending(self, channel: Channel) -> None:
         self._confirming[channel] = None
@@ -145,6 +151,7 @@ class Connection:
                  self.peer, reply_code, reply_text)
         self._release_resources()
         self.state = "closing"
+        self._release_held()   # the close must reach the client even mid-commit
         self.write(encode_method(0, commands.Connection.Close(
             reply_code=reply_code, reply_text=reply_text[:255], class_id=class_id,
             method_id=method_id)))
@@ -300,11 +307,11 @@ class Connection:
         finally:
             self._capture = None
             if persistence.writes != writes:
-                self._held.extend(captured)
                 self.needs_sync = True
+                self._held.extend(captured)
             else:
                 for data in captured:
-                    self.transport.write(data)
+                    self.write(data)
 
     def _open_channel(self, number: int, method) -> None:
         if not isinstance(method, commands.Channel.Open):

@@ -90,3 +90,12 @@ def test_durable_bindings_are_recorded_and_transient_ones_are_not():
     changes, _, _ = persistence.take_pending()
     assert [(change.operation, change.fields["destination"]) for change in changes] == [
         ("save_binding", "d")]
+
+
+def test_replies_after_a_held_one_wait_behind_it():
+    client, _ = durable_client()
+    handle(client, 1, commands.Queue.Declare(queue="d", durable=True))
+    assert handle(client, 1, commands.Basic.Qos(prefetch_count=5)) == []
+    client.connection.end_of_batch()
+    assert kinds(client.transport.frames()) == [(1, commands.Queue.DeclareOk),
+                                                (1, commands.Basic.QosOk)]
