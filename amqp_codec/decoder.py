@@ -258,7 +258,7 @@ class Decoder:
         size = end - start
         remaining = state.remaining - size
         if remaining < 0:
-            raise ProtocolError(FRAME_ERROR, f"content body is longer than the announced "
+            raise ProtocolError(FRAME_ERROR, "content body is longer than the announced "
                                 "body_size", channel, BASIC_CLASS, BASIC_PUBLISH)
         chunks = state.chunks
         if remaining == 0 and not chunks:

@@ -102,7 +102,7 @@ class VirtualHost:
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         if name == "" or name.startswith("amq."):
             raise access_refused(
-                f"operation not permitted on the default exchange"
+                "operation not permitted on the default exchange"
                 if name == "" else
                 f"exchange name '{name}' contains reserved prefix 'amq.*'")
         exchange = self.exchanges.get(name)
