@@ -56,10 +56,11 @@ class Queue:
         self._may_expire = self.message_ttl is not None
         self._expiry_timer = None
         self.page_window = PAGE_WINDOW
+        self.expires = self.arguments.get("x-expires")
+        self._last_used = 0.0
+        self._idle_timer = None
         self.ready: deque[QueueEntry] = deque()
         self.consumers: deque[Consumer] = deque()
-        self.unacked = 0
-        self.had_consumer = False
         self.deleted = False
         self._next_seq = 0
 
@@ -166,6 +167,7 @@ class Queue:
 
     def take(self) -> QueueEntry | None:
         """The head message for Basic.Get, or None when the queue is empty."""
+        self.touch()
         if self._may_expire:
             self.expire(self.vhost.scheduler.clock())
         if not self.ready:
@@ -269,7 +271,6 @@ class Queue:
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
-        self.had_consumer = True
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -277,8 +278,36 @@ class Queue:
             self.consumers.remove(consumer)
         except ValueError:
             return
-        if self.auto_delete and not self.consumers and not self.deleted:
+        if self.consumers or self.deleted:
+            return
+        if self.auto_delete:
             self.vhost.delete_queue(self)
+        else:
+            self.touch()
+
+    def touch(self) -> None:
+        """The queue was used (declared, read by Basic.Get, lost its last consumer):
+        x-expires counts its idle time from now."""
+        if self.expires is None:
+            return
+        self._last_used = self.vhost.scheduler.clock()
+        if self._idle_timer is None:
+            self._arm_idle_timer(self._last_used + self.expires / 1000)
+
+    def _arm_idle_timer(self, when: float) -> None:
+        self._idle_timer = self.vhost.scheduler.call_at(when, self._idle_timer_due)
+
+    def _idle_timer_due(self) -> None:
+        """x-expires: delete the queue once it has had no consumer, no Basic.Get and no
+        redeclaration for the whole period (as RabbitMQ does)."""
+        self._idle_timer = None
+        if self.deleted or self.consumers:
+            return
+        deadline = self._last_used + self.expires / 1000
+        if self.vhost.scheduler.clock() >= deadline:
+            self.vhost.delete_queue(self)
+        else:
+            self._arm_idle_timer(deadline)
 
     def has_exclusive_consumer(self) -> bool:
         return any(consumer.exclusive for consumer in self.consumers)

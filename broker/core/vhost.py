@@ -164,7 +164,9 @@ class VirtualHost:
     def declare_queue(self, name: str, connection, passive: bool, durable: bool,
                       exclusive: bool, auto_delete: bool, arguments: dict) -> Queue:
         if passive:
-            return self.queue(name, connection)
+            queue = self.queue(name, connection)
+            queue.touch()   # RabbitMQ renews an x-expires lease on passive declares too
+            return queue
         if not name:
             name = server_named("amq.gen-")
         elif name.startswith("amq."):
@@ -178,6 +180,7 @@ class VirtualHost:
                 raise _locked(existing)
             self._check_queue_equivalent(existing, durable, exclusive, auto_delete,
                                          arguments)
+            existing.touch()
             return existing
         persisted = durable and not exclusive
         store = (self.persistence.store_factory(self.name, name) if persisted
@@ -186,6 +189,7 @@ class VirtualHost:
                       auto_delete, arguments, store)
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
+        queue.touch()
         if persisted:
             self.persistence.record("save_queue", vhost=self.name, name=name,
                                     auto_delete=auto_delete,
@@ -252,6 +256,7 @@ class VirtualHost:
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
         queue.restore(messages)
+        queue.touch()
         return queue
 
     def restore_binding(self, source: str, destination_kind: str, destination: str,

@@ -86,3 +86,20 @@ def test_invalid_queue_argument_is_406(conn, chan):
     error = expect_channel_error(conn, chan, 406, lambda: chan.queue_declare(
         unique("bad"), arguments={"x-max-length": -1}))
     assert "x-max-length" in error.reply_text
+
+
+def test_x_expires_removes_an_unused_queue(conn, chan):
+    # Publishing does not count as use (a passive declare would renew the lease), so
+    # the test watches for its mandatory publishes to start coming back unroutable.
+    queue = unique("expiring")
+    chan.queue_declare(queue, arguments={"x-expires": 100})
+    chan.confirm_delivery()
+    deadline = time.monotonic() + 10
+    gone = False
+    while not gone and time.monotonic() < deadline:
+        try:
+            chan.basic_publish("", queue, b"probe", mandatory=True)
+            conn.process_data_events(time_limit=0.05)
+        except pika.exceptions.UnroutableError:
+            gone = True
+    assert gone

@@ -117,3 +117,29 @@ def test_invalid_expiration_is_406():
     frames = client.publish(1, "", "q", b"m",
                             properties=commands.Basic.Properties(expiration="soon"))
     assert close_code(frames) == 406
+
+
+def test_x_expires_deletes_a_queue_left_unused():
+    client, clock = client_with_clock()
+    client.declare_queue(1, "idle", arguments={"x-expires": 1000})
+    clock.now += 0.6
+    client.declare_queue(1, "idle", arguments={"x-expires": 1000})   # redeclare: used
+    clock.now += 0.6
+    client.broker.scheduler.run_due()
+    assert "idle" in client.broker.vhosts["/"].queues
+    clock.now += 0.5
+    client.broker.scheduler.run_due()
+    assert "idle" not in client.broker.vhosts["/"].queues
+
+
+def test_x_expires_never_deletes_a_queue_with_consumers():
+    client, clock = client_with_clock()
+    client.declare_queue(1, "busy", arguments={"x-expires": 100})
+    client.method(1, commands.Basic.Consume(queue="busy", consumer_tag="c"))
+    clock.now += 10
+    client.broker.scheduler.run_due()
+    assert "busy" in client.broker.vhosts["/"].queues
+    client.method(1, commands.Basic.Cancel(consumer_tag="c"))
+    clock.now += 0.2
+    client.broker.scheduler.run_due()
+    assert "busy" not in client.broker.vhosts["/"].queues
