@@ -1,0 +1,118 @@
+"""Build and run the rabbitmq/amqp091-go interop program of interop/go/ for the interop tests.
+
+The program is built once per test session with `go build` into a temporary directory
+(the `go_interop` fixture), with the Go build cache in another temporary directory;
+nothing prebuilt is used. It builds offline in GOPATH mode against Debian's
+golang-github-rabbitmq-amqp091-go-dev (client 1.5.0, source under /usr/share/gocode).
+`warren-go-interop SCENARIO HOST PORT [COUNT]` prints `RESULT key=value` lines, then
+`DONE SCENARIO`; on a failed check `FAIL SCENARIO: reason`, and exits non-zero.
+
+Test modules import the fixture by name:
+    from go_support import go_interop  # noqa: F401  (fixture)
+"""
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+SOURCE_DIR = Path(__file__).resolve().parents[2] / "interop" / "go"
+GOPATH = Path("/usr/share/gocode")
+CLIENT_SOURCE = GOPATH / "src" / "github.com" / "rabbitmq" / "amqp091-go"
+BUILD_TIMEOUT = 180.0
+RUN_TIMEOUT = 30.0
+
+
+def parse_results(lines) -> dict:
+    """`RESULT key=value` lines as a dict of strings (the value is the rest of the line)."""
+    results = {}
+    for line in lines:
+        if line.startswith("RESULT "):
+            key, _, value = line[len("RESULT "):].partition("=")
+            results[key] = value
+    return results
+
+
+@dataclass
+class GoRun:
+    """A finished scenario: exit code, output, and its RESULT lines as `results`."""
+
+    command: list
+    returncode: int
+    stdout: str
+    stderr: str
+    results: dict = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> str:
+        assert key in self.results, f"no RESULT {key}=...\n{self.describe()}"
+        return self.results[key]
+
+    def as_int(self, key: str) -> int:
+        return int(self[key])
+
+    def describe(self) -> str:
+        return (f"command: {' '.join(self.command)}\nexit code: {self.returncode}\n"
+                f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr[-8000:]}")
+
+
+class GoInterop:
+    """The built program; `run` one scenario to completion."""
+
+    def __init__(self, binary: Path):
+        self.binary = binary
+
+    def run(self, scenario: str, broker, *args, timeout: float = RUN_TIMEOUT) -> GoRun:
+        """Run `scenario` against `broker` (anything with .host/.port); fails unless it
+        exits with status 0 within `timeout` seconds."""
+        command = [str(self.binary), scenario, broker.host, str(broker.port), *map(str, args)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as expired:
+            run = GoRun(command, -1, _text(expired.stdout), _text(expired.stderr))
+            raise AssertionError(f"{scenario} still running after {timeout} s\n"
+                                 + run.describe()) from None
+        run = GoRun(command, done.returncode, done.stdout, done.stderr,
+                    parse_results(done.stdout.splitlines()))
+        assert run.returncode == 0, run.describe()
+        assert f"DONE {scenario}" in done.stdout.splitlines(), run.describe()
+        return run
+
+
+def _text(data) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
+
+
+def build_program(build_dir: Path) -> Path:
+    """`go build` interop/go into build_dir, offline; return the binary's path."""
+    go = shutil.which("go")
+    assert go, "go not found: install Debian's golang-go"
+    assert (CLIENT_SOURCE / "channel.go").exists(), (
+        f"missing {CLIENT_SOURCE}: install Debian's golang-github-rabbitmq-amqp091-go-dev")
+    binary = build_dir / "warren-go-interop"
+    env = {
+        **os.environ,
+        "GO111MODULE": "off",        # GOPATH mode: imports come from Debian's gocode tree
+        "GOPATH": str(GOPATH),
+        "GOCACHE": str(build_dir / "gocache"),
+        "GOFLAGS": "",
+        "GOPROXY": "off",            # never reach for the network
+        "GOTOOLCHAIN": "local",      # newer go commands: never download a toolchain
+        "GOENV": "off",              # ignore the user's `go env -w` settings
+        "CGO_ENABLED": "0",          # no C compiler needed
+    }
+    done = subprocess.run([go, "build", "-o", str(binary), "."], cwd=SOURCE_DIR, env=env,
+                          capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+    assert done.returncode == 0, f"go build failed:\n{done.stdout}\n{done.stderr}"
+    return binary
+
+
+@pytest.fixture(scope="session")
+def go_interop(tmp_path_factory) -> GoInterop:
+    """The interop/go program, built once per session."""
+    return GoInterop(build_program(tmp_path_factory.mktemp("go-build")))
