@@ -1,0 +1,222 @@
+"""AMQP messages <-> Spark rows: the source's schema and the writer's columns.
+
+Read side: each delivered message becomes one row of ``SCHEMA``. Rows are handed to Spark
+as ``pyarrow.RecordBatch`` objects built column by column (Spark passes record batches
+through without converting row by row), so ``ARROW_SCHEMA`` must equal what Spark derives
+from ``SCHEMA``.
+
+Write side: ``MessageEncoder`` turns rows of a DataFrame with a ``body`` column (binary or
+string) and optional property columns into publish arguments.
+"""
+
+import json
+from collections import namedtuple
+from datetime import date, datetime
+from decimal import Decimal
+
+import pika
+import pyarrow as pa
+from pyspark.sql.types import (
+    BinaryType, BooleanType, ByteType, IntegerType, LongType, MapType, ShortType,
+    StringType, StructField, StructType, TimestampType,
+)
+
+SCHEMA = StructType([
+    StructField("body", BinaryType()),
+    StructField("routing_key", StringType()),
+    StructField("exchange", StringType()),
+    StructField("content_type", StringType()),
+    StructField("headers", MapType(StringType(), StringType())),
+    StructField("message_id", StringType()),
+    StructField("correlation_id", StringType()),
+    StructField("timestamp", TimestampType()),
+    StructField("delivery_mode", IntegerType()),
+    StructField("redelivered", BooleanType()),
+])
+
+ARROW_SCHEMA = pa.schema([
+    ("body", pa.binary()),
+    ("routing_key", pa.string()),
+    ("exchange", pa.string()),
+    ("content_type", pa.string()),
+    ("headers", pa.map_(pa.string(), pa.string())),
+    ("message_id", pa.string()),
+    ("correlation_id", pa.string()),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("delivery_mode", pa.int32()),
+    ("redelivered", pa.bool_()),
+])
+
+# Rows per RecordBatch handed to Spark.
+ARROW_BATCH_ROWS = 10_000
+
+# One delivered message, as received (Basic.Deliver fields, properties, body).
+Delivery = namedtuple("Delivery", "tag exchange routing_key redelivered properties body")
+
+
+def check_read_schema(schema) -> None:
+    """The source produces SCHEMA only; a user-specified schema must be exactly that."""
+    if schema is not None and schema != SCHEMA:
+        raise ValueError(
+            "the amqp source has a fixed schema; do not pass a different one with "
+            f".schema(...). Expected {SCHEMA.simpleString()}, got {schema.simpleString()}")
+
+
+def _json_default(value):
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    return str(value)
+
+
+def header_text(value):
+    """An AMQP header value as the string stored in the ``headers`` map.
+
+    Strings stay as they are, byte strings are decoded as UTF-8 (invalid bytes as
+    backslash escapes), booleans become ``true``/``false``, numbers their decimal text,
+    timestamps ISO 8601, nested tables and arrays (such as ``x-death``) JSON.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "backslashreplace")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, Decimal)):
+        return str(value)
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    return json.dumps(value, default=_json_default, separators=(",", ":"))
+
+
+def _record_batch(deliveries) -> pa.RecordBatch:
+    bodies, keys, exchanges, types, headers = [], [], [], [], []
+    ids, correlations, stamps, modes, redelivered = [], [], [], [], []
+    for delivery in deliveries:
+        props = delivery.properties
+        bodies.append(delivery.body)
+        keys.append(delivery.routing_key)
+        exchanges.append(delivery.exchange)
+        types.append(props.content_type)
+        raw = props.headers
+        headers.append(None if raw is None else
+                       [(str(k), header_text(v)) for k, v in raw.items()])
+        ids.append(props.message_id)
+        correlations.append(props.correlation_id)
+        stamps.append(None if props.timestamp is None else int(props.timestamp) * 1_000_000)
+        modes.append(props.delivery_mode)
+        redelivered.append(bool(delivery.redelivered))
+    columns = [bodies, keys, exchanges, types, headers, ids, correlations, stamps, modes,
+               redelivered]
+    arrays = [pa.array(column, type=field.type) for column, field in zip(columns, ARROW_SCHEMA)]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def to_record_batches(deliveries) -> list:
+    """The deliveries as RecordBatches of ARROW_SCHEMA (at most ARROW_BATCH_ROWS rows each)."""
+    return [_record_batch(deliveries[i:i + ARROW_BATCH_ROWS])
+            for i in range(0, len(deliveries), ARROW_BATCH_ROWS)]
+
+
+# ---------------------------------------------------------------------------------------
+# Write side
+
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+_HEADER_VALUE_TYPES = (StringType, BooleanType) + _INTEGRAL
+# Columns of the source's schema that mean nothing to a publish; a DataFrame read from a
+# queue can be written back unchanged, and these are ignored (not used as the target).
+IGNORED_COLUMNS = ("exchange", "redelivered")
+WRITER_COLUMNS = ("body", "routing_key", "headers", "content_type", "message_id",
+                  "correlation_id", "timestamp", "delivery_mode")
+
+
+def _type_ok(column: str, data_type) -> bool:
+    if column == "body":
+        return isinstance(data_type, (BinaryType, StringType))
+    if column == "headers":
+        return (isinstance(data_type, MapType) and isinstance(data_type.keyType, StringType)
+                and isinstance(data_type.valueType, _HEADER_VALUE_TYPES))
+    if column == "timestamp":
+        return isinstance(data_type, (TimestampType,) + _INTEGRAL)
+    if column == "delivery_mode":
+        return isinstance(data_type, _INTEGRAL)
+    return isinstance(data_type, StringType)
+
+
+_EXPECTED_TYPES = {
+    "body": "binary or string",
+    "headers": "map<string, string|boolean|integer type>",
+    "timestamp": "timestamp (or integer seconds since the epoch)",
+    "delivery_mode": "integer (1 transient, 2 persistent)",
+}
+
+
+def check_write_schema(schema: StructType, default_routing_key) -> None:
+    """Reject, in the driver, a DataFrame the writer could not publish."""
+    names = schema.fieldNames()
+    if "body" not in names:
+        raise ValueError(
+            f"the amqp writer needs a column named body (binary or string); "
+            f"the DataFrame has {names}")
+    for field in schema.fields:
+        if field.name in IGNORED_COLUMNS:
+            continue
+        if field.name not in WRITER_COLUMNS:
+            raise ValueError(
+                f"the amqp writer does not know column {field.name!r}; it uses "
+                f"{', '.join(WRITER_COLUMNS)} (and ignores {', '.join(IGNORED_COLUMNS)}). "
+                f"Drop or rename the column, or put it in headers")
+        if not _type_ok(field.name, field.dataType):
+            expected = _EXPECTED_TYPES.get(field.name, "string")
+            raise ValueError(
+                f"column {field.name} must be {expected}, got {field.dataType.simpleString()}")
+    if "routing_key" not in names and default_routing_key is None:
+        raise ValueError(
+            "no routing key: set option routingKey or add a routing_key column "
+            "(option routingKey is used for rows whose routing_key is null)")
+
+
+class MessageEncoder:
+    """Rows of a DataFrame with `schema` -> (routing_key, body, BasicProperties)."""
+
+    def __init__(self, schema: StructType, default_routing_key):
+        names = schema.fieldNames()
+        self.index = {name: names.index(name) for name in WRITER_COLUMNS if name in names}
+        self.default_routing_key = default_routing_key
+
+    def _get(self, row, name):
+        position = self.index.get(name)
+        return None if position is None else row[position]
+
+    def encode(self, row):
+        body = self._get(row, "body")
+        if body is None:
+            raise ValueError("a row has a null body; every published message needs a body")
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        else:
+            body = bytes(body)
+        routing_key = self._get(row, "routing_key")
+        if routing_key is None:
+            routing_key = self.default_routing_key
+        if routing_key is None:
+            raise ValueError("a row has a null routing_key and option routingKey is not set")
+        delivery_mode = self._get(row, "delivery_mode")
+        if delivery_mode is None:
+            delivery_mode = 2
+        if delivery_mode not in (1, 2):
+            raise ValueError(f"delivery_mode must be 1 or 2, got {delivery_mode}")
+        timestamp = self._get(row, "timestamp")
+        if isinstance(timestamp, datetime):
+            timestamp = int(timestamp.timestamp())
+        headers = self._get(row, "headers")
+        properties = pika.BasicProperties(
+            content_type=self._get(row, "content_type"),
+            headers=dict(headers) if headers is not None else None,
+            delivery_mode=delivery_mode,
+            message_id=self._get(row, "message_id"),
+            correlation_id=self._get(row, "correlation_id"),
+            timestamp=timestamp,
+        )
+        return routing_key, body, properties

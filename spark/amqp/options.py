@@ -1,0 +1,198 @@
+"""The options of the ``amqp`` data source, parsed and checked once, in the driver.
+
+Spark hands a data source its options as a case-insensitive dict of strings. Each mode
+(batch read, stream read, write) accepts its own set; anything else is an error that
+names the option and, where the option belongs to another mode, says which one. Option
+names in messages are the public spellings (``maxMessagesPerTrigger``), not the
+lower-cased keys Spark stores.
+"""
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import pika
+
+DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
+# Largest Basic.Qos prefetch_count (a short in AMQP 0-9-1).
+MAX_PREFETCH = 65535
+DEFAULT_MAX_MESSAGES_PER_TRIGGER = 10_000
+
+
+class AmqpOptionError(ValueError):
+    """An option of the ``amqp`` data source is missing, unknown or has a bad value."""
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password replaced by ``***``, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+# Public spelling of every option, by the lower-case key Spark stores.
+_PUBLIC = {name.lower(): name for name in (
+    "url", "queue", "prefetch", "maxMessagesPerTrigger", "maxMessages", "startingOffset",
+    "exchange", "routingKey", "mandatory", "checkpointLocation",
+)}
+
+_READ_ONLY_HINT = "it is a reader option; writers take url, exchange, routingKey, mandatory"
+_WRITE_ONLY_HINT = "it is a writer option"
+_HINTS = {
+    "batch-read": {
+        "maxmessagespertrigger": "it applies to readStream; a batch read takes maxMessages",
+        "prefetch": "it applies to readStream; a batch read sets its own prefetch",
+        "exchange": _WRITE_ONLY_HINT, "routingkey": _WRITE_ONLY_HINT,
+        "mandatory": _WRITE_ONLY_HINT,
+    },
+    "stream-read": {
+        "maxmessages": "it applies to batch reads; readStream takes maxMessagesPerTrigger",
+        "exchange": _WRITE_ONLY_HINT, "routingkey": _WRITE_ONLY_HINT,
+        "mandatory": _WRITE_ONLY_HINT,
+    },
+    "write": {
+        "queue": "writers publish to an exchange: to send to one queue use the default "
+                 "exchange (exchange '' is the default) with routingKey set to the queue name",
+        "prefetch": _READ_ONLY_HINT, "maxmessagespertrigger": _READ_ONLY_HINT,
+        "maxmessages": _READ_ONLY_HINT,
+    },
+}
+
+STARTING_OFFSET_ERROR = (
+    "option startingOffset is reserved for stream queues (x-queue-type=stream), which "
+    "this connector does not read yet. A plain queue has no offsets to start from: "
+    "consumers always receive its messages from the head of the queue. Remove the option.")
+
+
+def _normalized(options) -> dict:
+    """The options with lower-case keys (Spark's CaseInsensitiveDict already has them)."""
+    return {str(key).lower(): value for key, value in dict(options).items()}
+
+
+def _check_keys(options: dict, allowed: set, mode: str) -> None:
+    for key in options:
+        if key in allowed:
+            continue
+        if key == "startingoffset" and mode != "write":
+            raise AmqpOptionError(STARTING_OFFSET_ERROR)
+        public = _PUBLIC.get(key, key)
+        hint = _HINTS[mode].get(key)
+        accepted = ", ".join(sorted(_PUBLIC[k] for k in allowed if k != "checkpointlocation"))
+        raise AmqpOptionError(
+            f"unknown option {public!r} for {mode.replace('-', ' ')}"
+            + (f" ({hint})" if hint else "") + f"; accepted options: {accepted}")
+
+
+def _get(options, name: str):
+    return options.get(name.lower())
+
+
+def _int_option(options, name: str, default, minimum: int, maximum: int | None = None):
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise AmqpOptionError(f"option {name} must be an integer, got {raw!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise AmqpOptionError(f"option {name} must be {bound}, got {value}")
+    return value
+
+
+def _bool_option(options, name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise AmqpOptionError(f"option {name} must be true or false, got {raw!r}")
+
+
+def _url(options) -> str:
+    url = _get(options, "url") or DEFAULT_URL
+    if urlsplit(url).scheme not in ("amqp", "amqps"):
+        raise AmqpOptionError(
+            f"option url must be amqp://user:password@host:port/vhost (amqps:// for TLS), "
+            f"got {redact_url(url)!r}")
+    try:
+        pika.URLParameters(url)
+    except Exception as error:  # pika raises ValueError, TypeError, ... for bad parts
+        raise AmqpOptionError(f"option url {redact_url(url)!r} is invalid: {error}") from None
+    return url
+
+
+def _queue(options) -> str:
+    queue = _get(options, "queue")
+    if not queue:
+        raise AmqpOptionError("option queue is required: the name of the queue to read")
+    return queue
+
+
+@dataclass(frozen=True)
+class StreamReadOptions:
+    """Options of ``spark.readStream.format("amqp")``."""
+
+    url: str
+    queue: str
+    max_messages_per_trigger: int
+    prefetch: int  # 0: no limit
+
+    @classmethod
+    def parse(cls, options) -> "StreamReadOptions":
+        options = _normalized(options)
+        _check_keys(options, {"url", "queue", "prefetch", "maxmessagespertrigger"},
+                    "stream-read")
+        limit = _int_option(options, "maxMessagesPerTrigger",
+                            DEFAULT_MAX_MESSAGES_PER_TRIGGER, 1)
+        default_prefetch = 2 * limit if 2 * limit <= MAX_PREFETCH else 0
+        prefetch = _int_option(options, "prefetch", default_prefetch, 0, MAX_PREFETCH)
+        if prefetch and prefetch <= limit:
+            # The messages of the last batch stay unacknowledged until Spark plans the
+            # next batch; with prefetch <= batch size the broker would stop delivering
+            # and no next batch could ever be planned.
+            raise AmqpOptionError(
+                f"option prefetch ({prefetch}) must be greater than maxMessagesPerTrigger "
+                f"({limit}), or 0 for no limit: a batch's messages are acknowledged only "
+                f"when Spark plans the next batch, so the broker must be allowed to deliver "
+                f"more than one batch")
+        return cls(_url(options), _queue(options), limit, prefetch)
+
+
+@dataclass(frozen=True)
+class BatchReadOptions:
+    """Options of ``spark.read.format("amqp")``."""
+
+    url: str
+    queue: str
+    max_messages: int | None  # None: every message ready when the read starts
+
+    @classmethod
+    def parse(cls, options) -> "BatchReadOptions":
+        options = _normalized(options)
+        _check_keys(options, {"url", "queue", "maxmessages"}, "batch-read")
+        return cls(_url(options), _queue(options),
+                   _int_option(options, "maxMessages", None, 1))
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Options of ``df.write.format("amqp")`` and ``df.writeStream.format("amqp")``."""
+
+    url: str
+    exchange: str
+    routing_key: str | None
+    mandatory: bool
+
+    @classmethod
+    def parse(cls, options) -> "WriteOptions":
+        options = _normalized(options)
+        # Spark passes writeStream's checkpointLocation to the sink as well.
+        _check_keys(options, {"url", "exchange", "routingkey", "mandatory",
+                              "checkpointlocation"}, "write")
+        return cls(_url(options), _get(options, "exchange") or "",
+                   _get(options, "routingKey"), _bool_option(options, "mandatory", False))

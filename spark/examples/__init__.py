@@ -1,0 +1,1 @@
+"""Runnable examples of the amqp data source (see docs/spark.md)."""
