@@ -14,10 +14,11 @@ Test modules import the fixture by name:
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from interop_programs import ProgramRun, run_program
 
 SOURCE_DIR = Path(__file__).resolve().parents[2] / "interop" / "go"
 GOPATH = Path("/usr/share/gocode")
@@ -26,66 +27,19 @@ BUILD_TIMEOUT = 180.0
 RUN_TIMEOUT = 30.0
 
 
-def parse_results(lines) -> dict:
-    """`RESULT key=value` lines as a dict of strings (the value is the rest of the line)."""
-    results = {}
-    for line in lines:
-        if line.startswith("RESULT "):
-            key, _, value = line[len("RESULT "):].partition("=")
-            results[key] = value
-    return results
-
-
-@dataclass
-class GoRun:
-    """A finished scenario: exit code, output, and its RESULT lines as `results`."""
-
-    command: list
-    returncode: int
-    stdout: str
-    stderr: str
-    results: dict = field(default_factory=dict)
-
-    def __getitem__(self, key: str) -> str:
-        assert key in self.results, f"no RESULT {key}=...\n{self.describe()}"
-        return self.results[key]
-
-    def as_int(self, key: str) -> int:
-        return int(self[key])
-
-    def describe(self) -> str:
-        return (f"command: {' '.join(self.command)}\nexit code: {self.returncode}\n"
-                f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr[-8000:]}")
-
-
 class GoInterop:
     """The built program; `run` one scenario to completion."""
 
     def __init__(self, binary: Path):
         self.binary = binary
 
-    def run(self, scenario: str, broker, *args, timeout: float = RUN_TIMEOUT) -> GoRun:
+    def run(self, scenario: str, broker, *args, timeout: float = RUN_TIMEOUT) -> ProgramRun:
         """Run `scenario` against `broker` (anything with .host/.port); fails unless it
         exits with status 0 within `timeout` seconds."""
         command = [str(self.binary), scenario, broker.host, str(broker.port), *map(str, args)]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as expired:
-            run = GoRun(command, -1, _text(expired.stdout), _text(expired.stderr))
-            raise AssertionError(f"{scenario} still running after {timeout} s\n"
-                                 + run.describe()) from None
-        run = GoRun(command, done.returncode, done.stdout, done.stderr,
-                    parse_results(done.stdout.splitlines()))
-        assert run.returncode == 0, run.describe()
-        assert f"DONE {scenario}" in done.stdout.splitlines(), run.describe()
+        run = run_program(command, scenario, timeout)
+        assert f"DONE {scenario}" in run.stdout.splitlines(), run.describe()
         return run
-
-
-def _text(data) -> str:
-    if data is None:
-        return ""
-    return data.decode(errors="replace") if isinstance(data, bytes) else data
 
 
 def build_program(build_dir: Path) -> Path:

@@ -15,10 +15,11 @@ import shutil
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from interop_programs import ProgramRun, parse_results, run_program
 
 SOURCE_DIR = Path(__file__).resolve().parents[2] / "interop" / "java"
 JAVA_LIB = Path("/usr/share/java")
@@ -28,38 +29,6 @@ OPTIONAL_JARS = [JAVA_LIB / "slf4j-simple.jar"]
 COMPILE_TIMEOUT = 120.0
 RUN_TIMEOUT = 30.0
 JVM_OPTIONS = ["-Xmx512m", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]
-
-
-def parse_results(lines) -> dict:
-    """`RESULT key=value` lines as a dict of strings (the value is the rest of the line)."""
-    results = {}
-    for line in lines:
-        if line.startswith("RESULT "):
-            key, _, value = line[len("RESULT "):].partition("=")
-            results[key] = value
-    return results
-
-
-@dataclass
-class JavaRun:
-    """A finished program: exit code, output, and its RESULT lines as `results`."""
-
-    command: list
-    returncode: int
-    stdout: str
-    stderr: str
-    results: dict = field(default_factory=dict)
-
-    def __getitem__(self, key: str) -> str:
-        assert key in self.results, f"no RESULT {key}=...\n{self.describe()}"
-        return self.results[key]
-
-    def as_int(self, key: str) -> int:
-        return int(self[key])
-
-    def describe(self) -> str:
-        return (f"command: {' '.join(self.command)}\nexit code: {self.returncode}\n"
-                f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr[-8000:]}")
 
 
 class JavaProcess:
@@ -110,7 +79,7 @@ class JavaProcess:
         self.process.stdin.write(line + "\n")
         self.process.stdin.flush()
 
-    def finish(self, timeout: float) -> JavaRun:
+    def finish(self, timeout: float) -> ProgramRun:
         """Wait for the program to exit (killing it after `timeout`) and return its results;
         fails unless it exited with status 0."""
         try:
@@ -125,9 +94,9 @@ class JavaProcess:
         assert run.returncode == 0, run.describe()
         return run
 
-    def snapshot(self) -> JavaRun:
+    def snapshot(self) -> ProgramRun:
         stdout = "".join(self.stdout_lines)
-        return JavaRun(self.command, self.process.returncode, stdout, "".join(self.stderr_lines),
+        return ProgramRun(self.command, self.process.returncode, stdout, "".join(self.stderr_lines),
                        parse_results(stdout.splitlines()))
 
     def kill(self) -> None:
@@ -146,30 +115,13 @@ class JavaPrograms:
         return ["java", *JVM_OPTIONS, "-cp", self.classpath, main_class,
                 broker.host, str(broker.port), *map(str, args)]
 
-    def run(self, main_class: str, broker, *args, timeout: float = RUN_TIMEOUT) -> JavaRun:
+    def run(self, main_class: str, broker, *args, timeout: float = RUN_TIMEOUT) -> ProgramRun:
         """Run `main_class` against `broker` (anything with .host/.port); fails unless it
         exits with status 0 within `timeout` seconds."""
-        command = self.command(main_class, broker, *args)
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as expired:
-            run = JavaRun(command, -1, _text(expired.stdout), _text(expired.stderr))
-            raise AssertionError(f"{main_class} still running after {timeout} s\n"
-                                 + run.describe()) from None
-        run = JavaRun(command, done.returncode, done.stdout, done.stderr,
-                      parse_results(done.stdout.splitlines()))
-        assert run.returncode == 0, run.describe()
-        return run
+        return run_program(self.command(main_class, broker, *args), main_class, timeout)
 
     def start(self, main_class: str, broker, *args) -> JavaProcess:
         return JavaProcess(self.command(main_class, broker, *args))
-
-
-def _text(data) -> str:
-    if data is None:
-        return ""
-    return data.decode(errors="replace") if isinstance(data, bytes) else data
 
 
 def compile_programs(build_dir: Path) -> str:
