@@ -10,6 +10,10 @@ from broker.core.persistence import Persistence
 log = logging.getLogger("warren.storage")
 
 
+class StorageFailure(Exception):
+    """A commit failed: durability can no longer be promised."""
+
+
 class GroupCommitter:
     """Connections call `wait_for(writes)` and resume once that many writes are durable.
 
@@ -28,6 +32,7 @@ class GroupCommitter:
         self._committing = False
         self._finished = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
+        self._failure: BaseException | None = None
 
     async def flush_periodically(self, interval: float) -> None:
         """Commit what accumulated without anyone waiting (publishes without confirms,
@@ -52,6 +57,8 @@ class GroupCommitter:
 
     async def wait_for(self, writes: int) -> None:
         while self.durable_writes < writes:
+            if self._failure is not None:
+                raise StorageFailure("an earlier commit failed") from self._failure
             if self._committing:
                 await self._finished.wait()
             else:
@@ -65,6 +72,12 @@ class GroupCommitter:
             await trio.to_thread.run_sync(self._write, changes, stores,
                                           limiter=self._limiter)
             self.durable_writes = writes
+        except Exception as error:
+            # Nothing taken by this commit may ever be reported durable: the broker
+            # stops (the error propagates), as RabbitMQ does on a failed disk write.
+            self._failure = error
+            log.critical("event=commit_failed error=%r", error)
+            raise
             self._synced_since_compaction.update(dict.fromkeys(stores))
         finally:
             self._committing = False

@@ -1,0 +1,60 @@
+"""The group committer: one commit covers every write made before it; a failed commit
+is never reported durable."""
+
+import pytest
+import trio
+
+from broker.core.persistence import Persistence
+from broker.server.committer import GroupCommitter, StorageFailure
+
+
+class CountingStore:
+    def __init__(self, fail: bool = False):
+        self.syncs = 0
+        self.fail = fail
+
+    def sync(self) -> int:
+        if self.fail:
+            raise OSError("disk on fire")
+        self.syncs += 1
+        return 0
+
+
+def committer_for(persistence: Persistence) -> GroupCommitter:
+    return GroupCommitter(persistence, apply_changes=lambda changes: None,
+                          sync_stores=lambda stores: [store.sync() for store in stores],
+                          compact_stores=lambda stores: None)
+
+
+def test_many_waiters_share_one_commit():
+    persistence = Persistence()
+    store = CountingStore()
+    committer = committer_for(persistence)
+
+    async def main():
+        for _ in range(10):
+            persistence.store_written(store)
+        target = persistence.writes
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(committer.wait_for, target)
+        assert committer.durable_writes == target
+
+    trio.run(main)
+    assert store.syncs == 1
+
+
+def test_after_a_failed_commit_nothing_is_reported_durable():
+    persistence = Persistence()
+    committer = committer_for(persistence)
+
+    async def main():
+        persistence.store_written(CountingStore(fail=True))
+        with pytest.raises(OSError):
+            await committer.wait_for(persistence.writes)
+        persistence.store_written(CountingStore())
+        with pytest.raises(StorageFailure):
+            await committer.wait_for(persistence.writes)
+        assert committer.durable_writes == 0
+
+    trio.run(main)
