@@ -176,6 +176,11 @@ class Channel:
             raise ChannelError(ReplyCode.ACCESS_REFUSED,
                                f"queue '{queue.name}' in vhost '{self.vhost.name}' in "
                                "exclusive use")
+        priority = (method.arguments or {}).get("x-priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise precondition_failed(
+                f"invalid arg 'x-priority' for consumer on queue '{queue.name}': "
+                f"expected an integer, got {priority!r}")
         consumer = Consumer(tag, self, queue, method.no_ack, method.exclusive,
                             self.consumer_prefetch, method.arguments)
         self.consumers[tag] = consumer

@@ -16,7 +16,7 @@ class Consumer:
     """A Basic.Consume subscription of one channel to one queue."""
 
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "prefetch",
-                 "unacked", "arguments")
+                 "unacked", "arguments", "priority")
 
     def __init__(self, tag: str, channel, queue: "Queue", no_ack: bool, exclusive: bool,
                  prefetch: int, arguments: dict | None = None):
@@ -28,6 +28,7 @@ class Consumer:
         self.prefetch = prefetch
         self.unacked = 0
         self.arguments = arguments or {}
+        self.priority = self.arguments.get("x-priority", 0)
 
 
 class Queue:
@@ -57,6 +58,7 @@ class Queue:
         self._expiry_timer = None
         self.page_window = PAGE_WINDOW
         self.expires = self.arguments.get("x-expires")
+        self._prioritised = False   # some consumer has an x-priority
         self._last_used = 0.0
         self._idle_timer = None
         self.ready: deque[QueueEntry] = deque()
@@ -153,17 +155,40 @@ class Queue:
                 self.expire(self.vhost.scheduler.clock() if now is None else now)
                 if not ready:
                     return
-            for _ in range(len(consumers)):
-                consumer = consumers[0]
-                consumers.rotate(-1)
-                if consumer.channel.can_deliver(consumer):
-                    break
-            else:
+            consumer = self._next_consumer()
+            if consumer is None:
                 return
             entry = ready.popleft()
             if entry.message.body is None:
                 self.store.page_in(entry)
             consumer.channel.deliver(consumer, entry)
+
+    def _next_consumer(self) -> Consumer | None:
+        """The consumer to serve next: round-robin among those that can take a message,
+        highest x-priority first (lower ones get messages only while every higher one
+        is blocked, as in RabbitMQ)."""
+        consumers = self.consumers
+        if not self._prioritised:
+            for _ in range(len(consumers)):
+                consumer = consumers[0]
+                consumers.rotate(-1)
+                if consumer.channel.can_deliver(consumer):
+                    return consumer
+            return None
+        for index, consumer in enumerate(consumers):
+            if consumer.channel.can_deliver(consumer):
+                del consumers[index]
+                self._insert_by_priority(consumer)   # to the end of its priority group
+                return consumer
+        return None
+
+    def _insert_by_priority(self, consumer: Consumer) -> None:
+        consumers = self.consumers
+        for index, other in enumerate(consumers):
+            if other.priority < consumer.priority:
+                consumers.insert(index, consumer)
+                return
+        consumers.append(consumer)
 
     def take(self) -> QueueEntry | None:
         """The head message for Basic.Get, or None when the queue is empty."""
@@ -270,7 +295,9 @@ class Queue:
         return count
 
     def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
+        if consumer.priority:
+            self._prioritised = True
+        self._insert_by_priority(consumer)
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:

@@ -164,3 +164,19 @@ def test_prefetch_size_is_not_implemented(conn, chan):
     # RabbitMQ closes the connection: 540 NOT_IMPLEMENTED for a non-zero prefetch_size.
     error = expect_connection_error(conn, 540, lambda: chan.basic_qos(prefetch_size=4096))
     assert "NOT_IMPLEMENTED" in error.reply_text
+
+
+def test_consumer_priority_serves_the_higher_consumer_until_its_prefetch_is_full(conn):
+    feeder = conn.channel()
+    queue = feeder.queue_declare("", exclusive=True).method.queue
+    high_channel, low_channel = conn.channel(), conn.channel()
+    high_channel.basic_qos(prefetch_count=2)
+    got = []
+    high_channel.basic_consume(queue, lambda ch, method, props, body: got.append("high"),
+                               arguments={"x-priority": 10})
+    low_channel.basic_consume(queue, lambda ch, method, props, body: got.append("low"),
+                              auto_ack=True)
+    for index in range(5):
+        feeder.basic_publish("", queue, str(index).encode())
+    assert wait_until(conn, lambda: len(got) == 5)
+    assert got[:2] == ["high", "high"] and got.count("high") == 2

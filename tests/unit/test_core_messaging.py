@@ -274,3 +274,16 @@ def test_invalid_queue_arguments_are_406():
         assert close_code(replies) == 406
         client.method(1, commands.Channel.CloseOk())
         client.open_channel()
+
+
+def test_higher_priority_consumers_are_served_first_until_blocked():
+    client = Client()
+    for channel in (1, 2):
+        client.open_channel(channel)
+    client.declare_queue(1, "q")
+    client.method(2, commands.Basic.Qos(prefetch_count=2))
+    client.method(2, commands.Basic.Consume(queue="q", consumer_tag="high",
+                                            arguments={"x-priority": 10}))
+    client.method(1, commands.Basic.Consume(queue="q", consumer_tag="low", no_ack=True))
+    got = deliveries(publish_many(client, 4))
+    assert [deliver.consumer_tag for deliver, _ in got] == ["high", "high", "low", "low"]
