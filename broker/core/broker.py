@@ -8,6 +8,7 @@ from typing import Callable
 from broker import __version__
 
 from .auth import UserDatabase
+from .direct_reply import DirectReplies
 from .persistence import Persistence
 from .scheduler import Scheduler
 from .vhost import VirtualHost
@@ -21,7 +22,7 @@ CAPABILITIES = {
     "consumer_priorities": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "direct_reply_to": False,
+    "direct_reply_to": True,
 }
 
 
@@ -48,6 +49,7 @@ class Broker:
         self.users = UserDatabase()
         self.users.add("guest", "guest", vhosts=("/",))
         self.connections: set = set()
+        self.direct_replies = DirectReplies()
 
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)

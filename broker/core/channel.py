@@ -3,9 +3,10 @@
 from pamqp import commands
 
 from amqp_codec import (encode_basic_ack, encode_basic_nack, encode_deliver,
-                        encode_get_ok, encode_method, encode_return)
+                        encode_get_ok, encode_method, encode_properties, encode_return)
 from amqp_codec.reply_codes import ReplyCode
 
+from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
 from .queue import Consumer, Queue
@@ -45,6 +46,8 @@ class Channel:
         self.acked_seq = 0
         self.nacked_seqs: list[int] = []
         self.last_queue_name = ""
+        self.reply_token: str | None = None       # consuming amq.rabbitmq.reply-to
+        self.reply_consumer_tag: str | None = None
         self.transaction: "Transaction | None" = None
 
     # -- delivery (called by queues) -------------------------------------------------
@@ -103,6 +106,8 @@ class Channel:
             self._check_user_id(message)
         if message.has_expiration():
             self._check_expiration(message)
+        if message.has_reply_to():
+            message = self._with_reply_token(message)
         if self.confirming:
             self.publish_seq += 1
         if self.transaction is not None:
@@ -131,8 +136,21 @@ class Channel:
                 f"invalid expiration '{message.decoded_properties.expiration}': "
                 "expected a non-negative integer of milliseconds") from None
 
+    def _with_reply_token(self, message: Message) -> Message:
+        """A request asking for a direct reply gets this channel's token in reply_to."""
+        properties = message.decoded_properties
+        if properties.reply_to != REPLY_QUEUE:
+            return message
+        if self.reply_token is None:
+            raise precondition_failed("fast reply consumer does not exist")
+        properties.reply_to = REPLY_PREFIX + self.reply_token
+        return Message(message.exchange, message.routing_key,
+                       encode_properties(properties), message.body)
+
     def _route(self, exchange, message: Message, mandatory: bool) -> bool:
         """Deliver to every bound queue; False if any queue refused the message."""
+        if not exchange.name and message.routing_key.startswith(REPLY_PREFIX):
+            return self._reply(message, mandatory)
         queues = self.vhost.route(exchange, message)
         accepted = True
         if queues:
@@ -144,6 +162,27 @@ class Channel:
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
                 message.properties, message.body, self.connection.frame_max))
         return accepted
+
+    def _reply(self, message: Message, mandatory: bool) -> bool:
+        """A reply to a direct reply-to request goes straight to the requester."""
+        target = self.connection.broker.direct_replies.consumer_for(message.routing_key)
+        if target is not None:
+            channel, consumer_tag = target
+            channel.deliver_reply(consumer_tag, message)
+        elif mandatory:
+            self.connection.write(encode_return(
+                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
+                message.properties, message.body, self.connection.frame_max))
+        return True
+
+    def deliver_reply(self, consumer_tag: str, message: Message) -> None:
+        if self.closing:
+            return
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        self.connection.write(encode_deliver(
+            self.number, consumer_tag, tag, False, message.exchange, message.routing_key,
+            message.properties, message.body, self.connection.frame_max))
 
     def flush_confirms(self) -> None:
         """Confirm every publish routed since the last flush: one Basic.Ack per
@@ -167,11 +206,13 @@ class Channel:
     # -- consuming -----------------------------------------------------------------
 
     def consume(self, method) -> str:
-        queue = self.vhost.queue(self.queue_name(method.queue), self.connection)
         tag = method.consumer_tag or server_named("amq.ctag-")
-        if tag in self.consumers:
+        if tag in self.consumers or tag == self.reply_consumer_tag:
             raise ConnectionFailure(ReplyCode.NOT_ALLOWED,
                                     f"attempt to reuse consumer tag '{tag}'", 60, 20)
+        if method.queue == REPLY_QUEUE:
+            return self._consume_replies(method, tag)
+        queue = self.vhost.queue(self.queue_name(method.queue), self.connection)
         if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
             raise ChannelError(ReplyCode.ACCESS_REFUSED,
                                f"queue '{queue.name}' in vhost '{self.vhost.name}' in "
@@ -189,7 +230,26 @@ class Channel:
         queue.add_consumer(consumer)
         return tag
 
+    def _consume_replies(self, method, tag: str) -> str:
+        if not method.no_ack:
+            raise precondition_failed("reply consumer cannot acknowledge")
+        if self.reply_token is not None:
+            raise precondition_failed("reply consumer already set")
+        self.reply_token = self.connection.broker.direct_replies.register(self, tag)
+        self.reply_consumer_tag = tag
+        if not method.nowait:
+            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
+        return tag
+
+    def _stop_replies(self) -> None:
+        if self.reply_token is not None:
+            self.connection.broker.direct_replies.unregister(self.reply_token)
+            self.reply_token = self.reply_consumer_tag = None
+
     def cancel(self, tag: str) -> None:
+        if tag == self.reply_consumer_tag:
+            self._stop_replies()
+            return
         consumer = self.consumers.pop(tag, None)
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
@@ -358,6 +418,7 @@ class Channel:
     def shutdown(self) -> None:
         """The channel is gone (closed or connection lost): cancel, requeue unacked."""
         self.closing = True
+        self._stop_replies()
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()

@@ -5,6 +5,7 @@ from amqp_codec.properties import delivery_mode
 
 USER_ID_FLAG = 0x10      # in the low byte of the first 16-bit property-flags word
 EXPIRATION_FLAG = 0x01   # in the high byte
+REPLY_TO_FLAG = 0x02     # in the high byte
 
 
 class Message:
@@ -48,6 +49,10 @@ class Message:
         """Whether the user_id property is present (bit 4 of the property flags)."""
         properties = self.properties
         return len(properties) >= 2 and bool(properties[1] & USER_ID_FLAG)
+
+    def has_reply_to(self) -> bool:
+        properties = self.properties
+        return len(properties) >= 2 and bool(properties[0] & REPLY_TO_FLAG)
 
     def has_expiration(self) -> bool:
         properties = self.properties

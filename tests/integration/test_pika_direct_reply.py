@@ -1,0 +1,43 @@
+"""Direct reply-to (amq.rabbitmq.reply-to): RPC replies without a reply queue."""
+
+import pika
+
+from pika_helpers import (  # noqa: F401  (_test_deadline, chan, conn: fixtures)
+    _test_deadline, chan, conn, exclusive_queue, expect_channel_error, wait_until,
+)
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+
+
+def test_a_reply_reaches_the_requesting_channel(conn, chan):
+    server = conn.channel()
+    requests = exclusive_queue(server)
+    replies = []
+    chan.basic_consume(REPLY_TO, lambda ch, method, props, body: replies.append(body),
+                       auto_ack=True)
+    seen_reply_to = []
+
+    def serve(channel, method, properties, body):
+        seen_reply_to.append(properties.reply_to)
+        channel.basic_publish("", properties.reply_to, body.upper(),
+                              pika.BasicProperties(correlation_id=properties.correlation_id))
+        channel.basic_ack(method.delivery_tag)
+
+    server.basic_consume(requests, serve)
+    chan.basic_publish("", requests, b"ping",
+                       pika.BasicProperties(reply_to=REPLY_TO, correlation_id="1"))
+    assert wait_until(conn, lambda: replies)
+    assert replies == [b"PING"]
+    assert seen_reply_to[0].startswith(REPLY_TO + ".")
+
+
+def test_requests_need_the_reply_consumer_first(conn, chan):
+    error = expect_channel_error(conn, chan, 406, lambda: chan.basic_publish(
+        "", "anywhere", b"x", pika.BasicProperties(reply_to=REPLY_TO)))
+    assert "fast reply consumer does not exist" in error.reply_text
+
+
+def test_the_reply_consumer_must_not_ack(conn, chan):
+    error = expect_channel_error(conn, chan, 406, lambda: chan.basic_consume(
+        REPLY_TO, lambda *args: None, auto_ack=False))
+    assert "reply consumer cannot acknowledge" in error.reply_text
