@@ -115,3 +115,9 @@ def test_channel_error_codes(broker, java_programs):
         assert run[f"{case}_by_application"] == "false", case
     assert run["connection_open"] == "true"
     assert run["new_channel_works"] == "true"
+
+
+def test_rpc_client_with_direct_reply_to(broker, java_programs):
+    run = java_programs.run("DirectReplyRpc", broker)
+    assert run["answers"] == "ONE,TWO,THREE"
+    assert run["reply_to_rewritten"] == "true"
