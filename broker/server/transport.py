@@ -15,8 +15,8 @@ from .committer import GroupCommitter
 log = logging.getLogger("warren.server")
 
 RECEIVE_SIZE = 256 * 1024
-HIGH_WATER = 1024 * 1024      # stop feeding consumers above this many buffered bytes
-LOW_WATER = 256 * 1024        # resume below this
+HIGH_WATER = 4 * 1024 * 1024  # stop feeding consumers above this many buffered bytes
+LOW_WATER = 1024 * 1024       # resume below this
 CLOSE_OK_TIMEOUT = 5.0        # how long a server-initiated close waits for CloseOk
 
 
