@@ -142,18 +142,11 @@ def stream_fields(data, offset: int, end: int) -> tuple | None:
     """The exchange, routing key, properties and body of the stream record that starts at
     `offset` and ends at `end` (its CRC already checked), as a plain tuple for the hot read
     path, or None when they overrun the record."""
-    position = offset + RECORD_HEADER_SIZE + STREAM_TIMESTAMP_SIZE
-    exchange_end = position + 1 + data[position]
-    if exchange_end + 5 > end:
+    layout = _message_layout(data, offset, end, RECORD_HEADER_SIZE + STREAM_TIMESTAMP_SIZE)
+    if layout is None:
         return None
-    routing_key_end = exchange_end + 1 + data[exchange_end]
-    if routing_key_end + 4 > end:
-        return None
-    (properties_length,) = _U32.unpack_from(data, routing_key_end)
-    properties_end = routing_key_end + 4 + properties_length
-    if properties_end > end:
-        return None
-    return (data[position + 1:exchange_end], data[exchange_end + 1:routing_key_end],
+    start, exchange_end, routing_key_end, properties_end = layout
+    return (data[start:exchange_end], data[exchange_end + 1:routing_key_end],
             data[routing_key_end + 4:properties_end], data[properties_end:end])
 
 
@@ -193,9 +186,10 @@ def parse_record(data: bytes, offset: int, kinds: tuple = _KINDS) -> Record | No
     return Record(kind, flags, seq, offset, end - offset)
 
 
-def _message_layout(data: bytes, offset: int, end: int):
-    """Offsets of a message record's fields, or None when they overrun the record."""
-    position = offset + RECORD_HEADER_SIZE
+def _message_layout(data: bytes, offset: int, end: int, header: int = RECORD_HEADER_SIZE):
+    """Offsets of a message record's fields (exchange, routing key, properties, body,
+    starting `header` bytes into the record), or None when they overrun the record."""
+    position = offset + header
     exchange_end = position + 1 + data[position]
     if exchange_end + 1 + 4 > end:
         return None
