@@ -10,6 +10,7 @@ from .encoder import (
     encode_server_properties,
 )
 from .errors import ProtocolError, ProtocolHeaderMismatch
+from .header_splice import with_long_header
 from .reply_codes import ReplyCode, is_connection_level
 
 __all__ = [
@@ -17,6 +18,6 @@ __all__ = [
     "FRAME_END", "Decoder", "InboundMethod", "InboundPublish", "InboundHeartbeat",
     "HEARTBEAT_FRAME", "encode_method", "encode_content", "encode_deliver", "encode_get_ok",
     "encode_basic_ack", "encode_basic_nack", "encode_return", "encode_properties",
-    "decode_properties", "encode_server_properties", "ProtocolError",
+    "decode_properties", "encode_server_properties", "with_long_header", "ProtocolError",
     "ProtocolHeaderMismatch", "ReplyCode", "is_connection_level",
 ]

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     broker = Broker(settings.limits, persistence=storage.persistence)
     storage.restore(broker)
     committer = GroupCommitter(storage.persistence, storage.apply_changes,
-                               storage.sync_stores, storage.compact_stores)
+                               storage.sync_stores, storage.maintain_stores)
     server = Server(broker, settings.host, settings.port, committer, settings.alarms,
                     settings.data_dir)
     try:

@@ -77,6 +77,19 @@ class Channel:
             self.number, consumer.tag, tag, entry.redelivered, message.exchange,
             message.routing_key, message.properties, message.body, connection.frame_max))
 
+    def deliver_record(self, consumer: Consumer, mark, exchange: str, routing_key: str,
+                       properties: bytes, body: bytes) -> None:
+        """Deliver a message read from a stream; `mark` is what an ack hands back to
+        the queue."""
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        consumer.unacked += 1
+        self.unacked[tag] = Delivery(tag, consumer.queue, mark, consumer)
+        connection = self.connection
+        connection.write(encode_deliver(self.number, consumer.tag, tag, False, exchange,
+                                        routing_key, properties, body,
+                                        connection.frame_max))
+
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The consumer's queue went away: forget the consumer, tell the client."""
         self.consumers.pop(consumer.tag, None)
@@ -222,8 +235,8 @@ class Channel:
             raise precondition_failed(
                 f"invalid arg 'x-priority' for consumer on queue '{queue.name}': "
                 f"expected an integer, got {priority!r}")
-        consumer = Consumer(tag, self, queue, method.no_ack, method.exclusive,
-                            self.consumer_prefetch, method.arguments)
+        consumer = queue.make_consumer(tag, self, method.no_ack, method.exclusive,
+                                       self.consumer_prefetch, method.arguments)
         self.consumers[tag] = consumer
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(consumer_tag=tag))

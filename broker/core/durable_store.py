@@ -55,8 +55,21 @@ class DurableQueueStore:
         self.dropped = True
         self.persistence.record("drop_queue_files", store=self)
 
+    def synced(self) -> None:
+        """After a commit: nothing waits on the event loop for a queue file's sync."""
+
+    # -- blocking, in the committer's worker thread -----------------------------------
+
     def sync(self) -> int:
         return self.queue_file.sync()
 
+    def maintain(self) -> None:
+        """Compact one mostly-dead segment, if there is one."""
+        if self.queue_file.needs_compaction():
+            self.queue_file.compact(limit=1)
+
     def drop_files(self) -> None:
         self.queue_file.drop()
+
+    def close(self) -> None:
+        self.queue_file.close()

@@ -11,6 +11,8 @@ from typing import Callable
 
 from storage.message_store import MEMORY_STORE, QueueStore
 
+from .errors import precondition_failed
+
 
 @dataclass(frozen=True)
 class MetadataChange:
@@ -24,11 +26,20 @@ def _memory_store(vhost: str, queue: str) -> QueueStore:
     return MEMORY_STORE
 
 
+def _no_streams(vhost: str, queue: str, retention):
+    raise precondition_failed(
+        f"stream queue '{queue}' in vhost '{vhost}' needs durable storage: run the "
+        "broker with a data directory")
+
+
 class Persistence:
     """The journal of pending durable writes, shared by the whole broker."""
 
-    def __init__(self, store_factory: Callable[[str, str], QueueStore] = _memory_store):
+    def __init__(self, store_factory: Callable[[str, str], QueueStore] = _memory_store,
+                 stream_factory: Callable = _no_streams):
         self.store_factory = store_factory
+        self.stream_factory = stream_factory   # (vhost, queue, StreamRetention) -> store
+        self.on_commit_request: Callable[[], None] = lambda: None
         self.writes = 0                  # ever-increasing count of pending-or-done writes
         self._changes: list[MetadataChange] = []
         self._dirty_stores: dict = {}
@@ -46,6 +57,17 @@ class Persistence:
         """A store buffered an ack or marker: flushed by the next commit, which nothing
         waits for."""
         self._dirty_stores[store] = None
+
+    def request_commit(self) -> None:
+        """Someone waits for data to become durable without a client waiting for it
+        (stream consumers at the tail): commit soon rather than at the next period."""
+        self.on_commit_request()
+
+    @staticmethod
+    def committed(stores: list) -> None:
+        """A commit synced `stores` (called on the event loop)."""
+        for store in stores:
+            store.synced()
 
     def has_pending(self) -> bool:
         return bool(self._changes or self._dirty_stores)

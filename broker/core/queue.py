@@ -294,6 +294,14 @@ class Queue:
         self.ready.clear()
         return count
 
+    def make_consumer(self, tag: str, channel, no_ack: bool, exclusive: bool,
+                      prefetch: int, arguments: dict) -> Consumer:
+        return Consumer(tag, channel, self, no_ack, exclusive, prefetch, arguments)
+
+    def drop_messages(self) -> int:
+        """The queue is deleted: let go of its messages; how many were ready."""
+        return self.purge()
+
     def add_consumer(self, consumer: Consumer) -> None:
         if consumer.priority:
             self._prioritised = True

@@ -7,7 +7,7 @@ unacceptable value is a 406, worded like RabbitMQ's.
 from .errors import precondition_failed
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-ACCEPTED_QUEUE_TYPES = ("classic", "quorum")
+ACCEPTED_QUEUE_TYPES = ("classic", "quorum", "stream")
 
 
 def _non_negative_int(value):
@@ -72,5 +72,5 @@ def validate_queue_arguments(arguments: dict, queue: str, vhost: str) -> None:
     if queue_type not in ACCEPTED_QUEUE_TYPES:
         raise precondition_failed(
             f"invalid arg 'x-queue-type' for queue '{queue}' in vhost '{vhost}': "
-            f"Warren implements classic queues (quorum is served as classic), "
-            f"not '{queue_type}'")
+            f"Warren implements classic and stream queues (quorum is served as "
+            f"classic), not '{queue_type}'")

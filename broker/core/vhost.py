@@ -13,8 +13,12 @@ from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
 from .message import Message
 from .queue import Queue
 from .queue_arguments import validate_queue_arguments
+from .stream_arguments import StreamRetention, is_stream, validate_stream_declaration
+from .stream_queue import StreamQueue
 from .persistence import Persistence
 from .scheduler import Scheduler
+
+QUEUE_CLASSES = (Queue, StreamQueue)
 
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -136,7 +140,7 @@ class VirtualHost:
         """Durable bindings (durable source and destination) go to the metadata store."""
         if not (exchange.durable and _persisted(destination)):
             return
-        kind = "queue" if isinstance(destination, Queue) else "exchange"
+        kind = "queue" if isinstance(destination, QUEUE_CLASSES) else "exchange"
         self.persistence.record(operation, vhost=self.name, source=exchange.name,
                                 destination_kind=kind, destination=destination.name,
                                 routing_key=routing_key, arguments=dict(arguments or {}))
@@ -172,7 +176,12 @@ class VirtualHost:
         elif name.startswith("amq."):
             raise access_refused(
                 f"queue name '{name}' contains reserved prefix 'amq.*'")
-        validate_queue_arguments(arguments or {}, name, self.name)
+        arguments = arguments or {}
+        validate_queue_arguments(arguments, name, self.name)
+        stream = is_stream(arguments)
+        if stream:
+            validate_stream_declaration(durable, exclusive, auto_delete, arguments, name,
+                                        self.name)
         existing = self.queues.get(name)
         if existing is not None:
             self.check_exclusive(existing, connection)
@@ -183,17 +192,22 @@ class VirtualHost:
             existing.touch()
             return existing
         persisted = durable and not exclusive
-        store = (self.persistence.store_factory(self.name, name) if persisted
-                 else MEMORY_STORE)
-        queue = Queue(self, name, durable, connection if exclusive else None,
-                      auto_delete, arguments, store)
+        if stream:
+            store = self.persistence.stream_factory(
+                self.name, name, StreamRetention.from_arguments(arguments))
+            queue = StreamQueue(self, name, arguments, store)
+        else:
+            store = (self.persistence.store_factory(self.name, name) if persisted
+                     else MEMORY_STORE)
+            queue = Queue(self, name, durable, connection if exclusive else None,
+                          auto_delete, arguments, store)
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
         queue.touch()
         if persisted:
             self.persistence.record("save_queue", vhost=self.name, name=name,
                                     auto_delete=auto_delete,
-                                    arguments=dict(arguments or {}),
+                                    arguments=dict(arguments),
                                     queue_id=store.store_id)
         return queue
 
@@ -222,10 +236,9 @@ class VirtualHost:
         if if_unused and queue.consumers:
             raise precondition_failed(
                 f"queue '{queue.name}' in vhost '{self.name}' in use")
-        if if_empty and queue.ready:
+        if if_empty and queue.message_count:
             raise precondition_failed(
                 f"queue '{queue.name}' in vhost '{self.name}' not empty")
-        count = len(queue.ready)
         queue.deleted = True
         self.queues.pop(queue.name, None)
         for exchange in list(self.exchanges.values()):
@@ -237,7 +250,7 @@ class VirtualHost:
         for consumer in list(queue.consumers):
             consumer.channel.consumer_cancelled_by_broker(consumer)
         queue.consumers.clear()
-        queue.purge()
+        count = queue.drop_messages()
         queue.store.drop()
         return count
 
@@ -257,6 +270,13 @@ class VirtualHost:
         self.default_exchange.bind(queue, name, None)
         queue.restore(messages)
         queue.touch()
+        return queue
+
+    def restore_stream(self, name: str, arguments: dict, store) -> StreamQueue:
+        """Recreate a stream queue over its recovered log."""
+        queue = StreamQueue(self, name, arguments, store)
+        self.queues[name] = queue
+        self.default_exchange.bind(queue, name, None)
         return queue
 
     def restore_binding(self, source: str, destination_kind: str, destination: str,
@@ -280,7 +300,7 @@ class VirtualHost:
         queues = []
         pending = None
         for destination in destinations:
-            if type(destination) is Queue:
+            if type(destination) in QUEUE_CLASSES:
                 queues.append(destination)
             else:
                 pending = pending or []
@@ -299,7 +319,7 @@ class VirtualHost:
                 continue
             seen_exchanges.add(id(exchange))
             for destination in exchange.route(message):
-                if type(destination) is Queue:
+                if type(destination) in QUEUE_CLASSES:
                     if id(destination) not in seen_queues:
                         seen_queues.add(id(destination))
                         queues.append(destination)
@@ -310,7 +330,7 @@ class VirtualHost:
 
 def _persisted(destination) -> bool:
     """Whether a queue or exchange outlives a restart."""
-    if isinstance(destination, Queue):
+    if isinstance(destination, QUEUE_CLASSES):
         return destination.durable and destination.exclusive_owner is None
     return destination.durable
 

@@ -22,13 +22,15 @@ class GroupCommitter:
     """
 
     def __init__(self, persistence: Persistence, apply_changes, sync_stores,
-                 compact_stores):
+                 maintain_stores):
         self.persistence = persistence
         self.durable_writes = 0
         self._apply_changes = apply_changes   # blocking: list[MetadataChange] -> None
         self._sync_stores = sync_stores       # blocking: list[store] -> None
-        self._compact_stores = compact_stores  # blocking: list[store] -> None
-        self._synced_since_compaction: dict = {}
+        self._maintain_stores = maintain_stores  # blocking: list[store] -> None
+        self._synced_since_maintenance: dict = {}
+        self._commit_requested = trio.Event()
+        persistence.on_commit_request = self._commit_requested.set
         self._committing = False
         self._finished = trio.Event()
         self._limiter = trio.CapacityLimiter(1)
@@ -36,16 +38,30 @@ class GroupCommitter:
 
     async def flush_periodically(self, interval: float) -> None:
         """Commit what accumulated without anyone waiting (publishes without confirms,
-        acks), so it reaches disk within `interval` seconds."""
+        acks), so it reaches disk within `interval` seconds, or at once when the core
+        asks (stream consumers waiting for new data). Every `interval`, stores synced
+        since the last pass get their maintenance (compaction, stream retention), off
+        the confirm path."""
+        maintenance_due = trio.current_time() + interval
         while True:
-            await trio.sleep(interval)
+            with trio.move_on_at(maintenance_due):
+                await self._commit_requested.wait()
+            self._commit_requested = trio.Event()
+            self.persistence.on_commit_request = self._commit_requested.set
+            if self._committing:
+                await self._finished.wait()
             if self.persistence.has_pending() and not self._committing:
                 await self._commit()
-            if self._synced_since_compaction:
-                stores = list(self._synced_since_compaction)
-                self._synced_since_compaction.clear()
-                await trio.to_thread.run_sync(self._compact_stores, stores,
-                                              limiter=self._limiter)
+            if trio.current_time() >= maintenance_due:
+                maintenance_due = trio.current_time() + interval
+                await self._maintain()
+
+    async def _maintain(self) -> None:
+        if self._synced_since_maintenance:
+            stores = list(self._synced_since_maintenance)
+            self._synced_since_maintenance.clear()
+            await trio.to_thread.run_sync(self._maintain_stores, stores,
+                                          limiter=self._limiter)
 
     async def flush(self) -> None:
         """Commit everything pending now (used at shutdown)."""
@@ -72,17 +88,18 @@ class GroupCommitter:
             await trio.to_thread.run_sync(self._write, changes, stores,
                                           limiter=self._limiter)
             self.durable_writes = writes
+            self._synced_since_maintenance.update(dict.fromkeys(stores))
         except Exception as error:
             # Nothing taken by this commit may ever be reported durable: the broker
             # stops (the error propagates), as RabbitMQ does on a failed disk write.
             self._failure = error
             log.critical("event=commit_failed error=%r", error)
             raise
-            self._synced_since_compaction.update(dict.fromkeys(stores))
         finally:
             self._committing = False
             self._finished = trio.Event()
             finished.set()
+        self.persistence.committed(stores)
 
     def _write(self, changes, stores) -> None:
         self._apply_changes(changes)

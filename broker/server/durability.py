@@ -9,12 +9,16 @@ import uuid
 from broker.core.broker import Broker
 from broker.core.durable_store import DurableQueueStore
 from broker.core.persistence import MetadataChange, Persistence
+from broker.core.stream_arguments import StreamRetention, is_stream
+from broker.core.stream_store import DurableStreamStore
 from storage.metadata import MetadataStore
 from storage.queue_file import QueueFile
+from storage.stream_log import DEFAULT_MAX_SEGMENT_BYTES, StreamLog
 
 log = logging.getLogger("warren.storage")
 
 QUEUES_DIRECTORY = "queues"
+MIN_SEGMENT_BYTES = 1024   # smaller x-stream-max-segment-size-bytes values are raised
 
 
 class DurableStorage:
@@ -24,12 +28,19 @@ class DurableStorage:
         self.queues_dir = os.path.join(data_dir, QUEUES_DIRECTORY)
         os.makedirs(self.queues_dir, exist_ok=True)
         self.metadata = MetadataStore.open(metadata_url, data_dir)
-        self.persistence = Persistence(self.new_queue_store)
+        self.persistence = Persistence(self.new_queue_store, self.new_stream_store)
 
     def new_queue_store(self, vhost: str, queue: str) -> DurableQueueStore:
         store_id = uuid.uuid4().hex
         queue_file = QueueFile(os.path.join(self.queues_dir, store_id))
         return DurableQueueStore(queue_file, self.persistence, store_id)
+
+    def new_stream_store(self, vhost: str, queue: str,
+                         retention: StreamRetention) -> DurableStreamStore:
+        store_id = uuid.uuid4().hex
+        log_ = StreamLog(os.path.join(self.queues_dir, store_id),
+                         **_log_settings(retention))
+        return DurableStreamStore(log_, self.persistence, store_id)
 
     # -- committing (worker thread) ---------------------------------------------------
 
@@ -45,12 +56,13 @@ class DurableStorage:
             if not store.dropped:
                 store.sync()
 
-    def compact_stores(self, stores: list) -> None:
-        """Compact mostly-dead segments, one per queue per pass (off the confirm path:
-        the periodic flush runs it, so confirms never wait for compaction)."""
+    @staticmethod
+    def maintain_stores(stores: list) -> None:
+        """Compaction of queue files (one segment per queue per pass) and retention of
+        streams, off the confirm path: the periodic flush runs it."""
         for store in stores:
-            if not store.dropped and store.queue_file.needs_compaction():
-                store.queue_file.compact(limit=1)
+            if not store.dropped:
+                store.maintain()
 
     # -- start-up and shutdown --------------------------------------------------------
 
@@ -78,12 +90,24 @@ class DurableStorage:
 
     def _restore_queue(self, vhost, record) -> None:
         directory = os.path.join(self.queues_dir, record.id)
+        if is_stream(record.arguments):
+            self._restore_stream(vhost, record, directory)
+            return
         queue_file, messages, problems = QueueFile.recover(directory, load_bodies=False)
         store = DurableQueueStore(queue_file, self.persistence, record.id)
         vhost.restore_queue(record.name, record.auto_delete, record.arguments, store,
                             messages)
         log.info("event=queue_recovered vhost=%s queue=%s messages=%d problems=%d",
                  vhost.name, record.name, len(messages), len(problems))
+
+    def _restore_stream(self, vhost, record, directory: str) -> None:
+        retention = StreamRetention.from_arguments(record.arguments)
+        log_, problems = StreamLog.recover(directory, **_log_settings(retention))
+        store = DurableStreamStore(log_, self.persistence, record.id)
+        vhost.restore_stream(record.name, record.arguments, store)
+        log.info("event=stream_recovered vhost=%s queue=%s first_offset=%d "
+                 "next_offset=%d problems=%d", vhost.name, record.name,
+                 log_.first_offset, log_.next_offset, len(problems))
 
     def _remove_orphans(self, known_stores: set) -> None:
         """Queue directories no durable queue refers to: deleted queues whose files
@@ -96,6 +120,13 @@ class DurableStorage:
     def close(self, broker: Broker) -> None:
         for vhost in broker.vhosts.values():
             for queue in vhost.queues.values():
-                if isinstance(queue.store, DurableQueueStore):
-                    queue.store.queue_file.close()
+                if isinstance(queue.store, (DurableQueueStore, DurableStreamStore)):
+                    queue.store.close()
         self.metadata.close()
+
+
+def _log_settings(retention: StreamRetention) -> dict:
+    segment_bytes = retention.max_segment_bytes or DEFAULT_MAX_SEGMENT_BYTES
+    return {"max_segment_bytes": max(segment_bytes, MIN_SEGMENT_BYTES),
+            "max_bytes": retention.max_bytes,
+            "max_age_seconds": retention.max_age_seconds}

@@ -19,11 +19,14 @@ class CountingStore:
         self.syncs += 1
         return 0
 
+    def synced(self) -> None:
+        self.synced_calls = getattr(self, "synced_calls", 0) + 1
+
 
 def committer_for(persistence: Persistence) -> GroupCommitter:
     return GroupCommitter(persistence, apply_changes=lambda changes: None,
                           sync_stores=lambda stores: [store.sync() for store in stores],
-                          compact_stores=lambda stores: None)
+                          maintain_stores=lambda stores: None)
 
 
 def test_many_waiters_share_one_commit():

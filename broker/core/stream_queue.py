@@ -1,0 +1,224 @@
+"""Stream queues: an append-only log read by offset. Publishing appends; every consumer
+reads from its own position, and acks only return credit (nothing is removed).
+
+Consumers read only what a commit made durable, so an offset a client has seen is never
+reused after a crash. Deliveries carry their offset in the `x-stream-offset` header.
+"""
+
+import datetime
+
+from amqp_codec import with_long_header
+from amqp_codec.reply_codes import ReplyCode
+
+from .errors import ConnectionFailure, precondition_failed
+from .queue import Consumer
+from .stream_arguments import StreamConsumerOptions, StreamStart, stream_consumer_options
+
+OFFSET_HEADER = b"x-stream-offset"
+READ_BATCH = 256   # messages read from the log per call, at most
+
+
+class StreamConsumer(Consumer):
+    """A consumer's cursor in a stream, and (when tracking) what it has processed."""
+
+    __slots__ = ("position", "tracking", "end", "outstanding", "stored")
+
+    def __init__(self, tag: str, channel, queue, exclusive: bool, prefetch: int,
+                 arguments: dict, options: StreamConsumerOptions):
+        super().__init__(tag, channel, queue, False, exclusive, prefetch, arguments)
+        self.position = 0             # the next offset to deliver
+        self.tracking = options.tracking
+        self.end = options.end
+        self.outstanding: dict[int, None] = {}   # delivered, not yet acked (tracking)
+        self.stored = -1              # the tracked offset last stored
+
+
+class StreamQueue:
+    """A durable stream over a DurableStreamStore (a StreamLog)."""
+
+    durable = True
+    auto_delete = False
+    exclusive_owner = None
+    expires = None
+
+    def __init__(self, vhost, name: str, arguments: dict, store):
+        self.vhost = vhost
+        self.name = name
+        self.arguments = dict(arguments)
+        self.store = store
+        self.log = store.log
+        self.consumers: list[StreamConsumer] = []
+        self.deleted = False
+        store.queue = self
+
+    def __repr__(self) -> str:
+        return f"<StreamQueue {self.name!r}>"
+
+    @property
+    def message_count(self) -> int:
+        """Messages in the stream (retention may have removed older ones)."""
+        return self.log.next_offset - self.log.first_offset
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    # -- publishing ------------------------------------------------------------------
+
+    def enqueue(self, message) -> bool:
+        self.store.append(message)
+        if self.consumers:
+            self.vhost.persistence.request_commit()   # consumers read only durable data
+        return True
+
+    # -- consumers -------------------------------------------------------------------
+
+    def make_consumer(self, tag: str, channel, no_ack: bool, exclusive: bool,
+                      prefetch: int, arguments: dict) -> StreamConsumer:
+        """A consumer at the position its arguments ask for. As RabbitMQ: 406 without
+        a prefetch, 540 (connection) with automatic acks; 406 for malformed arguments."""
+        if not prefetch:
+            raise precondition_failed(
+                f"consumer prefetch count is not set for 'queue '{self.name}' in vhost "
+                f"'{self.vhost.name}'' (stream consumers need Basic.Qos with a prefetch "
+                "count and manual acknowledgements)")
+        if no_ack:
+            raise ConnectionFailure(
+                ReplyCode.NOT_IMPLEMENTED,
+                f"automatic acknowledgement not supported by stream queues queue "
+                f"'{self.name}' in vhost '{self.vhost.name}' (consume with manual acks)",
+                60, 20)
+        options = stream_consumer_options(arguments, self.name)
+        consumer = StreamConsumer(tag, channel, self, exclusive, prefetch, arguments,
+                                  options)
+        consumer.position = self._start_offset(options.start)
+        if consumer.tracking:
+            stored = self.log.consumer_offset(tag)
+            if stored is not None:
+                consumer.position = consumer.stored = stored
+                consumer.position += 1
+        return consumer
+
+    def _start_offset(self, start: StreamStart) -> int:
+        log = self.log
+        kind = start.kind
+        if kind == "first":
+            return log.first_offset
+        if kind == "next":
+            return log.next_offset
+        if kind == "last":
+            return max(log.first_offset, log.next_offset - 1)
+        if kind == "offset":
+            return max(start.value, log.first_offset)
+        if kind == "timestamp":
+            moment = start.value
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=datetime.timezone.utc)
+            return log.offset_for_timestamp(moment.timestamp())
+        return self.store.offset_for_age(start.value)   # interval
+
+    def add_consumer(self, consumer: StreamConsumer) -> None:
+        self.consumers.append(consumer)
+        if self.log.next_offset > self.log.durable_offset + 1:
+            self.vhost.persistence.request_commit()
+        self._feed(consumer)
+
+    def remove_consumer(self, consumer: StreamConsumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+
+    def has_exclusive_consumer(self) -> bool:
+        return any(consumer.exclusive for consumer in self.consumers)
+
+    def touch(self) -> None:
+        """Streams do not expire (x-expires is refused)."""
+
+    # -- delivery --------------------------------------------------------------------
+
+    def dispatch(self, now: float | None = None) -> None:
+        for consumer in list(self.consumers):
+            self._feed(consumer)
+
+    def _feed(self, consumer: StreamConsumer) -> None:
+        """Deliver durable messages from the consumer's position while it has credit;
+        cancel it once it has reached its end offset."""
+        log = self.log
+        channel = consumer.channel
+        end = consumer.end
+        if consumer.position < log.first_offset:
+            consumer.position = log.first_offset   # retention removed what it had not read
+        while channel.can_deliver(consumer):
+            position = consumer.position
+            limit = log.durable_offset + 1
+            if end is not None:
+                limit = min(limit, end)
+            if position >= limit:
+                break
+            count = min(READ_BATCH, limit - position,
+                        consumer.prefetch - consumer.unacked)
+            records = log.read(position, count, durable_only=True)
+            if not records:
+                break
+            for record in records:
+                offset = record.offset
+                if offset >= limit:
+                    break
+                if consumer.tracking:
+                    consumer.outstanding[offset] = None
+                channel.deliver_record(
+                    consumer, (consumer, offset), record.exchange, record.routing_key,
+                    with_long_header(record.properties, OFFSET_HEADER, offset),
+                    record.body)
+                consumer.position = offset + 1
+        if end is not None and consumer.position >= end and consumer in self.consumers:
+            self.consumers.remove(consumer)
+            channel.consumer_cancelled_by_broker(consumer)
+
+    # -- outcomes of deliveries --------------------------------------------------------
+
+    def settle(self, mark) -> None:
+        """An ack: the consumer processed the message (credit is returned by the
+        channel). A tracking consumer stores the offset below which all is processed."""
+        consumer, offset = mark
+        if consumer.tracking:
+            self._processed(consumer, offset)
+
+    def discard(self, marks: list, reason: str) -> None:
+        """Reject/nack without requeue: done with, like an ack (messages stay)."""
+        for mark in marks:
+            self.settle(mark)
+
+    def requeue(self, marks: list) -> None:
+        """Reject/nack with requeue, recover, or a closed channel: the credit comes back
+        but a stream does not deliver again in this session; a tracking consumer does not
+        count these as processed, so a reconnect resumes from the first of them."""
+        if not self.deleted:
+            self.dispatch()
+
+    def _processed(self, consumer: StreamConsumer, offset: int) -> None:
+        outstanding = consumer.outstanding
+        outstanding.pop(offset, None)
+        done = next(iter(outstanding)) - 1 if outstanding else consumer.position - 1
+        if done > consumer.stored and not self.deleted:
+            consumer.stored = done
+            self.store.store_consumer_offset(consumer.tag, done)
+
+    # -- what streams do not do ----------------------------------------------------------
+
+    def take(self):
+        raise ConnectionFailure(
+            ReplyCode.NOT_IMPLEMENTED,
+            f"basic.get not supported by stream queues queue '{self.name}' in vhost "
+            f"'{self.vhost.name}' (consume with Basic.Qos and an x-stream-offset instead)",
+            60, 70)
+
+    def purge(self) -> int:
+        raise ConnectionFailure(
+            ReplyCode.NOT_IMPLEMENTED,
+            f"queue.purge not supported by stream queues queue '{self.name}' in vhost "
+            f"'{self.vhost.name}' (retention removes old messages: x-max-length-bytes, "
+            "x-max-age)", 50, 30)
+
+    def drop_messages(self) -> int:
+        """The stream is deleted: its log goes with the store (RabbitMQ reports 0)."""
+        return 0
