@@ -413,6 +413,8 @@ class Channel:
         self._settle(transaction.acks)
         for deliveries, requeue in transaction.rejects:
             self._reject(deliveries, requeue)
+        if transaction.acks or transaction.rejects:
+            self.vhost.persistence.barrier()   # CommitOk once the acks are on disk
 
     def rollback(self) -> None:
         transaction = self._require_tx()

@@ -63,10 +63,11 @@ class DurableQueueStore:
     def sync(self) -> int:
         return self.queue_file.sync()
 
-    def maintain(self) -> None:
-        """Compact one mostly-dead segment, if there is one."""
+    def maintain(self) -> bool:
+        """Compact one mostly-dead segment, if there is one; True when more remain."""
         if self.queue_file.needs_compaction():
             self.queue_file.compact(limit=1)
+        return self.queue_file.needs_compaction()
 
     def drop_files(self) -> None:
         self.queue_file.drop()

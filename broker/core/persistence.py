@@ -58,6 +58,12 @@ class Persistence:
         waits for."""
         self._dirty_stores[store] = None
 
+    def barrier(self) -> None:
+        """The next durable reply (Tx.CommitOk of acks) must wait until what stores
+        buffered so far, acks included, is on disk."""
+        if self._dirty_stores:
+            self.writes += 1
+
     def request_commit(self) -> None:
         """Someone waits for data to become durable without a client waiting for it
         (stream consumers at the tail): commit soon rather than at the next period."""

@@ -52,9 +52,11 @@ class DurableStreamStore:
     def sync(self) -> int:
         return self.log.sync()
 
-    def maintain(self) -> None:
-        """Retention: delete whole old segments beyond x-max-length-bytes/x-max-age."""
+    def maintain(self) -> bool:
+        """Retention: delete whole old segments beyond x-max-length-bytes/x-max-age
+        (all of them in one pass: nothing remains to do)."""
         self.log.apply_retention()
+        return False
 
     def drop_files(self) -> None:
         self.log.drop()

@@ -27,7 +27,7 @@ class GroupCommitter:
         self.durable_writes = 0
         self._apply_changes = apply_changes   # blocking: list[MetadataChange] -> None
         self._sync_stores = sync_stores       # blocking: list[store] -> None
-        self._maintain_stores = maintain_stores  # blocking: list[store] -> None
+        self._maintain_stores = maintain_stores  # blocking: list[store] -> unfinished
         self._synced_since_maintenance: dict = {}
         self._commit_requested = trio.Event()
         persistence.on_commit_request = self._commit_requested.set
@@ -60,8 +60,9 @@ class GroupCommitter:
         if self._synced_since_maintenance:
             stores = list(self._synced_since_maintenance)
             self._synced_since_maintenance.clear()
-            await trio.to_thread.run_sync(self._maintain_stores, stores,
-                                          limiter=self._limiter)
+            unfinished = await trio.to_thread.run_sync(self._maintain_stores, stores,
+                                                       limiter=self._limiter)
+            self._synced_since_maintenance.update(dict.fromkeys(unfinished))
 
     async def flush(self) -> None:
         """Commit everything pending now (used at shutdown)."""

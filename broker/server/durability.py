@@ -57,12 +57,11 @@ class DurableStorage:
                 store.sync()
 
     @staticmethod
-    def maintain_stores(stores: list) -> None:
+    def maintain_stores(stores: list) -> list:
         """Compaction of queue files (one segment per queue per pass) and retention of
-        streams, off the confirm path: the periodic flush runs it."""
-        for store in stores:
-            if not store.dropped:
-                store.maintain()
+        streams, off the confirm path: the periodic flush runs it. Returns the stores
+        that have more to do (the next pass visits them again)."""
+        return [store for store in stores if not store.dropped and store.maintain()]
 
     # -- start-up and shutdown --------------------------------------------------------
 

@@ -99,3 +99,33 @@ def test_replies_after_a_held_one_wait_behind_it():
     client.connection.end_of_batch()
     assert kinds(client.transport.frames()) == [(1, commands.Queue.DeclareOk),
                                                 (1, commands.Basic.QosOk)]
+
+
+class AckRecordingStore(RecordingStore):
+    """Also records acks, which the next commit flushes (store_touched)."""
+
+    def settle(self, entry) -> None:
+        self.persistence.store_touched(self)
+
+    def delivered(self, entry) -> None:
+        pass
+
+
+def test_tx_commit_of_acks_waits_until_the_acks_are_on_disk():
+    persistence = Persistence()
+    persistence.store_factory = lambda vhost, queue: AckRecordingStore(persistence)
+    client = Client(Broker(persistence=persistence))
+    client.open_channel()
+    client.declare_queue(1, "d", durable=True)
+    client.connection.end_of_batch()
+    publish(client, "d", 2)
+    client.connection.end_of_batch()
+    persistence.take_pending()
+    client.method(1, commands.Tx.Select())
+    (_, get_ok), _, _ = client.method(1, commands.Basic.Get(queue="d"))
+    handle(client, 1, commands.Basic.Ack(delivery_tag=get_ok.delivery_tag))
+    assert handle(client, 1, commands.Tx.Commit()) == []
+    assert client.connection.needs_sync
+    assert persistence.take_pending()[1]   # the ack is in the commit CommitOk waits for
+    client.connection.end_of_batch()
+    assert kinds(client.transport.frames()) == [(1, commands.Tx.CommitOk)]

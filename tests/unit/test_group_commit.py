@@ -3,6 +3,7 @@ is never reported durable."""
 
 import pytest
 import trio
+import trio.testing
 
 from broker.core.persistence import Persistence
 from broker.server.committer import GroupCommitter, StorageFailure
@@ -26,7 +27,7 @@ class CountingStore:
 def committer_for(persistence: Persistence) -> GroupCommitter:
     return GroupCommitter(persistence, apply_changes=lambda changes: None,
                           sync_stores=lambda stores: [store.sync() for store in stores],
-                          maintain_stores=lambda stores: None)
+                          maintain_stores=lambda stores: [])
 
 
 def test_many_waiters_share_one_commit():
@@ -61,3 +62,26 @@ def test_after_a_failed_commit_nothing_is_reported_durable():
         assert committer.durable_writes == 0
 
     trio.run(main)
+
+
+def test_stores_with_maintenance_left_are_visited_again_without_new_writes():
+    persistence = Persistence()
+    store = CountingStore()
+    passes = []
+
+    def maintain(stores):
+        passes.append(list(stores))
+        return stores if len(passes) < 3 else []   # three passes of work, then done
+
+    committer = GroupCommitter(persistence, apply_changes=lambda changes: None,
+                               sync_stores=lambda stores: None,
+                               maintain_stores=maintain)
+
+    async def main():
+        persistence.store_written(store)
+        await committer.wait_for(persistence.writes)
+        with trio.move_on_after(10):
+            await committer.flush_periodically(0.2)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert passes == [[store], [store], [store]]
