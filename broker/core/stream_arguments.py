@@ -26,10 +26,10 @@ def is_stream(arguments: dict) -> bool:
 
 def parse_duration(value) -> float | None:
     """Seconds in a RabbitMQ duration such as '7D', '12h', '30m', '10s'; None if
-    malformed (Y is 365 days, M is 30 days)."""
+    malformed or zero, as RabbitMQ refuses '0s' (Y is 365 days, M is 30 days)."""
     match = (_DURATION.match(_text(value)) if isinstance(value, (str, bytes, bytearray))
              else None)
-    if match is None:
+    if match is None or int(match.group(1)) == 0:
         return None
     return int(match.group(1)) * DURATION_UNITS[match.group(2)]
 

@@ -53,10 +53,10 @@ class DurableStreamStore:
         return self.log.sync()
 
     def maintain(self) -> bool:
-        """Retention: delete whole old segments beyond x-max-length-bytes/x-max-age
-        (all of them in one pass: nothing remains to do)."""
+        """Retention: delete whole old segments beyond x-max-length-bytes/x-max-age.
+        True with an age limit: segments age without writes, so look again next pass."""
         self.log.apply_retention()
-        return False
+        return self.log.max_age_seconds is not None
 
     def drop_files(self) -> None:
         self.log.drop()
