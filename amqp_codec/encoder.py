@@ -32,7 +32,8 @@ def encode_method(channel: int, method) -> bytes:
     return frame.marshal(method, channel)
 
 
-def encode_content(channel: int, method, properties: bytes, body, frame_max: int) -> bytes:
+def encode_content(channel: int, method, properties: bytes, body,
+                   frame_max: int) -> bytes | tuple:
     """A content-carrying method (pamqp), then the header and body frames for raw properties."""
     opened = frame.marshal(method, channel)[:-1]
     return join_with_content([opened], channel, properties, body, frame_max)

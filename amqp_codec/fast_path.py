@@ -1,8 +1,9 @@
 """Struct-based codec for the hot frames, byte-identical to pamqp (tests: test_fast_path.py).
 
 Inbound: Basic.Publish and Basic.Ack arguments. Outbound: Basic.Deliver, Basic.GetOk,
-Basic.Return (each with its content header and body frames, as one bytes object),
-Basic.Ack and Basic.Nack.
+Basic.Return (each with its content header and body frames, as one bytes object, or for
+bodies of LARGE_BODY bytes or more as a tuple of parts that refer to the body without
+copying it), Basic.Ack and Basic.Nack.
 
 Content properties stay raw: the bytes of a content header payload after class_id,
 weight and body_size (property flags, then property values).
@@ -28,6 +29,8 @@ _REPLY_CODE = Struct(">H")
 _MESSAGE_COUNT = Struct(">I")
 _ACK_FRAME = Struct(">BHIHHQBB")         # a whole Basic.Ack / Basic.Nack frame
 _LENGTH_OCTET = [bytes((n,)) for n in range(256)]
+# From this body size on, encoded content is a tuple of parts (the body is not copied).
+LARGE_BODY = 32 * 1024
 
 _NACK_REQUEUE_BIT = 2  # pamqp's and RabbitMQ's default requeue=True
 
@@ -65,9 +68,11 @@ def decode_ack(data: bytes, start: int, end: int) -> commands.Basic.Ack:
 
 
 def join_with_content(parts: list, channel: int, properties: bytes, body,
-                      frame_max: int) -> bytes:
+                      frame_max: int) -> bytes | tuple:
     """Join ``parts`` (a method frame without its end octet) with the end octet, the
-    content header frame and the body frames (payload <= frame_max - 8; 0 = no limit)."""
+    content header frame and the body frames (payload <= frame_max - 8; 0 = no limit).
+    A body of LARGE_BODY bytes or more is not copied: the result is then a tuple of
+    bytes-like parts to write in order."""
     body_size = len(body)
     parts.append(_HEADER_FRAME.pack(FRAME_END, FRAME_HEADER, channel,
                                     CONTENT_HEADER_PREFIX_SIZE + len(properties),
@@ -81,6 +86,8 @@ def join_with_content(parts: list, channel: int, properties: bytes, body,
     else:
         _append_body_frames(parts, channel, body, limit)
     parts.append(FRAME_END_BYTE)
+    if body_size >= LARGE_BODY:
+        return tuple(parts)
     return b"".join(parts)
 
 
@@ -97,8 +104,8 @@ def _append_body_frames(parts: list, channel: int, body, limit: int) -> None:
 
 def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
                    exchange: str, routing_key: str, properties: bytes, body,
-                   frame_max: int) -> bytes:
-    """Basic.Deliver + content header + body frames, as one bytes object."""
+                   frame_max: int) -> bytes | tuple:
+    """Basic.Deliver + content header + body frames (see join_with_content)."""
     tag, exchange_b, key = shortstr(consumer_tag), shortstr(exchange), shortstr(routing_key)
     size = 13 + len(tag) + len(exchange_b) + len(key)
     parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_DELIVER),
@@ -108,8 +115,8 @@ def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redeliver
 
 def encode_get_ok(channel: int, delivery_tag: int, redelivered: bool, exchange: str,
                   routing_key: str, message_count: int, properties: bytes, body,
-                  frame_max: int) -> bytes:
-    """Basic.GetOk + content header + body frames, as one bytes object."""
+                  frame_max: int) -> bytes | tuple:
+    """Basic.GetOk + content header + body frames (see join_with_content)."""
     exchange_b, key = shortstr(exchange), shortstr(routing_key)
     size = 17 + len(exchange_b) + len(key)
     parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_GET_OK),
@@ -119,8 +126,8 @@ def encode_get_ok(channel: int, delivery_tag: int, redelivered: bool, exchange: 
 
 
 def encode_return(channel: int, reply_code: int, reply_text: str, exchange: str,
-                  routing_key: str, properties: bytes, body, frame_max: int) -> bytes:
-    """Basic.Return + content header + body frames, as one bytes object."""
+                  routing_key: str, properties: bytes, body, frame_max: int) -> bytes | tuple:
+    """Basic.Return + content header + body frames (see join_with_content)."""
     text, exchange_b, key = shortstr(reply_text), shortstr(exchange), shortstr(routing_key)
     size = 6 + len(text) + len(exchange_b) + len(key)
     parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_RETURN),

@@ -29,7 +29,9 @@ class Transport(Protocol):
 
     writable: bool   # False while the outgoing buffer is above its high-water mark
 
-    def write(self, data: bytes) -> None: ...
+    def write(self, data: bytes | tuple) -> None:
+        """Send bytes, or a tuple of bytes-like parts in order (large message bodies,
+        written without being copied)."""
 
     def close(self) -> None:
         """Flush what was written, then close the socket."""

@@ -16,8 +16,8 @@ class RecordingTransport:
         self.tuned_with = None
         self._data = bytearray()
 
-    def write(self, data: bytes) -> None:
-        self._data += data
+    def write(self, data) -> None:
+        self._data += b"".join(data) if type(data) is tuple else data
 
     def close(self) -> None:
         self.closed = True

@@ -12,7 +12,8 @@ from amqp_codec import (
     encode_deliver, encode_method, encode_properties, encode_server_properties,
 )
 from test_fast_path import (
-    bodies, channels, delivery_tags, exchange_names, frame_maxes, pamqp_content, properties,
+    bodies, channels, delivery_tags, exchange_names, frame_maxes, joined, pamqp_content,
+    properties,
     raw_properties, shortstrs,
 )
 
@@ -43,11 +44,12 @@ def test_encode_content_matches_pamqp_and_fast_path(channel, consumer_tag, deliv
     body = data.draw(bodies(frame_max))
     method = commands.Basic.Deliver(consumer_tag, delivery_tag, redelivered, exchange,
                                     routing_key)
-    encoded = encode_content(channel, method, raw, body, frame_max)
+    encoded = joined(encode_content(channel, method, raw, body, frame_max))
     assert encoded == frame.marshal(method, channel) + pamqp_content(channel, raw, body,
                                                                      frame_max)
-    assert encoded == encode_deliver(channel, consumer_tag, delivery_tag, redelivered,
-                                     exchange, routing_key, raw, body, frame_max)
+    assert encoded == joined(encode_deliver(channel, consumer_tag, delivery_tag,
+                                            redelivered, exchange, routing_key, raw, body,
+                                            frame_max))
 
 
 def _frames(data: bytes) -> list[tuple[int, int, bytes]]:
@@ -66,8 +68,8 @@ def _frames(data: bytes) -> list[tuple[int, int, bytes]]:
 ])
 def test_every_frame_fits_frame_max(frame_max, body_size, body_frames):
     body = bytes(i % 251 for i in range(body_size))
-    encoded = encode_content(1, commands.Basic.Deliver("c", 1, routing_key="k"), b"\x00\x00",
-                             body, frame_max)
+    encoded = joined(encode_content(1, commands.Basic.Deliver("c", 1, routing_key="k"),
+                                    b"\x00\x00", body, frame_max))
     frames = _frames(encoded)
     assert [f[0] for f in frames] == [1, 2] + [3] * body_frames
     assert b"".join(f[2] for f in frames[2:]) == body

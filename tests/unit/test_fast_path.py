@@ -16,7 +16,7 @@ from amqp_codec import (
     decode_properties, encode_basic_ack, encode_basic_nack, encode_deliver, encode_get_ok,
     encode_properties, encode_return,
 )
-from amqp_codec.fast_path import decode_ack, decode_publish, shortstr
+from amqp_codec.fast_path import LARGE_BODY, decode_ack, decode_publish, shortstr
 from amqp_codec.properties import delivery_mode
 
 
@@ -86,6 +86,11 @@ def pamqp_content(channel: int, raw: bytes, body: bytes, frame_max: int) -> byte
     return b"".join(frames)
 
 
+def joined(encoded) -> bytes:
+    """Encoded content as bytes (large bodies come as a tuple of parts)."""
+    return b"".join(encoded) if type(encoded) is tuple else encoded
+
+
 @given(shortstrs)
 def test_shortstr_matches_pamqp(value):
     assert shortstr(value) == pamqp_encode.short_string(value)
@@ -111,8 +116,8 @@ def test_encode_deliver_matches_pamqp(channel, consumer_tag, delivery_tag, redel
     method = commands.Basic.Deliver(consumer_tag, delivery_tag, redelivered, exchange,
                                     routing_key)
     expected = frame.marshal(method, channel) + pamqp_content(channel, raw, body, frame_max)
-    assert encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange,
-                          routing_key, raw, body, frame_max) == expected
+    assert joined(encode_deliver(channel, consumer_tag, delivery_tag, redelivered,
+                                 exchange, routing_key, raw, body, frame_max)) == expected
 
 
 @settings(deadline=None)
@@ -125,8 +130,8 @@ def test_encode_get_ok_matches_pamqp(channel, delivery_tag, redelivered, exchang
     method = commands.Basic.GetOk(delivery_tag, redelivered, exchange, routing_key,
                                   message_count)
     expected = frame.marshal(method, channel) + pamqp_content(channel, raw, body, frame_max)
-    assert encode_get_ok(channel, delivery_tag, redelivered, exchange, routing_key,
-                         message_count, raw, body, frame_max) == expected
+    assert joined(encode_get_ok(channel, delivery_tag, redelivered, exchange, routing_key,
+                                message_count, raw, body, frame_max)) == expected
 
 
 @settings(deadline=None)
@@ -138,8 +143,8 @@ def test_encode_return_matches_pamqp(channel, reply_code, reply_text, exchange, 
     body = data.draw(bodies(frame_max))
     method = commands.Basic.Return(reply_code, reply_text, exchange, routing_key)
     expected = frame.marshal(method, channel) + pamqp_content(channel, raw, body, frame_max)
-    assert encode_return(channel, reply_code, reply_text, exchange, routing_key, raw, body,
-                         frame_max) == expected
+    assert joined(encode_return(channel, reply_code, reply_text, exchange, routing_key,
+                                raw, body, frame_max)) == expected
 
 
 @given(channels, delivery_tags, st.booleans())
@@ -208,3 +213,18 @@ def test_decode_ack_rejects_wrong_length():
 @given(properties)
 def test_delivery_mode_reads_the_same_value_as_pamqp(props):
     assert delivery_mode(encode_properties(props)) == (props.delivery_mode or 0)
+
+
+@pytest.mark.parametrize("frame_max", [4096, 131072, 0])
+@pytest.mark.parametrize("size", [LARGE_BODY, 65536, 300_000])
+def test_large_bodies_are_encoded_as_parts_that_refer_to_the_body(frame_max, size):
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    raw = encode_properties(commands.Basic.Properties(content_type="application/json"))
+    parts = encode_deliver(3, "ctag", 7, False, "ex", "rk", raw, body, frame_max)
+    assert type(parts) is tuple
+    method = commands.Basic.Deliver("ctag", 7, False, "ex", "rk")
+    assert b"".join(parts) == (frame.marshal(method, 3)
+                               + pamqp_content(3, raw, body, frame_max))
+    # The body is referenced, not copied: whole (one body frame) or as memoryview slices.
+    assert any(part is body or (isinstance(part, memoryview) and part.obj is body)
+               for part in parts)
