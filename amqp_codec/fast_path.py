@@ -29,6 +29,8 @@ _REPLY_CODE = Struct(">H")
 _MESSAGE_COUNT = Struct(">I")
 _ACK_FRAME = Struct(">BHIHHQBB")         # a whole Basic.Ack / Basic.Nack frame
 _LENGTH_OCTET = [bytes((n,)) for n in range(256)]
+_SHORTSTRS: dict[str, bytes] = {}
+_SHORTSTRS_KEPT = 4096
 # From this body size on, encoded content is a tuple of parts (the body is not copied).
 LARGE_BODY = 32 * 1024
 
@@ -36,11 +38,18 @@ _NACK_REQUEUE_BIT = 2  # pamqp's and RabbitMQ's default requeue=True
 
 
 def shortstr(value: str) -> bytes:
-    """Encode an AMQP shortstr: one length octet, then at most 255 bytes of UTF-8."""
-    data = value.encode()
-    if len(data) > 255:
-        raise ValueError(f"shortstr longer than 255 bytes of UTF-8: {value[:40]!r}...")
-    return _LENGTH_OCTET[len(data)] + data
+    """Encode an AMQP shortstr: one length octet, then at most 255 bytes of UTF-8.
+    Consumer tags, exchanges and routing keys repeat: encodings are remembered."""
+    encoded = _SHORTSTRS.get(value)
+    if encoded is None:
+        data = value.encode()
+        if len(data) > 255:
+            raise ValueError(f"shortstr longer than 255 bytes of UTF-8: {value[:40]!r}...")
+        encoded = _LENGTH_OCTET[len(data)] + data
+        if len(_SHORTSTRS) >= _SHORTSTRS_KEPT:
+            _SHORTSTRS.clear()
+        _SHORTSTRS[value] = encoded
+    return encoded
 
 
 def decode_publish(data: bytes, start: int, end: int) -> tuple[str, str, bool, bool]:
@@ -108,6 +117,18 @@ def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redeliver
     """Basic.Deliver + content header + body frames (see join_with_content)."""
     tag, exchange_b, key = shortstr(consumer_tag), shortstr(exchange), shortstr(routing_key)
     size = 13 + len(tag) + len(exchange_b) + len(key)
+    body_size = len(body)
+    if 0 < body_size < LARGE_BODY and (not frame_max
+                                       or body_size <= frame_max - FRAME_OVERHEAD):
+        # The common case, one body frame, in one join (same bytes as the general path).
+        return b"".join((
+            _METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_DELIVER),
+            tag, _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key,
+            _HEADER_FRAME.pack(FRAME_END, FRAME_HEADER, channel,
+                               CONTENT_HEADER_PREFIX_SIZE + len(properties), BASIC_CLASS,
+                               0, body_size),
+            properties, _BODY_PREFIX.pack(FRAME_END, FRAME_BODY, channel, body_size), body,
+            FRAME_END_BYTE))
     parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_DELIVER),
              tag, _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key]
     return join_with_content(parts, channel, properties, body, frame_max)

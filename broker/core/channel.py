@@ -115,12 +115,8 @@ class Channel:
                                f"in vhost '{self.vhost.name}'")
         message = Message(command.exchange, command.routing_key, command.properties,
                           command.body)
-        if message.has_user_id():
-            self._check_user_id(message)
-        if message.has_expiration():
-            self._check_expiration(message)
-        if message.has_reply_to():
-            message = self._with_reply_token(message)
+        if message.needs_checks():
+            message = self._checked(message)
         if self.confirming:
             self.publish_seq += 1
         if self.transaction is not None:
@@ -131,6 +127,15 @@ class Channel:
             if not accepted:
                 self.nacked_seqs.append(self.publish_seq)
             self.connection.confirms_pending(self)
+
+    def _checked(self, message: Message) -> Message:
+        if message.has_user_id():
+            self._check_user_id(message)
+        if message.has_expiration():
+            self._check_expiration(message)
+        if message.has_reply_to():
+            message = self._with_reply_token(message)
+        return message
 
     def _check_user_id(self, message: Message) -> None:
         """RabbitMQ's validated user id: user_id, when set, must be the login user."""

@@ -45,6 +45,13 @@ class Message:
         copy._persistent = self._persistent
         return copy
 
+    def needs_checks(self) -> bool:
+        """Whether user_id, expiration or reply_to is set (each needs a look on publish);
+        one test for the common case of none."""
+        properties = self.properties
+        return len(properties) >= 2 and bool(properties[0] & (EXPIRATION_FLAG | REPLY_TO_FLAG)
+                                             or properties[1] & USER_ID_FLAG)
+
     def has_user_id(self) -> bool:
         """Whether the user_id property is present (bit 4 of the property flags)."""
         properties = self.properties

@@ -97,6 +97,11 @@ class Queue:
             entry.expires_at = self._expiry(message, now)
         self.store.append(entry)
         ready = self.ready
+        if not ready and self.consumers and limit is None and entry.expires_at is None:
+            consumer = self._next_consumer()    # hand over at once: no queueing needed
+            if consumer is not None:
+                consumer.channel.deliver(consumer, entry)
+                return True
         ready.append(entry)
         if len(ready) > self.page_window:
             self.store.page_out(entry)
