@@ -8,10 +8,21 @@ Measures, on one queue filled with --messages messages of --size bytes each:
    maxMessagesPerTrigger=--max-per-trigger into the no-op sink (``format("noop")``);
 3. the batch source: ``read.format("amqp")`` into the no-op sink.
 
+and, on one stream queue (x-queue-type=stream) filled with the same messages:
+
+4. raw pika: one consumer from offset "first", prefetch --stream-prefetch, a multiple
+   ack every half prefetch, until the last offset arrived;
+5. the stream-queue source (exactly-once offset ranges): ``readStream.format("amqp")``
+   with startingOffset=first, trigger(availableNow=True),
+   maxMessagesPerTrigger=--stream-max-per-trigger and
+   maxMessagesPerPartition=--stream-max-per-partition into the no-op sink; the
+   partitions of a batch are read in parallel by the executors (--master).
+
 The queue is refilled before each run. SparkSession start-up is not timed. Stream
 figures: "wall" is rows / time from query start to its end; "in batches" leaves out
 the time between batches; "batches 2..n" also leaves out the first batch (Spark's
-warm-up). The batch figure is rows / time of the read-and-write job.
+warm-up). The batch figure is rows / time of the read-and-write job. --scenarios
+chooses queue, stream or both (default).
 
     python3 bench/spark_source_throughput.py --start-warren            # a fresh Warren
     python3 bench/spark_source_throughput.py --port 5673               # RabbitMQ
@@ -36,6 +47,8 @@ import uuid
 import pika
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:  # spark.amqp (fill_stream) without installing the project
+    sys.path.insert(0, REPO)
 LISTENING = re.compile(r"event=listening .*host=(\S+) port=(\d+)")
 
 
@@ -51,6 +64,11 @@ def parse_args(argv=None):
     parser.add_argument("--size", type=int, default=100, help="body size in bytes")
     parser.add_argument("--max-per-trigger", type=int, default=10_000)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--scenarios", default="queue,stream",
+                        help="comma-separated: queue (plain queue), stream (stream queue)")
+    parser.add_argument("--stream-max-per-trigger", type=int, default=100_000)
+    parser.add_argument("--stream-max-per-partition", type=int, default=25_000)
+    parser.add_argument("--stream-prefetch", type=int, default=2_000)
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     return parser.parse_args(argv)
 
@@ -131,11 +149,62 @@ def spark_session(master: str):
     return session
 
 
-def spark_stream(spark, url: str, queue: str, count: int, per_trigger: int):
+def fill_stream(url: str, stream: str, count: int, size: int) -> float:
+    """Publish `count` messages to `stream` (no confirms), then wait until the stream's
+    tail reached them (found as the source finds it); returns the publish rate."""
+    from spark.amqp.stream_client import StreamProbe
+
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    body = b"x" * size
+    started = time.perf_counter()
+    for n in range(count):
+        channel.basic_publish("", stream, body, pika.BasicProperties(message_id=str(n)))
+    connection.process_data_events(time_limit=0)
+    probe = StreamProbe(url, "bench fill")
+    try:
+        while (probe.tail(stream) or 0) < count:
+            time.sleep(0.05)
+    finally:
+        probe.close()
+    elapsed = time.perf_counter() - started
+    connection.close()
+    return count / elapsed
+
+
+def raw_pika_stream_consume(url: str, stream: str, count: int, prefetch: int) -> float:
+    """One consumer from offset 'first' until offset count - 1 arrived; closes the
+    connection instead of cancelling (pika's cancel nacks, which RabbitMQ 3.10 refuses
+    on streams)."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    state = {"n": 0, "last": -1}
+    ack_every = max(1, prefetch // 2)
+
+    def on_message(ch, method, properties, body):
+        state["n"] += 1
+        state["last"] = properties.headers["x-stream-offset"]
+        if state["n"] % ack_every == 0:
+            ch.basic_ack(method.delivery_tag, multiple=True)
+
+    started = time.perf_counter()
+    channel.basic_consume(stream, on_message, arguments={"x-stream-offset": "first"})
+    while state["last"] < count - 1:
+        connection.process_data_events(time_limit=1)
+    elapsed = time.perf_counter() - started
+    connection.close()
+    return count / elapsed
+
+
+def spark_stream(spark, url: str, queue: str, count: int, per_trigger: int, **options):
     checkpoint = tempfile.mkdtemp(prefix="warren-spark-bench-")
     started = time.perf_counter()
-    query = (spark.readStream.format("amqp").option("url", url).option("queue", queue)
-             .option("maxMessagesPerTrigger", per_trigger).load()
+    reader = (spark.readStream.format("amqp").option("url", url).option("queue", queue)
+              .option("maxMessagesPerTrigger", per_trigger))
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    query = (reader.load()
              .writeStream.format("noop").option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
@@ -159,8 +228,68 @@ def spark_batch(spark, url: str, queue: str):
     return elapsed
 
 
+def run_queue_scenario(args, url: str, queue: str, results: dict, spark_factory) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    connection.channel().queue_declare(queue)
+    connection.close()
+
+    results["publish_msg_s"] = fill(url, queue, args.messages, args.size)
+    results["raw_pika_msg_s"] = raw_pika_consume(url, queue, args.messages,
+                                                 args.max_per_trigger)
+
+    spark = spark_factory()
+    fill(url, queue, args.messages, args.size)
+    rows, wall_rate, batch_rate, steady, batches = spark_stream(
+        spark, url, queue, args.messages, args.max_per_trigger)
+    results.update(stream_rows=rows, stream_batches=batches,
+                   stream_rows_s=wall_rate, stream_rows_s_in_batches=batch_rate,
+                   stream_rows_s_after_first_batch=steady)
+
+    # The stream's last batch is back in the queue (not acknowledged at stop): top up.
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    leftover = channel.queue_declare(queue, passive=True).method.message_count
+    connection.close()
+    fill(url, queue, args.messages, args.size)
+    elapsed = spark_batch(spark, url, queue)
+    results["batch_rows"] = args.messages + leftover
+    results["batch_rows_s"] = results["batch_rows"] / elapsed
+
+
+def run_stream_scenario(args, url: str, stream: str, results: dict, spark_factory) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    connection.channel().queue_declare(stream, durable=True,
+                                       arguments={"x-queue-type": "stream"})
+    connection.close()
+    results["sq_publish_msg_s"] = fill_stream(url, stream, args.messages, args.size)
+    results["sq_raw_pika_msg_s"] = raw_pika_stream_consume(url, stream, args.messages,
+                                                           args.stream_prefetch)
+    spark = spark_factory()
+    rows, wall_rate, batch_rate, steady, batches = spark_stream(
+        spark, url, stream, args.messages, args.stream_max_per_trigger,
+        startingOffset="first", maxMessagesPerPartition=args.stream_max_per_partition,
+        prefetch=args.stream_prefetch)
+    results.update(sq_rows=rows, sq_batches=batches, sq_rows_s=wall_rate,
+                   sq_rows_s_in_batches=batch_rate, sq_rows_s_after_first_batch=steady)
+
+
+def delete_queues(url: str, queues) -> None:
+    try:
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        for queue in queues:
+            channel.queue_delete(queue)
+        connection.close()
+    except pika.exceptions.AMQPError:
+        pass
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    scenarios = {name.strip() for name in args.scenarios.split(",") if name.strip()}
+    unknown = scenarios - {"queue", "stream"}
+    if unknown or not scenarios:
+        raise SystemExit(f"--scenarios takes queue and/or stream, got {args.scenarios!r}")
     warren = None
     data_dir = None
     if args.start_warren:
@@ -168,58 +297,58 @@ def main(argv=None) -> int:
         warren, args.port = start_warren(data_dir)
     url = args.url or f"amqp://guest:guest@{args.host}:{args.port}/%2F"
     queue = f"spark-bench-{uuid.uuid4().hex}"
+    stream = f"spark-bench-stream-{uuid.uuid4().hex}"
     results = {"messages": args.messages, "size": args.size,
                "max_per_trigger": args.max_per_trigger, "master": args.master}
+    sessions = []
+
+    def spark_factory():
+        if not sessions:
+            sessions.append(spark_session(args.master))
+        return sessions[0]
+
     try:
-        connection = pika.BlockingConnection(pika.URLParameters(url))
-        connection.channel().queue_declare(queue)
-        connection.close()
-
-        results["publish_msg_s"] = fill(url, queue, args.messages, args.size)
-        results["raw_pika_msg_s"] = raw_pika_consume(url, queue, args.messages,
-                                                     args.max_per_trigger)
-
-        spark = spark_session(args.master)
-        fill(url, queue, args.messages, args.size)
-        rows, wall_rate, batch_rate, steady, batches = spark_stream(
-            spark, url, queue, args.messages, args.max_per_trigger)
-        results.update(stream_rows=rows, stream_batches=batches,
-                       stream_rows_s=wall_rate, stream_rows_s_in_batches=batch_rate,
-                       stream_rows_s_after_first_batch=steady)
-
-        # The stream's last batch is back in the queue (not acknowledged at stop): top up.
-        connection = pika.BlockingConnection(pika.URLParameters(url))
-        channel = connection.channel()
-        leftover = channel.queue_declare(queue, passive=True).method.message_count
-        connection.close()
-        fill(url, queue, args.messages, args.size)
-        elapsed = spark_batch(spark, url, queue)
-        results["batch_rows"] = args.messages + leftover
-        results["batch_rows_s"] = results["batch_rows"] / elapsed
-        spark.stop()
+        if "queue" in scenarios:
+            run_queue_scenario(args, url, queue, results, spark_factory)
+        if "stream" in scenarios:
+            results.update(stream_max_per_trigger=args.stream_max_per_trigger,
+                           stream_max_per_partition=args.stream_max_per_partition,
+                           stream_prefetch=args.stream_prefetch)
+            run_stream_scenario(args, url, stream, results, spark_factory)
+        if sessions:
+            sessions[0].stop()
     finally:
-        try:
-            connection = pika.BlockingConnection(pika.URLParameters(url))
-            connection.channel().queue_delete(queue)
-            connection.close()
-        except pika.exceptions.AMQPError:
-            pass
+        delete_queues(url, [queue, stream])
         if warren is not None:
             warren.kill()
             warren.wait()
 
-    print(f"{args.messages} messages of {args.size} B, maxMessagesPerTrigger "
-          f"{args.max_per_trigger}, {args.master}")
-    print(f"  publish (pika, no confirms)        {results['publish_msg_s']:>10,.0f} msg/s")
-    print(f"  raw pika consume (manual ack)      {results['raw_pika_msg_s']:>10,.0f} msg/s")
-    print(f"  amqp stream -> noop (wall)         {results['stream_rows_s']:>10,.0f} rows/s"
-          f"  ({results['stream_batches']} batches)")
-    print(f"  amqp stream -> noop (in batches)   {results['stream_rows_s_in_batches']:>10,.0f}"
-          f" rows/s")
-    print(f"  amqp stream, batches 2..n          "
-          f"{results['stream_rows_s_after_first_batch']:>10,.0f} rows/s")
-    print(f"  amqp batch read -> noop (wall)     {results['batch_rows_s']:>10,.0f} rows/s"
-          f"  ({results['batch_rows']} rows)")
+    print(f"{args.messages} messages of {args.size} B, {args.master}")
+    if "queue" in scenarios:
+        print(f"plain queue, maxMessagesPerTrigger {args.max_per_trigger}")
+        print(f"  publish (pika, no confirms)        {results['publish_msg_s']:>10,.0f} msg/s")
+        print(f"  raw pika consume (manual ack)      {results['raw_pika_msg_s']:>10,.0f} msg/s")
+        print(f"  amqp stream -> noop (wall)         {results['stream_rows_s']:>10,.0f} rows/s"
+              f"  ({results['stream_batches']} batches)")
+        print(f"  amqp stream -> noop (in batches)   "
+              f"{results['stream_rows_s_in_batches']:>10,.0f} rows/s")
+        print(f"  amqp stream, batches 2..n          "
+              f"{results['stream_rows_s_after_first_batch']:>10,.0f} rows/s")
+        print(f"  amqp batch read -> noop (wall)     {results['batch_rows_s']:>10,.0f} rows/s"
+              f"  ({results['batch_rows']} rows)")
+    if "stream" in scenarios:
+        print(f"stream queue, maxMessagesPerTrigger {args.stream_max_per_trigger}, "
+              f"maxMessagesPerPartition {args.stream_max_per_partition}, "
+              f"prefetch {args.stream_prefetch}")
+        print(f"  publish (pika, no confirms)        {results['sq_publish_msg_s']:>10,.0f} msg/s")
+        print(f"  raw pika consume from first        "
+              f"{results['sq_raw_pika_msg_s']:>10,.0f} msg/s")
+        print(f"  amqp stream queue -> noop (wall)   {results['sq_rows_s']:>10,.0f} rows/s"
+              f"  ({results['sq_batches']} batches)")
+        print(f"  amqp stream queue (in batches)     "
+              f"{results['sq_rows_s_in_batches']:>10,.0f} rows/s")
+        print(f"  amqp stream queue, batches 2..n    "
+              f"{results['sq_rows_s_after_first_batch']:>10,.0f} rows/s")
     if args.json:
         print(json.dumps(results))
     return 0

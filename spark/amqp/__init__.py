@@ -1,8 +1,9 @@
 """The ``amqp`` PySpark data source (Python Data Source API, PySpark >= 4.3).
 
 Modules: ``source`` (the DataSource), ``options``, ``offsets``, ``messages`` (schema and
-row conversion), ``connection`` (pika consumer and connection), ``stream_reader``,
-``batch_reader``, ``writer``. See docs/spark.md.
+row conversion), ``connection`` (pika consumer and connection), ``stream_reader``
+(plain queues, at-least-once), ``stream_queue_reader`` and ``stream_client`` (stream
+queues, exactly-once offset ranges), ``batch_reader``, ``writer``. See docs/spark.md.
 """
 
 from .source import AmqpDataSource

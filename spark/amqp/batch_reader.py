@@ -59,7 +59,7 @@ class AmqpBatchReader(DataSourceReader):
         if not deliveries:
             return
         consumer.cancel()
-        for batch in to_record_batches(deliveries):
+        for batch in to_record_batches(deliveries, options.queue):
             yield batch
         # Spark consumed every row: the read is complete.
         consumer.ack_through(deliveries[-1].tag)

@@ -32,6 +32,8 @@ SCHEMA = StructType([
     StructField("timestamp", TimestampType()),
     StructField("delivery_mode", IntegerType()),
     StructField("redelivered", BooleanType()),
+    StructField("queue", StringType()),
+    StructField("offset", LongType()),
 ])
 
 ARROW_SCHEMA = pa.schema([
@@ -45,13 +47,17 @@ ARROW_SCHEMA = pa.schema([
     ("timestamp", pa.timestamp("us", tz="UTC")),
     ("delivery_mode", pa.int32()),
     ("redelivered", pa.bool_()),
+    ("queue", pa.string()),
+    ("offset", pa.int64()),
 ])
 
 # Rows per RecordBatch handed to Spark.
 ARROW_BATCH_ROWS = 10_000
 
-# One delivered message, as received (Basic.Deliver fields, properties, body).
-Delivery = namedtuple("Delivery", "tag exchange routing_key redelivered properties body")
+# One delivered message, as received (Basic.Deliver fields, properties, body; for stream
+# queues the offset from the x-stream-offset header, None for plain queues).
+Delivery = namedtuple("Delivery", "tag exchange routing_key redelivered properties body offset",
+                      defaults=(None,))
 
 
 def check_read_schema(schema) -> None:
@@ -90,9 +96,10 @@ def header_text(value):
     return json.dumps(value, default=_json_default, separators=(",", ":"))
 
 
-def _record_batch(deliveries) -> pa.RecordBatch:
+def _record_batch(deliveries, queue: str) -> pa.RecordBatch:
     bodies, keys, exchanges, types, headers = [], [], [], [], []
     ids, correlations, stamps, modes, redelivered = [], [], [], [], []
+    offsets = []
     for delivery in deliveries:
         props = delivery.properties
         bodies.append(delivery.body)
@@ -107,15 +114,17 @@ def _record_batch(deliveries) -> pa.RecordBatch:
         stamps.append(None if props.timestamp is None else int(props.timestamp) * 1_000_000)
         modes.append(props.delivery_mode)
         redelivered.append(bool(delivery.redelivered))
+        offsets.append(delivery.offset)
     columns = [bodies, keys, exchanges, types, headers, ids, correlations, stamps, modes,
-               redelivered]
+               redelivered, [queue] * len(offsets), offsets]
     arrays = [pa.array(column, type=field.type) for column, field in zip(columns, ARROW_SCHEMA)]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
-def to_record_batches(deliveries) -> list:
-    """The deliveries as RecordBatches of ARROW_SCHEMA (at most ARROW_BATCH_ROWS rows each)."""
-    return [_record_batch(deliveries[i:i + ARROW_BATCH_ROWS])
+def to_record_batches(deliveries, queue: str) -> list:
+    """The deliveries (read from `queue`) as RecordBatches of ARROW_SCHEMA (at most
+    ARROW_BATCH_ROWS rows each)."""
+    return [_record_batch(deliveries[i:i + ARROW_BATCH_ROWS], queue)
             for i in range(0, len(deliveries), ARROW_BATCH_ROWS)]
 
 
@@ -126,7 +135,7 @@ _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _HEADER_VALUE_TYPES = (StringType, BooleanType) + _INTEGRAL
 # Columns of the source's schema that mean nothing to a publish; a DataFrame read from a
 # queue can be written back unchanged, and these are ignored (not used as the target).
-IGNORED_COLUMNS = ("exchange", "redelivered")
+IGNORED_COLUMNS = ("exchange", "redelivered", "queue", "offset")
 WRITER_COLUMNS = ("body", "routing_key", "headers", "content_type", "message_id",
                   "correlation_id", "timestamp", "delivery_mode")
 

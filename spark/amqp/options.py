@@ -1,7 +1,8 @@
 """The options of the ``amqp`` data source, parsed and checked once, in the driver.
 
 Spark hands a data source its options as a case-insensitive dict of strings. Each mode
-(batch read, stream read, write) accepts its own set; anything else is an error that
+(batch read, stream read of a plain queue, stream read of stream queues -- selected by
+the startingOffset option --, write) accepts its own set; anything else is an error that
 names the option and, where the option belongs to another mode, says which one. Option
 names in messages are the public spellings (``maxMessagesPerTrigger``), not the
 lower-cased keys Spark stores.
@@ -16,6 +17,12 @@ DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
 # Largest Basic.Qos prefetch_count (a short in AMQP 0-9-1).
 MAX_PREFETCH = 65535
 DEFAULT_MAX_MESSAGES_PER_TRIGGER = 10_000
+# Stream queues (startingOffset given): batches are read in parallel by executor tasks
+# and never held by the driver, so they may be larger.
+DEFAULT_STREAM_MAX_MESSAGES_PER_TRIGGER = 100_000
+DEFAULT_STREAM_MAX_MESSAGES_PER_PARTITION = 25_000
+DEFAULT_STREAM_PREFETCH = 2_000
+STARTING_OFFSET_NAMES = ("first", "last", "next")
 
 
 class AmqpOptionError(ValueError):
@@ -35,19 +42,26 @@ def redact_url(url: str) -> str:
 # Public spelling of every option, by the lower-case key Spark stores.
 _PUBLIC = {name.lower(): name for name in (
     "url", "queue", "prefetch", "maxMessagesPerTrigger", "maxMessages", "startingOffset",
-    "exchange", "routingKey", "mandatory", "checkpointLocation",
+    "maxMessagesPerPartition", "exchange", "routingKey", "mandatory", "checkpointLocation",
 )}
 
 _READ_ONLY_HINT = "it is a reader option; writers take url, exchange, routingKey, mandatory"
 _WRITE_ONLY_HINT = "it is a writer option"
+_STREAM_QUEUE_HINT = "it applies to readStream on stream queues, with startingOffset"
 _HINTS = {
     "batch-read": {
+        "startingoffset": "stream queues are read with readStream (use "
+                          "trigger(availableNow=True) for a one-off read); batch reads take "
+                          "plain queues only",
+        "maxmessagesperpartition": _STREAM_QUEUE_HINT,
         "maxmessagespertrigger": "it applies to readStream; a batch read takes maxMessages",
         "prefetch": "it applies to readStream; a batch read sets its own prefetch",
         "exchange": _WRITE_ONLY_HINT, "routingkey": _WRITE_ONLY_HINT,
         "mandatory": _WRITE_ONLY_HINT,
     },
     "stream-read": {
+        "maxmessagesperpartition": _STREAM_QUEUE_HINT + " (without it the queue is read "
+                                   "as a plain queue, by one consumer)",
         "maxmessages": "it applies to batch reads; readStream takes maxMessagesPerTrigger",
         "exchange": _WRITE_ONLY_HINT, "routingkey": _WRITE_ONLY_HINT,
         "mandatory": _WRITE_ONLY_HINT,
@@ -56,14 +70,21 @@ _HINTS = {
         "queue": "writers publish to an exchange: to send to one queue use the default "
                  "exchange (exchange '' is the default) with routingKey set to the queue name",
         "prefetch": _READ_ONLY_HINT, "maxmessagespertrigger": _READ_ONLY_HINT,
-        "maxmessages": _READ_ONLY_HINT,
+        "maxmessages": _READ_ONLY_HINT, "startingoffset": _READ_ONLY_HINT,
+        "maxmessagesperpartition": _READ_ONLY_HINT,
+    },
+    "stream-queue-read": {
+        "maxmessages": "it applies to batch reads of plain queues; readStream takes "
+                       "maxMessagesPerTrigger",
+        "exchange": _WRITE_ONLY_HINT, "routingkey": _WRITE_ONLY_HINT,
+        "mandatory": _WRITE_ONLY_HINT,
     },
 }
 
-STARTING_OFFSET_ERROR = (
-    "option startingOffset is reserved for stream queues (x-queue-type=stream), which "
-    "this connector does not read yet. A plain queue has no offsets to start from: "
-    "consumers always receive its messages from the head of the queue. Remove the option.")
+
+_MODE_NAMES = {"batch-read": "batch read", "stream-read": "stream read",
+               "stream-queue-read": "stream read of stream queues (startingOffset)",
+               "write": "write"}
 
 
 def _normalized(options) -> dict:
@@ -75,13 +96,11 @@ def _check_keys(options: dict, allowed: set, mode: str) -> None:
     for key in options:
         if key in allowed:
             continue
-        if key == "startingoffset" and mode != "write":
-            raise AmqpOptionError(STARTING_OFFSET_ERROR)
         public = _PUBLIC.get(key, key)
         hint = _HINTS[mode].get(key)
         accepted = ", ".join(sorted(_PUBLIC[k] for k in allowed if k != "checkpointlocation"))
         raise AmqpOptionError(
-            f"unknown option {public!r} for {mode.replace('-', ' ')}"
+            f"unknown option {public!r} for {_MODE_NAMES[mode]}"
             + (f" ({hint})" if hint else "") + f"; accepted options: {accepted}")
 
 
@@ -161,6 +180,65 @@ class StreamReadOptions:
                 f"when Spark plans the next batch, so the broker must be allowed to deliver "
                 f"more than one batch")
         return cls(_url(options), _queue(options), limit, prefetch)
+
+
+def is_stream_queue_read(options) -> bool:
+    """Whether a readStream reads stream queues: the startingOffset option selects it."""
+    return "startingoffset" in _normalized(options)
+
+
+def _starting_offset(options):
+    raw = _get(options, "startingOffset")
+    text = str(raw).strip()
+    if text.lower() in STARTING_OFFSET_NAMES:
+        return text.lower()
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise AmqpOptionError(
+            f"option startingOffset must be first, last, next or an offset (an integer "
+            f">= 0), got {raw!r}")
+    return value
+
+
+def _streams(options) -> tuple:
+    streams = tuple(name.strip() for name in _queue(options).split(","))
+    if not all(streams):
+        raise AmqpOptionError(
+            f"option queue names stream queues separated by commas; got an empty name in "
+            f"{_get(options, 'queue')!r}")
+    if len(set(streams)) != len(streams):
+        raise AmqpOptionError(f"option queue names a stream twice: {_get(options, 'queue')!r}")
+    return streams
+
+
+@dataclass(frozen=True)
+class StreamQueueReadOptions:
+    """Options of ``spark.readStream.format("amqp")`` on stream queues (startingOffset
+    given): exactly-once reads of offset ranges, see stream_queue_reader.py."""
+
+    url: str
+    streams: tuple  # the queue option, split at commas
+    starting_offset: object  # "first", "last", "next" or an int
+    max_messages_per_trigger: int
+    max_messages_per_partition: int
+    prefetch: int  # Basic.Qos prefetch_count of each partition's consumer
+
+    @classmethod
+    def parse(cls, options) -> "StreamQueueReadOptions":
+        options = _normalized(options)
+        _check_keys(options, {"url", "queue", "startingoffset", "maxmessagespertrigger",
+                              "maxmessagesperpartition", "prefetch"}, "stream-queue-read")
+        return cls(
+            _url(options), _streams(options), _starting_offset(options),
+            _int_option(options, "maxMessagesPerTrigger",
+                        DEFAULT_STREAM_MAX_MESSAGES_PER_TRIGGER, 1),
+            _int_option(options, "maxMessagesPerPartition",
+                        DEFAULT_STREAM_MAX_MESSAGES_PER_PARTITION, 1),
+            # Streams refuse consumers without a prefetch: 0 is not allowed here.
+            _int_option(options, "prefetch", DEFAULT_STREAM_PREFETCH, 1, MAX_PREFETCH))
 
 
 @dataclass(frozen=True)

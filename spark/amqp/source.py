@@ -2,11 +2,16 @@
 factories Spark calls (in the driver and in Python workers; all options are checked
 here, before any task starts)."""
 
+from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import DataSource
 
 from .batch_reader import AmqpBatchReader
 from .messages import SCHEMA, check_read_schema, check_write_schema
-from .options import BatchReadOptions, StreamReadOptions, WriteOptions
+from .options import (
+    BatchReadOptions, StreamQueueReadOptions, StreamReadOptions, WriteOptions,
+    is_stream_queue_read,
+)
+from .stream_queue_reader import AmqpStreamQueueReader
 from .stream_reader import AmqpStreamReader
 from .writer import AmqpStreamWriter, AmqpWriter
 
@@ -34,7 +39,17 @@ class AmqpDataSource(DataSource):
         check_read_schema(schema)
         return AmqpBatchReader(BatchReadOptions.parse(self.options))
 
+    def streamReader(self, schema):
+        """Stream queues (option startingOffset): the exactly-once offset-range reader.
+        Otherwise "not implemented", which makes PySpark use simpleStreamReader."""
+        if not is_stream_queue_read(self.options):
+            raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED",
+                                             messageParameters={"feature": "streamReader"})
+        check_read_schema(schema)
+        return AmqpStreamQueueReader(StreamQueueReadOptions.parse(self.options))
+
     def simpleStreamReader(self, schema):
+        """Plain queues: the at-least-once reader (stream_reader.py)."""
         check_read_schema(schema)
         return AmqpStreamReader(StreamReadOptions.parse(self.options))
 

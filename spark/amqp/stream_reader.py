@@ -146,7 +146,7 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         self._last_seq = seq
         self._pending[seq] = _PendingBatch(deliveries[-1].tag, self._consumer, len(deliveries))
         end = QueueOffset(self.options.queue, self.run, seq)
-        return iter(to_record_batches(deliveries)), end.to_dict()
+        return iter(to_record_batches(deliveries, self.options.queue)), end.to_dict()
 
     def readBetweenOffsets(self, start: dict, end: dict):
         """Replay of a batch after a restart (called in an executor, see the module

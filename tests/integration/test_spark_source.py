@@ -255,7 +255,8 @@ def test_source_rows_carry_the_message_properties(spark_session, broker, names):
         content_type="application/json",
         headers={"tenant": "acme", "attempt": "3", "urgent": "true", "raw": "\\xffA"},
         message_id="m-1", correlation_id="c-1",
-        timestamp=datetime.datetime(2026, 1, 1, 0, 0), delivery_mode=2, redelivered=False)]
+        timestamp=datetime.datetime(2026, 1, 1, 0, 0), delivery_mode=2, redelivered=False,
+        queue=queue, offset=None)]
 
 
 def test_batch_read_drains_and_acknowledges(spark_session, broker, names):
@@ -349,14 +350,12 @@ def test_invalid_options_are_rejected_before_reading(spark_session, broker, name
     queue = names.queue("spark-opts")
     declare(broker, queue)
     url = amqp_url(broker)
-    with pytest.raises(Exception, match="startingOffset is reserved for stream queues"):
+    with pytest.raises(Exception, match="maxMessagesPerPartition.*applies to readStream "
+                                        "on stream queues"):
         (spark_session.readStream.format("amqp").option("url", url).option("queue", queue)
-         .option("startingOffset", "first").load()
+         .option("maxMessagesPerPartition", 10).load()
          .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c1"))
          .start().awaitTermination(QUERY_TIMEOUT))
-    with pytest.raises(Exception, match="startingOffset is reserved for stream queues"):
-        (spark_session.read.format("amqp").option("url", url).option("queue", queue)
-         .option("startingOffset", "first").load().collect())
     with pytest.raises(Exception, match="must be greater than maxMessagesPerTrigger"):
         (spark_session.readStream.format("amqp").option("url", url).option("queue", queue)
          .option("maxMessagesPerTrigger", 100).option("prefetch", 50).load()

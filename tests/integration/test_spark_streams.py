@@ -1,0 +1,253 @@
+"""The ``amqp`` PySpark data source reading stream queues (option startingOffset):
+exactly-once offset ranges into a checkpointed Parquet sink.
+
+Same setup as test_spark_source.py: one shared local[2] SparkSession (spark_support.py),
+queries one at a time, trigger(availableNow=True) whose end is the synchronisation point.
+The crash test runs its first query in a process of its own (spark_support.py as a
+script) and kills that process group with SIGKILL once some batches are committed.
+Against RabbitMQ: WARREN_TEST_BROKER=127.0.0.1:5673.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pika
+import pytest
+
+from pika_helpers import close_quietly, connect, names  # noqa: F401  (names: fixture)
+from spark.amqp.offsets import OffsetError, StreamOffset, parse_stream_offset
+from spark.amqp.stream_queue_reader import StreamRange, share, split_ranges
+from spark_support import spark_session, start_stream_to_parquet  # noqa: F401  (fixture)
+
+QUERY_TIMEOUT = 120  # seconds for one availableNow query
+KILL_AFTER_COMMITS = 3
+SUBPROCESS_TIMEOUT = 180  # seconds for the subprocess to commit KILL_AFTER_COMMITS batches
+SPARK_SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_support.py")
+
+
+def amqp_url(broker) -> str:
+    return f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"
+
+
+def declare_stream(broker, names) -> str:
+    stream = names.queue("spark-stream")
+    connection = connect(broker)
+    try:
+        connection.channel().queue_declare(stream, durable=True,
+                                           arguments={"x-queue-type": "stream"})
+    finally:
+        close_quietly(connection)
+    return stream
+
+
+def publish(broker, stream: str, numbers) -> None:
+    """Publish body "<stream>:<n>" (message_id n) for each n, confirmed."""
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for n in numbers:
+            channel.basic_publish("", stream, f"{stream}:{n}".encode(),
+                                  pika.BasicProperties(message_id=str(n)))
+    finally:
+        close_quietly(connection)
+
+
+def run(spark, broker, stream, tmp_path, name="run", **kwargs):
+    """An availableNow query into Parquet at tmp_path/name/{data,checkpoint}; returns
+    the finished query."""
+    query = start_stream_to_parquet(spark, amqp_url(broker), stream, tmp_path / name / "data",
+                                    tmp_path / name / "checkpoint", **kwargs)
+    assert query.awaitTermination(QUERY_TIMEOUT), "availableNow query did not finish"
+    return query
+
+
+def parquet_rows(spark, path):
+    """(queue, offset, body, message_id) of every row of the Parquet sink output (read
+    through its _spark_metadata log, as any reader of a streaming file sink does)."""
+    return [(r.queue, r.offset, bytes(r.body).decode(), r.message_id) for r in
+            spark.read.parquet(str(path)).select("queue", "offset", "body", "message_id")
+            .collect()]
+
+
+def assert_exactly(rows, stream: str, offsets) -> None:
+    """`rows` are exactly the messages of `stream` at `offsets`, each once, each row
+    carrying the message published at that offset (offset n has body stream:n)."""
+    got = sorted(offset for queue, offset, _, _ in rows if queue == stream)
+    assert got == list(offsets), f"{stream}: {len(got)} rows, expected {len(offsets)}"
+    for queue, offset, body, message_id in rows:
+        if queue == stream:
+            assert (body, message_id) == (f"{stream}:{offset}", str(offset))
+
+
+def input_rows(query):
+    return [p["numInputRows"] for p in query.recentProgress]
+
+
+def numbered_files(directory):
+    """The batch ids with a file in a checkpoint directory (offsets/, commits/)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+
+
+def last_logged_offset(checkpoint):
+    """The source offset of the newest batch in the checkpoint's offset log."""
+    batch = numbered_files(checkpoint / "offsets")[-1]
+    lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    return json.loads(lines[-1])
+
+
+def test_offsets_limits_and_ranges():
+    """Pure planning logic (no broker): offset JSON, the per-trigger budget shared
+    between streams, and ranges cut per partition."""
+    offset = StreamOffset.of({"s2": 80, "s1": 120})
+    assert offset.to_dict() == {"version": 1, "kind": "stream",
+                                "offsets": {"s1": 120, "s2": 80}}
+    assert json.dumps(offset.to_dict()) == json.dumps(
+        parse_stream_offset(json.loads(json.dumps(offset.to_dict())), ["s1", "s2"]).to_dict())
+    with pytest.raises(OffsetError, match="use a new checkpointLocation"):
+        parse_stream_offset(offset.to_dict(), ["s1"])
+    with pytest.raises(OffsetError, match="plain queue"):
+        parse_stream_offset({"version": 1, "kind": "queue", "queue": "q", "run": "r",
+                             "seq": 1}, ["q"])
+    assert share({"a": 10, "b": 3, "c": 0}, 8) == {"a": 5, "b": 3, "c": 0}
+    assert share({"a": 10, "b": 3}, None) == {"a": 10, "b": 3}
+    assert sum(share({"a": 5, "b": 5, "c": 5}, 7).values()) == 7
+    assert split_ranges({"a": 0, "b": 5}, {"a": 100, "b": 5}, 30) == [
+        StreamRange("a", 0, 25), StreamRange("a", 25, 50), StreamRange("a", 50, 75),
+        StreamRange("a", 75, 100)]
+
+
+def test_stream_from_first_into_parquet(spark_session, broker, names, tmp_path):
+    """availableNow from 'first' reads every message once, in batches of
+    maxMessagesPerTrigger, each split into ranges of maxMessagesPerPartition."""
+    stream = declare_stream(broker, names)
+    publish(broker, stream, range(250))
+    query = run(spark_session, broker, stream, tmp_path, per_trigger=100,
+                maxMessagesPerPartition=40)
+    assert input_rows(query) == [100, 100, 50]
+    rows = parquet_rows(spark_session, tmp_path / "run" / "data")
+    assert_exactly(rows, stream, range(250))
+    assert last_logged_offset(tmp_path / "run" / "checkpoint") == {
+        "version": 1, "kind": "stream", "offsets": {stream: 250}}
+    # The stream keeps its messages: a second query from 'first' reads them all again.
+    again = run(spark_session, broker, stream, tmp_path, name="again")
+    assert input_rows(again) == [250]
+    first = (spark_session.read.parquet(str(tmp_path / "again" / "data"))
+             .orderBy("offset").first())
+    assert (first.redelivered, first.offset, first.queue) == (False, 0, stream)
+    assert first.headers["x-stream-offset"] == "0"
+
+
+def test_exactly_once_after_a_kill_mid_stream(spark_session, broker, names, tmp_path):
+    """A query killed (SIGKILL, driver and executors) after some batches, restarted from
+    its checkpoint after more messages came: every offset exactly once, no gap."""
+    stream = declare_stream(broker, names)
+    first_part, second_part = 300, 120
+    publish(broker, stream, range(first_part))
+    output, checkpoint = tmp_path / "data", tmp_path / "checkpoint"
+    log_path = tmp_path / "subprocess.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, SPARK_SUPPORT, "stream-to-parquet", amqp_url(broker), stream,
+             str(output), str(checkpoint), "10"],
+            stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            # Killed, its JVM cleans nothing up: keep its scratch files in tmp_path.
+            env={**os.environ, "SPARK_LOCAL_DIRS": str(tmp_path / "spark-local")})
+    try:
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+        # Kill while a batch is planned (in the offset log) but not committed, after at
+        # least KILL_AFTER_COMMITS committed ones: the restart must run it again.
+        while not (len(numbered_files(checkpoint / "offsets"))
+                   > len(numbered_files(checkpoint / "commits")) >= KILL_AFTER_COMMITS):
+            assert process.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.05)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the Python driver, its JVM and workers
+        process.wait()
+    committed = numbered_files(checkpoint / "commits")
+    planned = numbered_files(checkpoint / "offsets")
+    assert KILL_AFTER_COMMITS <= len(committed) < first_part // 10, "not killed mid-stream"
+
+    publish(broker, stream, range(first_part, first_part + second_part))
+    query = start_stream_to_parquet(spark_session, amqp_url(broker), stream, output,
+                                    checkpoint, per_trigger=100)
+    assert query.awaitTermination(QUERY_TIMEOUT)
+    rows = parquet_rows(spark_session, output)
+    assert_exactly(rows, stream, range(first_part + second_part))
+    # The batch planned before the kill but not committed (unless its commit made it in
+    # the moment before the kill) ran again with its logged offsets: 10 rows, or none
+    # if the file sink had already logged its files (the sink then skips it).
+    replayed = len(planned) - len(committed)
+    assert replayed <= 1
+    assert all(rows in (0, 10) for rows in input_rows(query)[:replayed])
+
+
+def test_two_streams_in_one_query(spark_session, broker, names, tmp_path):
+    """queue="s1, s2": rows of both streams with their own offsets; maxMessagesPerTrigger
+    is shared between them; the offset has one entry per stream."""
+    one, two = declare_stream(broker, names), declare_stream(broker, names)
+    publish(broker, one, range(40))
+    publish(broker, two, range(25))
+    query = run(spark_session, broker, f"{one}, {two}", tmp_path, per_trigger=30,
+                maxMessagesPerPartition=10)
+    assert sum(input_rows(query)) == 65
+    assert max(input_rows(query)) == 30
+    rows = parquet_rows(spark_session, tmp_path / "run" / "data")
+    assert_exactly(rows, one, range(40))
+    assert_exactly(rows, two, range(25))
+    assert last_logged_offset(tmp_path / "run" / "checkpoint") == {
+        "version": 1, "kind": "stream", "offsets": dict(sorted({one: 40, two: 25}.items()))}
+
+    # The checkpoint belongs to these two streams: another set is refused.
+    with pytest.raises(Exception, match="use a new checkpointLocation"):
+        run(spark_session, broker, one, tmp_path)
+
+
+def test_starting_offset_number_and_last(spark_session, broker, names, tmp_path):
+    stream = declare_stream(broker, names)
+    publish(broker, stream, range(20))
+    run(spark_session, broker, stream, tmp_path, name="number", starting_offset=12)
+    assert_exactly(parquet_rows(spark_session, tmp_path / "number" / "data"), stream,
+                   range(12, 20))
+    run(spark_session, broker, stream, tmp_path, name="last", starting_offset="last")
+    assert_exactly(parquet_rows(spark_session, tmp_path / "last" / "data"), stream, [19])
+
+
+def test_starting_offset_next_is_resolved_once(spark_session, broker, names, tmp_path):
+    """'next' is the tail when the query first starts; a restart from the checkpoint
+    reads from there, not from the tail at the restart."""
+    stream = declare_stream(broker, names)
+    publish(broker, stream, range(10))
+    query = run(spark_session, broker, stream, tmp_path, starting_offset="next")
+    assert input_rows(query) == [0]  # one empty batch: it checkpoints the resolved start
+    publish(broker, stream, range(10, 15))
+    query = run(spark_session, broker, stream, tmp_path, starting_offset="next")
+    assert input_rows(query) == [5]
+    assert_exactly(parquet_rows(spark_session, tmp_path / "run" / "data"), stream,
+                   range(10, 15))
+
+
+def test_stream_options_are_checked(spark_session, broker, names, tmp_path):
+    url = amqp_url(broker)
+    plain = names.queue("spark-plain")
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        channel.queue_declare(plain)
+        channel.basic_publish("", plain, b"x")
+    finally:
+        close_quietly(connection)
+    with pytest.raises(Exception, match="must be first, last, next or an offset"):
+        run(spark_session, broker, plain, tmp_path, name="bad", starting_offset="soon")
+    with pytest.raises(Exception, match="not a stream queue"):
+        run(spark_session, broker, plain, tmp_path, name="plain")
+    with pytest.raises(Exception, match="stream queues are read with readStream"):
+        (spark_session.read.format("amqp").option("url", url).option("queue", plain)
+         .option("startingOffset", "first").load().collect())
