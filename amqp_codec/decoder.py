@@ -30,11 +30,11 @@ from pamqp import base, commands
 
 from .constants import (
     ACK_INDEX, BASIC_CLASS, BASIC_PUBLISH, FRAME_BODY, FRAME_END, FRAME_HEADER,
-    FRAME_HEARTBEAT, FRAME_METHOD, FRAME_OVERHEAD, FRAME_TYPES, PROTOCOL_HEADER,
+    FRAME_HEARTBEAT, FRAME_METHOD, FRAME_OVERHEAD, FRAME_TYPES, GET_INDEX, PROTOCOL_HEADER,
     PUBLISH_INDEX,
 )
 from .errors import ProtocolError, ProtocolHeaderMismatch
-from .fast_path import decode_ack, decode_publish
+from .fast_path import decode_ack, decode_get, decode_publish
 from .reply_codes import ReplyCode
 
 _FRAME_PREFIX = Struct(">BHI")      # type, channel, payload size
@@ -219,6 +219,9 @@ class Decoder:
             content[channel] = _Content(_publish(data, start + 4, end, channel))
         elif index == ACK_INDEX:
             out.append(InboundMethod(channel, _decode_or_raise(decode_ack, data, start, end,
+                                                                channel, index)))
+        elif index == GET_INDEX:
+            out.append(InboundMethod(channel, _decode_or_raise(decode_get, data, start, end,
                                                                 channel, index)))
         else:
             out.append(InboundMethod(channel, _pamqp_method(data, start, end, channel, index)))

@@ -68,6 +68,15 @@ def decode_publish(data: bytes, start: int, end: int) -> tuple[str, str, bool, b
             intern(data[exchange_end + 1:key_end].decode()), bits & 1 == 1, bits & 2 == 2)
 
 
+def decode_get(data: bytes, start: int, end: int) -> commands.Basic.Get:
+    """Decode Basic.Get arguments in data[start:end] (ticket, queue, no-ack bit) to a
+    pamqp Basic.Get. Raises ValueError (or IndexError) when malformed."""
+    queue_end = start + 3 + data[start + 2]             # skip ticket(2)
+    if queue_end + 1 != end:
+        raise ValueError("Basic.Get arguments do not fill the frame")
+    return commands.Basic.Get(0, data[start + 3:queue_end].decode(), data[queue_end] & 1 == 1)
+
+
 def decode_ack(data: bytes, start: int, end: int) -> commands.Basic.Ack:
     """Decode Basic.Ack arguments in data[start:end] (exactly 9 bytes) to a pamqp Basic.Ack."""
     if end - start != 9:

@@ -16,7 +16,9 @@ from amqp_codec import (
     decode_properties, encode_basic_ack, encode_basic_nack, encode_deliver, encode_get_ok,
     encode_properties, encode_return,
 )
-from amqp_codec.fast_path import LARGE_BODY, decode_ack, decode_publish, shortstr
+from amqp_codec.fast_path import (
+    LARGE_BODY, decode_ack, decode_get, decode_publish, shortstr,
+)
 from amqp_codec.properties import delivery_mode
 
 
@@ -203,6 +205,21 @@ def test_decode_ack_matches_pamqp(delivery_tag, multiple):
     decoded = decode_ack(marshalled, 11, len(marshalled) - 1)
     assert isinstance(decoded, commands.Basic.Ack)
     assert (decoded.delivery_tag, decoded.multiple) == (expected.delivery_tag, expected.multiple)
+
+
+@given(st.from_regex(r"[a-zA-Z0-9\-_.:]{0,200}", fullmatch=True), st.booleans())
+def test_decode_get_matches_pamqp(queue, no_ack):   # pamqp's queue-name domain
+    marshalled = frame.marshal(commands.Basic.Get(0, queue, no_ack), 1)
+    _consumed, _channel, expected = frame.unmarshal(marshalled)
+    decoded = decode_get(marshalled, 11, len(marshalled) - 1)
+    assert isinstance(decoded, commands.Basic.Get)
+    assert (decoded.queue, decoded.no_ack) == (expected.queue, expected.no_ack)
+
+
+def test_decode_get_rejects_trailing_bytes():
+    marshalled = frame.marshal(commands.Basic.Get(0, "q", False), 1)
+    with pytest.raises(ValueError):
+        decode_get(marshalled[:-1] + b"\x00", 11, len(marshalled))
 
 
 def test_decode_ack_rejects_wrong_length():
