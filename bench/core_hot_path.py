@@ -1,0 +1,96 @@
+"""The broker's per-message cost without sockets: decode Basic.Publish frames, route,
+deliver to a consumer and encode Basic.Deliver, in one process, on batches of messages.
+
+    python3 bench/core_hot_path.py [--size 16] [--batch 100] [--batches 3000] [--manual-ack]
+
+Prints the best of five rounds in microseconds per message. This is the Python work a
+message costs Warren before any system call; docs/benchmarks.md quotes it.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pamqp import body as pamqp_body, commands, frame, header  # noqa: E402
+
+from amqp_codec import PROTOCOL_HEADER, Decoder, InboundMethod  # noqa: E402
+from broker.core.broker import Broker  # noqa: E402
+from broker.core.connection import Connection  # noqa: E402
+
+
+class DiscardingTransport:
+    """A transport that drops what the broker writes (no socket)."""
+
+    writable = True
+
+    def write(self, data) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def tuned(self, frame_max: int, heartbeat: int) -> None:
+        pass
+
+
+def open_connection(broker: Broker) -> Connection:
+    connection = Connection(broker, DiscardingTransport(), "bench")
+    connection.start()
+    for method in (commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
+                                               response="\0guest\0guest"),
+                   commands.Connection.TuneOk(channel_max=100, frame_max=131072),
+                   commands.Connection.Open(virtual_host="/")):
+        connection.handle(InboundMethod(0, method))
+    connection.handle(InboundMethod(1, commands.Channel.Open()))
+    return connection
+
+
+def publish_frames(queue: str, size: int, count: int) -> bytes:
+    properties = commands.Basic.Properties(content_type="application/octet-stream")
+    one = (frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
+           + frame.marshal(header.ContentHeader(0, size, properties), 1)
+           + frame.marshal(pamqp_body.ContentBody(b"x" * size), 1))
+    return one * count
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=100, help="messages per socket read")
+    parser.add_argument("--batches", type=int, default=3000, help="reads per round")
+    parser.add_argument("--manual-ack", action="store_true",
+                        help="the consumer acks each delivery (prefetch 0)")
+    args = parser.parse_args()
+    broker = Broker()
+    publisher = open_connection(broker)
+    consumer = open_connection(broker)
+    publisher.handle(InboundMethod(1, commands.Queue.Declare(queue="bench")))
+    consumer.handle(InboundMethod(1, commands.Basic.Consume(
+        queue="bench", consumer_tag="bench", no_ack=not args.manual_ack)))
+    data = publish_frames("bench", args.size, args.batch)
+    decoder = Decoder()
+    decoder.feed(PROTOCOL_HEADER)
+    best = float("inf")
+    tag = 0
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(args.batches):
+            for item in decoder.feed(data):
+                publisher.handle(item)
+            publisher.end_of_batch()
+            if args.manual_ack:
+                tag += args.batch
+                consumer.handle(InboundMethod(1, commands.Basic.Ack(tag, multiple=True)))
+        elapsed = time.perf_counter() - started
+        best = min(best, elapsed / (args.batches * args.batch))
+    mode = "manual ack" if args.manual_ack else "auto-ack"
+    print(f"{best * 1e6:.2f} us per message ({args.size} B, {mode}, batches of "
+          f"{args.batch}: decode, route, deliver, encode)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
