@@ -66,11 +66,13 @@ class Channel:
         self.next_delivery_tag = tag + 1
         queue = consumer.queue
         if consumer.no_ack:
-            queue.settle(entry)
+            if queue.stores_messages:
+                queue.settle(entry)
         else:
             consumer.unacked += 1
             self.unacked[tag] = Delivery(tag, queue, entry, consumer)
-            queue.store.delivered(entry)
+            if queue.stores_messages:
+                queue.store.delivered(entry)
         message = entry.message
         connection = self.connection
         connection.write(encode_deliver(
@@ -108,7 +110,9 @@ class Channel:
             raise precondition_failed(
                 f"message size {len(command.body)} is larger than configured max size "
                 f"{MAX_MESSAGE_SIZE}")
-        exchange = self.vhost.exchange(command.exchange)
+        exchange = self.vhost.exchanges.get(command.exchange)
+        if exchange is None:
+            exchange = self.vhost.exchange(command.exchange)   # 404
         if exchange.internal:
             raise ChannelError(ReplyCode.ACCESS_REFUSED,
                                f"cannot publish to internal exchange '{exchange.name}' "

@@ -48,6 +48,7 @@ class Queue:
         self.auto_delete = auto_delete
         self.arguments = dict(arguments or {})
         self.store = store
+        self.stores_messages = store is not MEMORY_STORE   # else store calls are no-ops
         self.max_length = self.arguments.get("x-max-length")
         self.overflow = _text(self.arguments.get("x-overflow", "drop-head"))
         self.message_ttl = self.arguments.get("x-message-ttl")
@@ -95,7 +96,8 @@ class Queue:
         if self.message_ttl is not None or message.has_expiration():
             now = self.vhost.scheduler.clock()
             entry.expires_at = self._expiry(message, now)
-        self.store.append(entry)
+        if self.stores_messages:
+            self.store.append(entry)
         ready = self.ready
         if not ready and self.consumers and limit is None and entry.expires_at is None:
             consumer = self._next_consumer()    # hand over at once: no queueing needed
@@ -290,7 +292,8 @@ class Queue:
 
     def settle(self, entry: QueueEntry) -> None:
         """A delivered message was acked or discarded."""
-        self.store.settle(entry)
+        if self.stores_messages:
+            self.store.settle(entry)
 
     def purge(self) -> int:
         count = len(self.ready)
