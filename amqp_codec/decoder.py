@@ -131,15 +131,17 @@ class Decoder:
         """Decode every complete frame in the stream so far; keep the incomplete tail."""
         if self._header_seen < 8:
             data = self._check_protocol_header(data)
-        if self._buffer:
-            data = self._complete_buffer(data)
-            if data is None:
-                return []
-        elif type(data) is not bytes:
+        if type(data) is not bytes:
             data = bytes(data)
         out = []
         try:
-            pos = self._decode_frames(data, out)
+            start = 0
+            if self._buffer:
+                # Finish the frame the last read cut off; only its bytes are copied.
+                start = self._complete_buffered_frame(data, out)
+                if start is None:
+                    return out
+            pos = self._decode_frames(data, out, start)
         except ProtocolError as error:
             error.decoded = out   # commands complete before the bad frame still count
             raise
@@ -157,19 +159,27 @@ class Decoder:
         self._header_seen = seen + take
         return data[take:]
 
-    def _complete_buffer(self, data):
-        """Append to the buffered partial frame; the buffer as bytes once a frame is whole."""
+    def _complete_buffered_frame(self, data: bytes, out: list) -> int | None:
+        """Add to the buffered partial frame what it lacks from data; once whole, decode
+        it into out and return where the rest of data starts (None: still partial)."""
         buffer = self._buffer
-        buffer += data
+        taken = 0
         if len(buffer) < 7:
-            return None
+            taken = min(7 - len(buffer), len(data))
+            buffer += data[:taken]
+            if len(buffer) < 7:
+                return None
         frame_type, channel, size = _FRAME_PREFIX.unpack_from(buffer)
         self._check_frame_prefix(frame_type, channel, size)
-        if len(buffer) < size + FRAME_OVERHEAD:
+        wanted = size + FRAME_OVERHEAD - len(buffer)
+        if len(data) - taken < wanted:
+            buffer += memoryview(data)[taken:]
             return None
-        data = bytes(buffer)
+        buffer += memoryview(data)[taken:taken + wanted]
+        frame = bytes(buffer)
         buffer.clear()
-        return data
+        self._decode_frames(frame, out, 0)
+        return taken + wanted
 
     def _check_frame_prefix(self, frame_type: int, channel: int, size: int) -> None:
         """Reject an oversized or unknown frame as soon as its 7-byte prefix is in."""
@@ -180,12 +190,13 @@ class Decoder:
         if frame_type not in FRAME_TYPES:
             raise ProtocolError(FRAME_ERROR, f"unknown frame type {frame_type}", channel)
 
-    def _decode_frames(self, data: bytes, out: list) -> int:
-        """Decode whole frames from data into out; return where the incomplete tail starts."""
+    def _decode_frames(self, data: bytes, out: list, pos: int) -> int:
+        """Decode whole frames from data[pos:] into out; return where the incomplete tail
+        starts."""
         frame_max = self.frame_max
         limit = frame_max if frame_max else _NO_LIMIT
         content = self._content
-        pos, length = 0, len(data)
+        length = len(data)
         while length - pos >= 7:
             frame_type, channel, size = _FRAME_PREFIX.unpack_from(data, pos)
             end = pos + 7 + size                         # offset of the frame end octet
