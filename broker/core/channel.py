@@ -9,7 +9,7 @@ from amqp_codec.reply_codes import ReplyCode
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
-from .queue import Consumer, Queue
+from .queue import FLOW_BACKLOG, Consumer, Queue
 from .vhost import server_named
 
 MAX_MESSAGE_SIZE = 128 * 1024 * 1024
@@ -179,6 +179,8 @@ class Channel:
             for queue in queues:
                 if not queue.enqueue(message):
                     accepted = False
+                elif len(queue.ready) > FLOW_BACKLOG and queue.consumers_stalled():
+                    self.connection.throttle(queue)
         elif mandatory:
             self.connection.write(encode_return(
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,

@@ -17,6 +17,7 @@ from .auth import MECHANISMS, AuthenticationFailure, parse_credentials
 from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
+from .queue import FLOW_RESUME
 
 log = logging.getLogger("warren.connection")
 
@@ -60,6 +61,9 @@ class Connection:
         self.exclusive_queues: dict = {}
         self.needs_sync = False   # replies of this batch wait for a durable commit
         self.has_published = False   # publishing connections are blocked by alarms
+        # Queues this connection fed that have a long backlog and consumers waiting for
+        # their sockets: the server stops reading from it until they catch up.
+        self._throttled_by: set = set()
         self._blocked_notified = False
         self._confirming: dict[Channel, None] = {}
         self._held: list[bytes] = []
@@ -138,6 +142,21 @@ class Connection:
         elif not raised and self._blocked_notified:
             self.write(encode_method(0, commands.Connection.Unblocked()))
             self._blocked_notified = False
+
+    def throttle(self, queue) -> None:
+        """Publisher flow control: `queue` cannot keep up with this publisher."""
+        self._throttled_by.add(queue)
+
+    @property
+    def throttled(self) -> bool:
+        """Whether to stop reading from this connection for now: a queue it fed still
+        has more than half the flow-control backlog and consumers to work it off."""
+        queues = self._throttled_by
+        if queues:
+            for queue in list(queues):
+                if queue.deleted or not queue.consumers or len(queue.ready) <= FLOW_RESUME:
+                    queues.discard(queue)
+        return bool(queues)
 
     def drained(self) -> None:
         """The outgoing buffer drained: consumers may be fed again."""

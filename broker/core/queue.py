@@ -10,6 +10,10 @@ from .message import Message, QueueEntry
 
 
 PAGE_WINDOW = 10_000   # ready messages beyond this keep their bodies only on disk
+# Publisher flow control: a queue with more ready messages than this, whose consumers
+# all wait for their connections' sockets to drain, slows its publishers down.
+FLOW_BACKLOG = 10_000
+FLOW_RESUME = FLOW_BACKLOG // 2   # ... until the backlog is back under this
 
 
 class Consumer:
@@ -354,6 +358,12 @@ class Queue:
 
     def has_exclusive_consumer(self) -> bool:
         return any(consumer.exclusive for consumer in self.consumers)
+
+    def consumers_stalled(self) -> bool:
+        """Whether the queue has consumers and every one waits for its connection's
+        socket (the clients read slower than the queue is fed)."""
+        return bool(self.consumers) and not any(
+            consumer.channel.connection.writable for consumer in self.consumers)
 
 
 def _text(value):

@@ -40,6 +40,7 @@ class StreamQueue:
     auto_delete = False
     exclusive_owner = None
     expires = None
+    ready = ()          # nothing waits in memory: consumers read the log
 
     def __init__(self, vhost, name: str, arguments: dict, store):
         self.vhost = vhost

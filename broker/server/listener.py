@@ -11,7 +11,7 @@ from broker.core.broker import Broker
 
 from .alarms import AlarmLimits, ResourceAlarm
 from .committer import GroupCommitter
-from .transport import SocketTransport
+from .transport import DrainSignal, SocketTransport
 
 log = logging.getLogger("warren.server")
 
@@ -30,6 +30,7 @@ class Server:
         self.committer = committer
         self.alarm = ResourceAlarm(alarm_limits, data_dir, self._alarm_changed)
         self.transports: set[SocketTransport] = set()
+        self.drain_signal = DrainSignal()
         self._all_closed = trio.Event()
 
     async def run(self) -> None:
@@ -76,7 +77,7 @@ class Server:
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         host, port = stream.socket.getpeername()[:2]
         transport = SocketTransport(stream, self.broker, f"{host}:{port}", self.committer,
-                                    self.alarm)
+                                    self.alarm, self.drain_signal)
         self.transports.add(transport)
         try:
             await transport.run()

@@ -25,17 +25,37 @@ LOW_WATER = 1024 * 1024       # resume below this
 OWN_CHUNK = 16 * 1024         # parts this large are sent from where they are, not copied
 MAX_IOV = 512                 # buffers per sendmsg (Linux allows 1024)
 CLOSE_OK_TIMEOUT = 5.0        # how long a server-initiated close waits for CloseOk
+THROTTLE_WAIT = 0.5           # a throttled publisher is read again after this at the latest
+
+
+class DrainSignal:
+    """Publisher flow control: throttled publishing connections wait here for consumer
+    connections' output to drain (for THROTTLE_WAIT at most, so heartbeats and other
+    traffic keep being read)."""
+
+    def __init__(self):
+        self._drained = trio.Event()
+
+    def notify(self) -> None:
+        self._drained.set()
+        self._drained = trio.Event()
+
+    async def wait(self, deadline: float) -> None:
+        with trio.move_on_at(deadline):
+            await self._drained.wait()
 
 
 class SocketTransport:
     """Implements the core's Transport over a trio stream."""
 
     def __init__(self, stream: trio.abc.Stream, broker, peer: str,
-                 committer: GroupCommitter, alarm: ResourceAlarm):
+                 committer: GroupCommitter, alarm: ResourceAlarm,
+                 drain_signal: DrainSignal):
         self.stream = stream
         self.peer = peer
         self.committer = committer
         self.alarm = alarm
+        self.drain_signal = drain_signal
         self._held_by_alarm = False
         self._started = False   # Connection.Start sent (after the protocol header)
         self.connection = Connection(broker, self, peer)
@@ -108,6 +128,8 @@ class SocketTransport:
         while not self._closing:
             if self.connection.has_published and not self.alarm.clear.is_set():
                 await self._wait_for_alarm_to_clear()
+            if self.connection.throttled:
+                await self._wait_while_throttled()
             with trio.move_on_at(self._read_deadline()) as deadline:
                 data = await self.stream.receive_some(RECEIVE_SIZE)
             if deadline.cancelled_caught or not data:
@@ -138,6 +160,14 @@ class SocketTransport:
             await self.committer.wait_for(connection.broker.persistence.writes)
         connection.end_of_batch()
         return True
+
+    async def _wait_while_throttled(self) -> None:
+        """Publisher flow control: leave this connection unread while the queues it fed
+        work off their backlog, for THROTTLE_WAIT at most (then one more read)."""
+        deadline = trio.current_time() + THROTTLE_WAIT
+        while self.connection.throttled and trio.current_time() < deadline:
+            await self.drain_signal.wait(deadline)
+        self._last_received = trio.current_time()
 
     async def _wait_for_alarm_to_clear(self) -> None:
         """A publishing connection is not read while a resource alarm is raised."""
@@ -174,6 +204,7 @@ class SocketTransport:
                 if not self.writable and self._queued <= LOW_WATER:
                     self.writable = True
                     self.connection.drained()
+                    self.drain_signal.notify()
             if self._closing:
                 self._nursery.cancel_scope.cancel()
                 return
