@@ -32,12 +32,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import ipaddress
 import multiprocessing as mp
 import os
 import queue as queue_mod
 import signal
-import socket
 import statistics
 import sys
 import threading
@@ -49,6 +47,8 @@ from typing import Any
 import pika
 import pika.exceptions
 from pika.adapters.asyncio_connection import AsyncioConnection
+
+from loadgen import is_loopback   # bench/ is on sys.path when run as a script
 
 NS_PER_S = 1_000_000_000
 PERSISTENT_DELIVERY_MODE = 2
@@ -140,16 +140,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
         confirm_window=args.confirm_window, prefetch=args.prefetch, ack_every=args.ack_every,
         repeat=args.repeat, two_readers=args.two_readers, markdown=args.markdown,
         timeout=args.timeout, user=args.user, password=args.password, vhost=args.vhost,
-    )
-
-
-def is_loopback(host: str, port: int) -> bool:
-    try:
-        infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
-    except socket.gaierror:
-        return False
-    return bool(infos) and all(
-        ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos
     )
 
 

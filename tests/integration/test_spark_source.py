@@ -24,7 +24,9 @@ from pika_helpers import (  # noqa: F401  (names: fixture)
 )
 from spark.amqp.messages import ARROW_SCHEMA, SCHEMA
 from spark.examples.pipeline import parse_args, start_pipeline
-from spark_support import spark_session  # noqa: F401  (fixture)
+from spark_support import (  # noqa: F401  (spark_session: fixture)
+    example_pipeline_bodies, example_pipeline_expected, spark_session,
+)
 
 QUERY_TIMEOUT = 120  # seconds for one availableNow query
 WAIT = 30.0  # seconds to wait for messages to arrive or come back to a queue
@@ -381,17 +383,7 @@ def test_example_pipeline(spark_session, broker, names, tmp_path):
         results = channel.queue_declare("", exclusive=True).method.queue
         routing_key = names.queue("aggregates")
         channel.queue_bind(results, "amq.topic", routing_key)
-        events = [{"event_id": f"{minute}-{kind}-{n}",
-                   "event_time": f"2026-01-01T00:0{minute}:{10 + n:02d}Z",
-                   "kind": kind, "amount": 1.5 * (n + 1)}
-                  for minute in range(4) for kind in ("click", "view")
-                  for n in range(minute + 1)]
-        bodies = ([json.dumps(e).encode() for e in events]
-                  + [json.dumps(events[0]).encode(), json.dumps(events[5]).encode()]  # redelivered
-                  + [b"not json", json.dumps({"kind": "click"}).encode()]  # malformed
-                  # Moves the watermark (5 minutes) past every window above.
-                  + [json.dumps({"event_id": "tick", "event_time": "2026-01-01T00:30:00Z",
-                                 "kind": "click", "amount": 0}).encode()])
+        bodies = example_pipeline_bodies()
         publish(broker, queue, [(body, None) for body in bodies])
 
         output = tmp_path / "out"
@@ -401,11 +393,7 @@ def test_example_pipeline(spark_session, broker, names, tmp_path):
         query = start_pipeline(spark_session, args)
         assert query.awaitTermination(QUERY_TIMEOUT)
 
-        expected = {}
-        for minute in range(4):
-            for kind in ("click", "view"):
-                amount = sum(1.5 * (n + 1) for n in range(minute + 1))
-                expected[(f"2026-01-01T00:0{minute}:00", kind)] = (minute + 1, amount)
+        expected = example_pipeline_expected()
         parquet = spark_session.read.parquet(str(output / "aggregates")).collect()
         assert {(r.window_start.isoformat(), r.kind): (r.events, r.amount)
                 for r in parquet} == expected
