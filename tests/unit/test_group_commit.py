@@ -1,6 +1,8 @@
 """The group committer: one commit covers every write made before it; a failed commit
 is never reported durable."""
 
+import threading
+
 import pytest
 import trio
 
@@ -67,10 +69,14 @@ def test_stores_with_maintenance_left_are_visited_again_without_new_writes():
     persistence = Persistence()
     store = CountingStore()
     passes = []
+    third_pass = threading.Event()
 
-    def maintain(stores):
+    def maintain(stores):       # runs in the committer's worker thread
         passes.append(list(stores))
-        return stores if len(passes) < 3 else []   # three passes of work, then done
+        if len(passes) == 3:
+            third_pass.set()
+            return []           # done
+        return stores           # more to do
 
     committer = GroupCommitter(persistence, apply_changes=lambda changes: None,
                                sync_stores=lambda stores: None,
@@ -79,12 +85,10 @@ def test_stores_with_maintenance_left_are_visited_again_without_new_writes():
     async def main():
         persistence.store_written(store)
         await committer.wait_for(persistence.writes)
-        with trio.fail_after(30):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(committer.flush_periodically, 0.01)
-                while len(passes) < 3:
-                    await trio.sleep(0.01)
-                nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(committer.flush_periodically, 0.01)
+            assert await trio.to_thread.run_sync(third_pass.wait, 30)
+            nursery.cancel_scope.cancel()
 
     trio.run(main)
     assert passes[:3] == [[store], [store], [store]]
