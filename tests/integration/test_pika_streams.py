@@ -389,6 +389,7 @@ class WindowedPublisher:
         return wait_until(self.connection, lambda: self.outstanding <= limit, timeout)
 
 
+@pytest.mark.slow
 def test_a_million_small_messages_read_back_in_order(conn, names):
     queue = declare_stream(conn.channel(), names)
     publisher = WindowedPublisher(conn)

@@ -31,6 +31,8 @@ from spark_support import (
     popen_group,
 )
 
+pytestmark = pytest.mark.slow   # Spark sessions and queries: tens of seconds
+
 PIPELINE_TIMEOUT = 240  # seconds for the whole pipeline run (about 25-35 s normally)
 # The driver's settings: as in local mode (the pipeline sets 4 shuffle partitions for
 # local[*]; the default 200 makes each stateful stage 200 tasks on one core, ~2 minutes),

@@ -28,6 +28,8 @@ from spark_support import (  # noqa: F401  (spark_session: fixture)
     example_pipeline_bodies, example_pipeline_expected, spark_session,
 )
 
+pytestmark = pytest.mark.slow   # Spark sessions and queries: tens of seconds
+
 QUERY_TIMEOUT = 120  # seconds for one availableNow query
 WAIT = 30.0  # seconds to wait for messages to arrive or come back to a queue
 

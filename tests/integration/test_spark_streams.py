@@ -23,6 +23,8 @@ from spark.amqp.offsets import OffsetError, StreamOffset, parse_stream_offset
 from spark.amqp.stream_queue_reader import StreamRange, share, split_ranges
 from spark_support import spark_session, start_stream_to_parquet  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.slow   # Spark sessions and queries: tens of seconds
+
 QUERY_TIMEOUT = 120  # seconds for one availableNow query
 KILL_AFTER_COMMITS = 3
 SUBPROCESS_TIMEOUT = 180  # seconds for the subprocess to commit KILL_AFTER_COMMITS batches
