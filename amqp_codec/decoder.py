@@ -209,6 +209,10 @@ class Decoder:
             if frame_type == FRAME_BODY:
                 self._body(data, pos + 7, end, channel, content, out)
             elif frame_type == FRAME_METHOD:
+                whole = self._whole_publish(data, pos, end, channel, limit, out)
+                if whole:
+                    pos = whole
+                    continue
                 self._method(data, pos + 7, end, channel, content, out)
             elif frame_type == FRAME_HEADER:
                 self._header(data, pos + 7, end, channel, content, out)
@@ -218,6 +222,53 @@ class Decoder:
                 raise ProtocolError(FRAME_ERROR, f"unknown frame type {frame_type}", channel)
             pos = end + 1
         return pos
+
+    def _whole_publish(self, data, pos, end, channel, limit, out) -> int:
+        """The common case in one step: a Basic.Publish method frame followed in `data` by
+        its content header and one body frame that carries the whole body (or none),
+        all well formed. Returns where the next frame starts, or 0 to let the general
+        path decode (and, where something is wrong, reject) the frames one by one."""
+        if (end - pos < 11 or _METHOD_INDEX.unpack_from(data, pos + 7)[0] != PUBLISH_INDEX
+                or channel in self._content or channel == 0):
+            return 0
+        length = len(data)
+        header_pos = end + 1
+        if length - header_pos < 7 + 14 + 1:
+            return 0
+        frame_type, header_channel, size = _FRAME_PREFIX.unpack_from(data, header_pos)
+        header_end = header_pos + 7 + size
+        if (frame_type != FRAME_HEADER or header_channel != channel or size < 14
+                or size > limit or header_end >= length or data[header_end] != FRAME_END):
+            return 0
+        class_id, _weight, body_size = _CONTENT_HEADER.unpack_from(data, header_pos + 7)
+        if class_id != BASIC_CLASS:
+            return 0
+        body = b""
+        next_pos = header_end + 1
+        if body_size:
+            if length - next_pos < 7:
+                return 0
+            frame_type, body_channel, size = _FRAME_PREFIX.unpack_from(data, next_pos)
+            body_end = next_pos + 7 + size
+            if (frame_type != FRAME_BODY or body_channel != channel or size != body_size
+                    or size > limit or body_end >= length or data[body_end] != FRAME_END):
+                return 0
+            body = data[next_pos + 7:body_end]
+            next_pos = body_end + 1
+        try:
+            publish = InboundPublish(channel, *decode_publish(data, pos + 11, end))
+        except _DECODE_ERRORS:
+            return 0        # the general path reports it
+        properties = data[header_pos + 19:header_end]
+        shared = self._properties_seen.get(properties)
+        if shared is None:
+            if len(self._properties_seen) >= _PROPERTIES_CACHE_SIZE:
+                self._properties_seen.clear()
+            shared = self._properties_seen[properties] = properties
+        publish.properties = shared
+        publish.body = body
+        out.append(publish)
+        return next_pos
 
     def _method(self, data, start, end, channel, content, out) -> None:
         """A method frame: Basic.Publish opens content, anything else is complete."""
