@@ -259,13 +259,7 @@ class Decoder:
             publish = InboundPublish(channel, *decode_publish(data, pos + 11, end))
         except _DECODE_ERRORS:
             return 0        # the general path reports it
-        properties = data[header_pos + 19:header_end]
-        shared = self._properties_seen.get(properties)
-        if shared is None:
-            if len(self._properties_seen) >= _PROPERTIES_CACHE_SIZE:
-                self._properties_seen.clear()
-            shared = self._properties_seen[properties] = properties
-        publish.properties = shared
+        publish.properties = self._shared_properties(data[header_pos + 19:header_end])
         publish.body = body
         out.append(publish)
         return next_pos
@@ -302,18 +296,22 @@ class Decoder:
                                 f"got one for class {class_id} instead",
                                 channel, BASIC_CLASS, BASIC_PUBLISH)
         publish = state.publish
-        properties = data[start + 12:end]
-        shared = self._properties_seen.get(properties)
-        if shared is None:
-            if len(self._properties_seen) >= _PROPERTIES_CACHE_SIZE:
-                self._properties_seen.clear()
-            shared = self._properties_seen[properties] = properties
-        publish.properties = shared
+        publish.properties = self._shared_properties(data[start + 12:end])
         if body_size:
             state.remaining = body_size
         else:
             del content[channel]
             out.append(publish)
+
+    def _shared_properties(self, properties: bytes) -> bytes:
+        """One copy of each property block a publisher repeats (queued messages share
+        it)."""
+        shared = self._properties_seen.get(properties)
+        if shared is None:
+            if len(self._properties_seen) >= _PROPERTIES_CACHE_SIZE:
+                self._properties_seen.clear()
+            shared = self._properties_seen[properties] = properties
+        return shared
 
     def _body(self, data, start, end, channel, content, out) -> None:
         """A body frame: collect it; the last one completes the publish."""

@@ -3,7 +3,6 @@ import com.rabbitmq.client.Channel;
 import com.rabbitmq.client.Connection;
 import com.rabbitmq.client.ShutdownSignalException;
 
-import java.io.IOException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 
@@ -22,12 +21,12 @@ public class Errors {
                 Channel passive = connection.createChannel();
                 String missing = Interop.unique("java-missing");
                 Interop.result("passive_missing_name", missing);
-                report("passive_missing", expectThrown(() -> passive.queueDeclarePassive(missing)));
+                report("passive_missing", Interop.expectShutdown(() -> passive.queueDeclarePassive(missing)));
 
                 Channel reserved = connection.createChannel();
                 String amqName = Interop.unique("amq.x");
                 Interop.result("reserved_exchange_name", amqName);
-                report("reserved_exchange", expectThrown(() -> reserved.exchangeDeclare(amqName, "direct")));
+                report("reserved_exchange", Interop.expectShutdown(() -> reserved.exchangeDeclare(amqName, "direct")));
 
                 // basic.ack has no reply: wait for the channel to be closed by the broker.
                 Channel acker = connection.createChannel();
@@ -41,22 +40,6 @@ public class Errors {
                 Interop.result("new_channel_works", after.queueDeclare().getQueue().length() > 0);
             }
         });
-    }
-
-    interface Call {
-        void run() throws IOException;
-    }
-
-    static ShutdownSignalException expectThrown(Call call) {
-        try {
-            call.run();
-        } catch (IOException error) {
-            if (error.getCause() instanceof ShutdownSignalException) {
-                return (ShutdownSignalException) error.getCause();
-            }
-            throw new AssertionError("unexpected IOException", error);
-        }
-        throw new AssertionError("the call succeeded; expected a channel error");
     }
 
     static void report(String name, ShutdownSignalException signal) {

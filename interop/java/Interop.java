@@ -1,4 +1,5 @@
 import com.rabbitmq.client.ConnectionFactory;
+import com.rabbitmq.client.ShutdownSignalException;
 
 import java.security.MessageDigest;
 import java.util.UUID;
@@ -64,6 +65,26 @@ final class Interop {
         if (!condition) {
             throw new AssertionError(message);
         }
+    }
+
+    interface Call {
+        void run() throws java.io.IOException;
+    }
+
+    /** The ShutdownSignalException a synchronous call fails with (the broker closed the
+     *  channel or the connection); AssertionError when it succeeds. */
+    static ShutdownSignalException expectShutdown(Call call) {
+        try {
+            call.run();
+        } catch (java.io.IOException error) {
+            if (error.getCause() instanceof ShutdownSignalException) {
+                return (ShutdownSignalException) error.getCause();
+            }
+            throw new AssertionError("unexpected IOException", error);
+        } catch (ShutdownSignalException signal) {
+            return signal;
+        }
+        throw new AssertionError("the call succeeded; expected the broker to close the channel");
     }
 
     static String sha256(byte[] data) throws Exception {

@@ -105,7 +105,7 @@ public class StreamReplay {
         // 5. basic.get on a stream: connection error 540 NOT_IMPLEMENTED.
         try (Connection getConnection = Interop.factory(host, port).newConnection()) {
             Channel getChannel = getConnection.createChannel();
-            ShutdownSignalException signal = expectShutdown(() -> getChannel.basicGet(queue, false));
+            ShutdownSignalException signal = Interop.expectShutdown(() -> getChannel.basicGet(queue, false));
             reportShutdown("get", signal);
             Interop.result("get_connection_open", getConnection.isOpen());
         } catch (ShutdownSignalException | IOException alreadyClosed) {
@@ -118,7 +118,7 @@ public class StreamReplay {
             Channel autoAck = autoAckConnection.createChannel();
             autoAck.basicQos(PREFETCH);   // so that auto-ack is the only thing wrong
             Map<String, Object> consumeArgs = Collections.singletonMap("x-stream-offset", "first");
-            ShutdownSignalException signal = expectShutdown(() -> autoAck.basicConsume(
+            ShutdownSignalException signal = Interop.expectShutdown(() -> autoAck.basicConsume(
                     queue, true, consumeArgs, new DefaultConsumer(autoAck)));
             reportShutdown("autoack", signal);
             Interop.result("autoack_connection_open", autoAckConnection.isOpen());
@@ -132,7 +132,7 @@ public class StreamReplay {
         deleter.queueDelete(queue);
         Interop.result("deleted", true);
         Channel checker = connection.createChannel();
-        ShutdownSignalException gone = expectShutdown(() -> checker.queueDeclarePassive(queue));
+        ShutdownSignalException gone = Interop.expectShutdown(() -> checker.queueDeclarePassive(queue));
         reportShutdown("deleted_passive", gone);
     }
 
@@ -292,25 +292,6 @@ public class StreamReplay {
             Interop.result(name + "_header_type", headerType);
             Interop.result(name + "_redelivered", redelivered);
         }
-    }
-
-    interface Call {
-        void run() throws IOException;
-    }
-
-    /** The ShutdownSignalException a synchronous call fails with (channel or connection). */
-    static ShutdownSignalException expectShutdown(Call call) {
-        try {
-            call.run();
-        } catch (IOException error) {
-            if (error.getCause() instanceof ShutdownSignalException) {
-                return (ShutdownSignalException) error.getCause();
-            }
-            throw new AssertionError("unexpected IOException", error);
-        } catch (ShutdownSignalException signal) {
-            return signal;
-        }
-        throw new AssertionError("the call succeeded; expected the broker to close the channel");
     }
 
     static void reportShutdown(String name, ShutdownSignalException signal) {
