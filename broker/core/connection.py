@@ -2,10 +2,17 @@
 
 The server layer owns the socket. It gives the connection a Transport, feeds it every
 decoded inbound item through `handle`, calls `end_of_batch` after each read, `drained`
-when the outgoing buffer falls below the low-water mark, and `lost` when the socket goes.
+when the outgoing buffer falls below the low-water mark, `input_ended` when reading
+stops, and `lost` when the socket goes.
+
+Replies that promise durability (confirms, Tx.CommitOk, Declare-Ok of durable entities)
+are held, with everything written after them, in segments sealed at the end of a read
+and released in order by `writes_durable` once the commit covering them is done. The
+connection keeps reading meanwhile, so the next commit gathers the next reads.
 """
 
 import logging
+from collections import deque
 from typing import Protocol
 
 from pamqp import commands
@@ -66,7 +73,9 @@ class Connection:
         self._throttled_by: set = set()
         self._blocked_notified = False
         self._confirming: dict[Channel, None] = {}
-        self._held: list[bytes] = []
+        # Output held for durability: [target writes (None while the batch runs), data].
+        self._held: deque[list] = deque()
+        self._close_when_released = False
         self._capture: list[bytes] | None = None
 
     @property
@@ -79,7 +88,7 @@ class Connection:
         if self._capture is not None:
             self._capture.append(data)
         elif self._held:
-            self._held.append(data)
+            self._held[-1][1].append(data)
         else:
             self.transport.write(data)
 
@@ -113,19 +122,53 @@ class Connection:
             self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
 
     def end_of_batch(self) -> None:
-        """Everything read so far is handled, and (when `needs_sync` was set) committed
-        to disk: send the replies held for durability, then the confirms."""
-        self.needs_sync = False
-        self._release_held()
-        if self._confirming:
-            for channel in self._confirming:
-                channel.flush_confirms()
-            self._confirming.clear()
+        """Everything read so far is handled: send the confirms, or, when a reply of
+        this batch promises durability, seal the held output for the next commit."""
+        if self.needs_sync:
+            self.needs_sync = False
+            self._open_segment()
+            self._flush_confirms()
+            persistence = self.broker.persistence
+            self._held[-1][0] = persistence.writes
+            persistence.wait_durable(self)
+        elif self._confirming:
+            self._flush_confirms()
 
-    def _release_held(self) -> None:
-        held, self._held = self._held, []
-        for data in held:
-            self.transport.write(data)
+    def writes_durable(self, writes: int) -> bool:
+        """The first `writes` durable writes are on disk: send the output held for
+        them, in order. Returns whether output is still held for later writes."""
+        held = self._held
+        while held and held[0][0] is not None and held[0][0] <= writes:
+            for data in held.popleft()[1]:
+                self.transport.write(data)
+        if held:
+            return True
+        if self._close_when_released:
+            self.transport.close()
+        return False
+
+    def input_ended(self) -> None:
+        """The server stopped reading: close the socket once the held output is sent."""
+        self.end_of_batch()    # a protocol error may have cut the last batch short
+        self._close_transport()
+
+    def _close_transport(self) -> None:
+        if self._held:
+            self._close_when_released = True
+        else:
+            self.transport.close()
+
+    def _open_segment(self) -> list:
+        """The held output of the batch being handled (started on first use)."""
+        held = self._held
+        if not held or held[-1][0] is not None:
+            held.append([None, []])
+        return held[-1][1]
+
+    def _flush_confirms(self) -> None:
+        for channel in self._confirming:
+            channel.flush_confirms()
+        self._confirming.clear()
 
     def confirms_pending(self, channel: Channel) -> None:
         self._confirming[channel] = None
@@ -172,7 +215,6 @@ class Connection:
                  self.peer, reply_code, reply_text)
         self._release_resources()
         self.state = "closing"
-        self._release_held()   # the close must reach the client even mid-commit
         self.write(encode_method(0, commands.Connection.Close(
             reply_code=reply_code, reply_text=reply_text[:255], class_id=class_id,
             method_id=method_id)))
@@ -182,6 +224,7 @@ class Connection:
         if self.state != "closed":
             self._release_resources()
         self.state = "closed"
+        self._held.clear()
 
     def _release_resources(self) -> None:
         for channel in self.channels.values():
@@ -217,7 +260,7 @@ class Connection:
         except AuthenticationFailure as failure:
             log.info("event=login_refused peer=%s reason=%r", self.peer, str(failure))
             self.state = "closed"   # RabbitMQ closes the socket without a frame
-            self.transport.close()
+            self._close_transport()
             return
         if not self.broker.users.authenticate(user, password):
             self._refuse_login(
@@ -237,7 +280,7 @@ class Connection:
             self.close(ReplyCode.ACCESS_REFUSED, f"ACCESS_REFUSED - {text}")
         else:
             self.state = "closed"
-        self.transport.close()
+        self._close_transport()
 
     def _tune_ok(self, method) -> None:
         config = self.broker.config
@@ -271,14 +314,15 @@ class Connection:
         self.write(encode_method(0, commands.Connection.OpenOk()))
 
     def _client_close(self, method) -> None:
+        self.end_of_batch()    # confirms of this read go before the CloseOk
         self._release_resources()
         self.write(encode_method(0, commands.Connection.CloseOk()))
         self.state = "closed"
-        self.transport.close()
+        self._close_transport()
 
     def _close_ok(self, method) -> None:
         self.state = "closed"
-        self.transport.close()
+        self._close_transport()
 
     # -- channels ------------------------------------------------------------------
 
@@ -329,7 +373,7 @@ class Connection:
             self._capture = None
             if persistence.writes != writes:
                 self.needs_sync = True
-                self._held.extend(captured)
+                self._open_segment().extend(captured)
             else:
                 for data in captured:
                     self.write(data)

@@ -41,6 +41,8 @@ class Persistence:
         self.stream_factory = stream_factory   # (vhost, queue, StreamRetention) -> store
         self.on_commit_request: Callable[[], None] = lambda: None
         self.writes = 0                  # ever-increasing count of pending-or-done writes
+        self.durable = 0                 # how many of them are on disk
+        self._waiting: dict = {}         # connections holding output for later writes
         self._changes: list[MetadataChange] = []
         self._dirty_stores: dict = {}
 
@@ -69,11 +71,23 @@ class Persistence:
         (stream consumers at the tail): commit soon rather than at the next period."""
         self.on_commit_request()
 
-    @staticmethod
-    def committed(stores: list) -> None:
-        """A commit synced `stores` (called on the event loop)."""
+    def wait_durable(self, connection) -> None:
+        """`connection` holds output until the writes made so far are durable: commit
+        soon and call its `writes_durable(durable)` after each commit."""
+        self._waiting[connection] = None
+        self.on_commit_request()
+
+    def committed(self, stores: list, writes: int) -> None:
+        """A commit synced `stores` and made the first `writes` writes durable (called
+        on the event loop): stores catch up, connections release their held output."""
+        self.durable = writes
         for store in stores:
             store.synced()
+        if self._waiting:
+            waiting, self._waiting = self._waiting, {}
+            for connection in waiting:
+                if connection.writes_durable(writes):
+                    self._waiting[connection] = None
 
     def has_pending(self) -> bool:
         return bool(self._changes or self._dirty_stores)

@@ -362,8 +362,10 @@ class Queue:
     def consumers_stalled(self) -> bool:
         """Whether the queue has consumers and every one waits for its connection's
         socket (the clients read slower than the queue is fed)."""
-        return bool(self.consumers) and not any(
-            consumer.channel.connection.writable for consumer in self.consumers)
+        for consumer in self.consumers:     # a loop: called for every publish to a
+            if consumer.channel.connection.transport.writable:     # long backlog
+                return False
+        return bool(self.consumers)
 
 
 def _text(value):

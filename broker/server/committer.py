@@ -15,16 +15,17 @@ class StorageFailure(Exception):
 
 
 class GroupCommitter:
-    """Connections call `wait_for(writes)` and resume once that many writes are durable.
+    """Commits pending writes when the core asks (`Persistence.wait_durable`,
+    `request_commit`) and every interval; `Persistence.committed` then releases what
+    connections held for them.
 
-    While a commit runs, new writes accumulate; the next commit takes them all at once,
-    so many publishers and channels share one fsync.
+    Commits run one after another: while one runs, new writes accumulate and the next
+    takes them all at once, so many publishers, channels and reads share one fsync.
     """
 
     def __init__(self, persistence: Persistence, apply_changes, sync_stores,
                  maintain_stores):
         self.persistence = persistence
-        self.durable_writes = 0
         self._apply_changes = apply_changes   # blocking: list[MetadataChange] -> None
         self._sync_stores = sync_stores       # blocking: list[store] -> None
         self._maintain_stores = maintain_stores  # blocking: list[store] -> unfinished
@@ -72,23 +73,15 @@ class GroupCommitter:
             else:
                 await self._commit()
 
-    async def wait_for(self, writes: int) -> None:
-        while self.durable_writes < writes:
-            if self._failure is not None:
-                raise StorageFailure("an earlier commit failed") from self._failure
-            if self._committing:
-                await self._finished.wait()
-            else:
-                await self._commit()
-
     async def _commit(self) -> None:
+        if self._failure is not None:
+            raise StorageFailure("an earlier commit failed") from self._failure
         self._committing = True
         finished = self._finished
         try:
             changes, stores, writes = self.persistence.take_pending()
             await trio.to_thread.run_sync(self._write, changes, stores,
                                           limiter=self._limiter)
-            self.durable_writes = writes
             self._synced_since_maintenance.update(dict.fromkeys(stores))
         except Exception as error:
             # Nothing taken by this commit may ever be reported durable: the broker
@@ -100,7 +93,7 @@ class GroupCommitter:
             self._committing = False
             self._finished = trio.Event()
             finished.set()
-        self.persistence.committed(stores)
+        self.persistence.committed(stores, writes)
 
     def _write(self, changes, stores) -> None:
         self._apply_changes(changes)

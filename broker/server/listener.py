@@ -47,6 +47,7 @@ class Server:
                 async for signum in signals:
                     log.info("event=shutdown signal=%s connections=%d",
                              signal.Signals(signum).name, len(self.transports))
+                    await self.committer.flush()   # releases replies held for it
                     await self._close_all()
                     await self.committer.flush()
                     nursery.cancel_scope.cancel()
@@ -76,7 +77,7 @@ class Server:
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         host, port = stream.socket.getpeername()[:2]
-        transport = SocketTransport(stream, self.broker, f"{host}:{port}", self.committer,
+        transport = SocketTransport(stream, self.broker, f"{host}:{port}",
                                     self.alarm, self.drain_signal)
         self.transports.add(transport)
         try:

@@ -15,7 +15,6 @@ from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, Decoder, ProtocolError
 from broker.core.connection import Connection
 
 from .alarms import ResourceAlarm
-from .committer import GroupCommitter
 
 log = logging.getLogger("warren.server")
 
@@ -48,12 +47,10 @@ class DrainSignal:
 class SocketTransport:
     """Implements the core's Transport over a trio stream."""
 
-    def __init__(self, stream: trio.abc.Stream, broker, peer: str,
-                 committer: GroupCommitter, alarm: ResourceAlarm,
+    def __init__(self, stream: trio.abc.Stream, broker, peer: str, alarm: ResourceAlarm,
                  drain_signal: DrainSignal):
         self.stream = stream
         self.peer = peer
-        self.committer = committer
         self.alarm = alarm
         self.drain_signal = drain_signal
         self._held_by_alarm = False
@@ -116,7 +113,7 @@ class SocketTransport:
                 self._nursery = nursery
                 nursery.start_soon(self._write_loop)
                 await self._read_loop()
-                self.close()
+                self.connection.input_ended()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             log.debug("event=socket_lost peer=%s", self.peer)
         finally:
@@ -135,10 +132,10 @@ class SocketTransport:
             if deadline.cancelled_caught or not data:
                 return   # peer closed, or our Connection.Close was not answered in time
             self._last_received = trio.current_time()
-            if not await self._handle(data):
+            if not self._handle(data):
                 return
 
-    async def _handle(self, data: bytes) -> bool:
+    def _handle(self, data: bytes) -> bool:
         """Run one read through the codec and the core; False ends the connection."""
         connection = self.connection
         try:
@@ -156,8 +153,6 @@ class SocketTransport:
             connection.start()
         for item in items:
             connection.handle(item)
-        if connection.needs_sync:
-            await self.committer.wait_for(connection.broker.persistence.writes)
         connection.end_of_batch()
         return True
 

@@ -60,8 +60,15 @@ class Client:
 
     def method(self, channel: int, method) -> list:
         self.connection.handle(InboundMethod(channel, method))
-        self.connection.end_of_batch()
+        self.end_batch()
         return self.transport.frames()
+
+    def end_batch(self) -> None:
+        """End a read, and let held durable replies go as if the commit were done
+        (tests of holding call `connection.end_of_batch` and commit themselves)."""
+        self.connection.end_of_batch()
+        persistence = self.broker.persistence
+        persistence.committed([], persistence.writes)
 
     def open_channel(self, channel: int = 1) -> None:
         (number, reply), = self.method(channel, commands.Channel.Open())
@@ -72,7 +79,7 @@ class Client:
         raw = encode_properties(properties or commands.Basic.Properties())
         self.connection.handle(InboundPublish(channel, exchange, routing_key, mandatory,
                                               False, raw, body))
-        self.connection.end_of_batch()
+        self.end_batch()
         return self.transport.frames()
 
     def declare_queue(self, channel: int, name: str, **kwargs) -> str:

@@ -1,4 +1,5 @@
-"""Replies that promise durability wait for the commit (end_of_batch after sync)."""
+"""Replies that promise durability wait for the commit that covers them, and
+everything the connection sends after them waits behind them."""
 
 from pamqp import commands
 
@@ -28,6 +29,9 @@ class RecordingStore:
     def drop(self) -> None:
         pass
 
+    def synced(self) -> None:
+        pass
+
 
 def durable_client():
     persistence = Persistence()
@@ -35,6 +39,12 @@ def durable_client():
     client = Client(Broker(persistence=persistence))
     client.open_channel()
     return client, persistence
+
+
+def commit(persistence: Persistence) -> None:
+    """What the server's committer does once the pending writes are on disk."""
+    _, stores, writes = persistence.take_pending()
+    persistence.committed(stores, writes)
 
 
 def handle(client, channel, method):
@@ -46,9 +56,11 @@ def test_durable_declare_ok_is_held_until_the_commit():
     client, persistence = durable_client()
     assert handle(client, 1, commands.Queue.Declare(queue="d", durable=True)) == []
     assert client.connection.needs_sync
-    changes, _, _ = persistence.take_pending()
-    assert [change.operation for change in changes] == ["save_queue"]
     client.connection.end_of_batch()
+    assert client.transport.frames() == []
+    changes, _, writes = persistence.take_pending()
+    assert [change.operation for change in changes] == ["save_queue"]
+    persistence.committed([], writes)
     assert kinds(client.transport.frames()) == [(1, commands.Queue.DeclareOk)]
 
 
@@ -72,8 +84,11 @@ def test_confirm_of_a_persistent_message_on_a_durable_queue_waits_for_sync():
     assert not client.connection.needs_sync
     publish(client, "d", 2)
     assert client.connection.needs_sync
-    assert persistence.take_pending()[1]   # the queue's store is dirty
     client.connection.end_of_batch()
+    assert client.transport.frames() == []
+    _, stores, writes = persistence.take_pending()
+    assert stores    # the queue's store is dirty
+    persistence.committed(stores, writes)
     (_, ack), = client.transport.methods()
     assert (ack.delivery_tag, ack.multiple) == (2, True)
 
@@ -97,6 +112,7 @@ def test_replies_after_a_held_one_wait_behind_it():
     handle(client, 1, commands.Queue.Declare(queue="d", durable=True))
     assert handle(client, 1, commands.Basic.Qos(prefetch_count=5)) == []
     client.connection.end_of_batch()
+    commit(client.broker.persistence)
     assert kinds(client.transport.frames()) == [(1, commands.Queue.DeclareOk),
                                                 (1, commands.Basic.QosOk)]
 
@@ -117,15 +133,66 @@ def test_tx_commit_of_acks_waits_until_the_acks_are_on_disk():
     client = Client(Broker(persistence=persistence))
     client.open_channel()
     client.declare_queue(1, "d", durable=True)
-    client.connection.end_of_batch()
     publish(client, "d", 2)
     client.connection.end_of_batch()
-    persistence.take_pending()
+    commit(persistence)
     client.method(1, commands.Tx.Select())
     (_, get_ok), _, _ = client.method(1, commands.Basic.Get(queue="d"))
     handle(client, 1, commands.Basic.Ack(delivery_tag=get_ok.delivery_tag))
     assert handle(client, 1, commands.Tx.Commit()) == []
     assert client.connection.needs_sync
-    assert persistence.take_pending()[1]   # the ack is in the commit CommitOk waits for
     client.connection.end_of_batch()
+    assert client.transport.frames() == []
+    _, stores, writes = persistence.take_pending()
+    assert stores    # the ack is in the commit CommitOk waits for
+    persistence.committed(stores, writes)
     assert kinds(client.transport.frames()) == [(1, commands.Tx.CommitOk)]
+
+
+def test_the_next_reads_are_handled_while_a_commit_runs_and_released_in_order():
+    """Batch 1's confirm waits for its commit; batch 2 (a transient publish) is handled
+    at once, but its confirm cannot overtake batch 1's: a multiple ack would confirm
+    the persistent message too early."""
+    client, persistence = durable_client()
+    client.declare_queue(1, "d", durable=True)
+    client.method(1, commands.Confirm.Select())
+    publish(client, "d", 2)
+    client.connection.end_of_batch()
+    _, stores, first_commit = persistence.take_pending()     # the commit starts
+    publish(client, "d", 1)
+    client.connection.end_of_batch()
+    assert client.transport.frames() == []
+    publish(client, "d", 2)
+    client.connection.end_of_batch()
+    persistence.committed(stores, first_commit)
+    assert [(ack.delivery_tag, ack.multiple) for _, ack in client.transport.methods()] \
+        == [(1, False), (2, False)]
+    commit(persistence)
+    assert [(ack.delivery_tag, ack.multiple) for _, ack in client.transport.methods()] \
+        == [(3, False)]
+
+
+def test_a_server_close_waits_behind_held_replies():
+    client, persistence = durable_client()
+    handle(client, 1, commands.Queue.Declare(queue="d", durable=True))
+    client.connection.close(541, "INTERNAL_ERROR - test")
+    client.connection.input_ended()
+    assert client.transport.frames() == [] and not client.transport.closed
+    commit(persistence)
+    assert kinds(client.transport.frames()) == [(1, commands.Queue.DeclareOk),
+                                                (0, commands.Connection.Close)]
+    assert client.transport.closed
+
+
+def test_a_client_close_gets_its_confirms_and_close_ok_before_the_socket_closes():
+    client, persistence = durable_client()
+    client.declare_queue(1, "d", durable=True)
+    client.method(1, commands.Confirm.Select())
+    publish(client, "d", 2)
+    client.connection.handle(InboundMethod(0, commands.Connection.Close()))
+    client.connection.end_of_batch()
+    assert client.transport.frames() == [] and not client.transport.closed
+    commit(persistence)
+    assert kinds(client.transport.frames()) == [(1, commands.Basic.Ack),
+                                                (0, commands.Connection.CloseOk)]
+    assert client.transport.closed

@@ -46,10 +46,10 @@ class StreamBroker:
         return client
 
     def commit(self):
-        _, stores, _ = self.persistence.take_pending()
+        _, stores, writes = self.persistence.take_pending()
         for store in stores:
             store.sync()
-        self.persistence.committed(stores)
+        self.persistence.committed(stores, writes)
 
 
 @pytest.fixture

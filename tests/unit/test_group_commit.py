@@ -31,22 +31,92 @@ def committer_for(persistence: Persistence) -> GroupCommitter:
                           maintain_stores=lambda stores: [])
 
 
-def test_many_waiters_share_one_commit():
+class WaitingConnection:
+    """Stands in for a connection holding output until `target` writes are durable;
+    records (target, durable writes) in `released` and sets `done` when released."""
+
+    def __init__(self, target: int, released: list):
+        self.target = target
+        self.released = released
+        self.done = trio.Event()
+
+    def writes_durable(self, writes: int) -> bool:
+        if writes < self.target:
+            return True
+        self.released.append((self.target, writes))
+        self.done.set()
+        return False
+
+
+async def run_committer_until(committer: GroupCommitter, done) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(committer.flush_periodically, 3600)
+        await done()
+        nursery.cancel_scope.cancel()
+
+
+def test_connections_waiting_together_share_one_commit():
     persistence = Persistence()
     store = CountingStore()
     committer = committer_for(persistence)
+    released = []
 
     async def main():
         for _ in range(10):
             persistence.store_written(store)
-        target = persistence.writes
-        async with trio.open_nursery() as nursery:
-            for _ in range(5):
-                nursery.start_soon(committer.wait_for, target)
-        assert committer.durable_writes == target
+        connections = [WaitingConnection(persistence.writes, released) for _ in range(5)]
+        for connection in connections:
+            persistence.wait_durable(connection)
+
+        async def all_released():
+            for connection in connections:
+                await connection.done.wait()
+
+        await run_committer_until(committer, all_released)
 
     trio.run(main)
     assert store.syncs == 1
+    assert released == [(10, 10)] * 5
+
+
+def test_writes_made_during_a_commit_go_into_the_next_one():
+    """A connection is not blocked by a running commit: what it writes meanwhile is
+    committed next, and each waiter is released by the commit that covers it."""
+    persistence = Persistence()
+    first_sync_started = threading.Event()
+    finish_first_sync = threading.Event()
+
+    class SlowFirstStore(CountingStore):
+        def sync(self) -> int:
+            if self.syncs == 0:
+                first_sync_started.set()
+                finish_first_sync.wait(30)
+            return super().sync()
+
+    store = SlowFirstStore()
+    committer = committer_for(persistence)
+    released = []
+
+    async def main():
+        persistence.store_written(store)
+        first = WaitingConnection(persistence.writes, released)
+        persistence.wait_durable(first)
+
+        async def scenario():
+            assert await trio.to_thread.run_sync(first_sync_started.wait, 30)
+            persistence.store_written(store)          # while the first commit runs
+            second = WaitingConnection(persistence.writes, released)
+            persistence.wait_durable(second)
+            finish_first_sync.set()
+            await first.done.wait()
+            assert released == [(1, 1)]               # the second write is not in it
+            await second.done.wait()
+
+        await run_committer_until(committer, scenario)
+
+    trio.run(main)
+    assert store.syncs == 2
+    assert released == [(1, 1), (2, 2)]
 
 
 def test_after_a_failed_commit_nothing_is_reported_durable():
@@ -56,11 +126,11 @@ def test_after_a_failed_commit_nothing_is_reported_durable():
     async def main():
         persistence.store_written(CountingStore(fail=True))
         with pytest.raises(OSError):
-            await committer.wait_for(persistence.writes)
+            await committer.flush()
         persistence.store_written(CountingStore())
         with pytest.raises(StorageFailure):
-            await committer.wait_for(persistence.writes)
-        assert committer.durable_writes == 0
+            await committer.flush()
+        assert persistence.durable == 0
 
     trio.run(main)
 
@@ -84,7 +154,7 @@ def test_stores_with_maintenance_left_are_visited_again_without_new_writes():
 
     async def main():
         persistence.store_written(store)
-        await committer.wait_for(persistence.writes)
+        await committer.flush()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(committer.flush_periodically, 0.01)
             assert await trio.to_thread.run_sync(third_pass.wait, 30)
