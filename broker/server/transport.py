@@ -3,10 +3,16 @@ coalesced output buffer, and heartbeats.
 
 Small writes are appended to one bytearray. Large message bodies come from the codec as
 parts that refer to the body; they are queued as chunks of their own and sent with the
-buffered bytes by one sendmsg (scatter/gather), so a 64 KiB body is not copied on its
-way out of the broker."""
+buffered bytes by one writev (scatter/gather), so a 64 KiB body is not copied on its
+way out of the broker.
+
+The socket is read and written with non-blocking system calls, waiting on trio only
+when it would block: a read whose replies fit in the socket is answered by the reader
+itself, without waking the writer task, and each read costs one trip through trio's
+scheduler (a checkpoint keeps busy connections from starving the others)."""
 
 import logging
+import os
 
 import trio
 
@@ -63,6 +69,8 @@ class SocketTransport:
         self._chunks: list = []       # bytes-like chunks to send before _buffer
         self._queued = 0              # bytes in _chunks and _buffer
         self._data_ready = trio.Event()
+        self._handling = False        # the reader answers its own batch itself
+        self._sending = False         # the writer task waits for the socket mid-send
         self._closing = False
         self._last_received = trio.current_time()
         self._last_sent = trio.current_time()
@@ -79,7 +87,7 @@ class SocketTransport:
             self._queued += len(data)
         if self._queued > HIGH_WATER:
             self.writable = False
-        if not self._data_ready.is_set():
+        if not self._handling and not self._data_ready.is_set():
             self._data_ready.set()
 
     def _write_parts(self, parts: tuple) -> None:
@@ -122,17 +130,36 @@ class SocketTransport:
                 await trio.aclose_forcefully(self.stream)
 
     async def _read_loop(self) -> None:
+        sock = self.stream.socket
+        fd = sock.fileno()
+        yielded = True
         while not self._closing:
             if self.connection.has_published and not self.alarm.clear.is_set():
                 await self._wait_for_alarm_to_clear()
             if self.connection.throttled:
                 await self._wait_while_throttled()
-            with trio.move_on_at(self._read_deadline()) as deadline:
-                data = await self.stream.receive_some(RECEIVE_SIZE)
-            if deadline.cancelled_caught or not data:
-                return   # peer closed, or our Connection.Close was not answered in time
+            data = _receive(fd)
+            if data is None:
+                with trio.move_on_at(self._read_deadline()) as deadline:
+                    await trio.lowlevel.wait_readable(sock)
+                if deadline.cancelled_caught:
+                    return   # our Connection.Close was not answered in time
+                yielded = True
+                continue
+            if not data:
+                return       # the peer closed
+            if not yielded:
+                await trio.lowlevel.checkpoint()
+            yielded = False
             self._last_received = trio.current_time()
-            if not self._handle(data):
+            self._handling = True
+            try:
+                keep_reading = self._handle(data)
+            finally:
+                self._handling = False
+            if self._queued and not self._sending and not self._send_now():
+                self._data_ready.set()
+            if not keep_reading:
                 return
 
     def _handle(self, data: bytes) -> bool:
@@ -184,40 +211,33 @@ class SocketTransport:
                               error.method_id)
 
     async def _write_loop(self) -> None:
-        stream = self.stream
+        sock = self.stream.socket
         while True:
             await self._data_ready.wait()
             self._data_ready = trio.Event()
-            while self._queued:
-                chunks, size = self._take_queued()
-                if len(chunks) == 1:
-                    await stream.send_all(chunks[0])
-                else:
-                    await self._send_chunks(chunks)
-                self._queued -= size
-                self._last_sent = trio.current_time()
-                if not self.writable and self._queued <= LOW_WATER:
-                    self.writable = True
-                    self.connection.drained()
-                    self.drain_signal.notify()
+            while self._queued and not self._send_now():
+                self._sending = True
+                try:
+                    await trio.lowlevel.wait_writable(sock)
+                finally:
+                    self._sending = False
             if self._closing:
                 self._nursery.cancel_scope.cancel()
                 return
 
-    def _take_queued(self) -> tuple[list, int]:
+    def _send_now(self) -> bool:
+        """Send queued output until the socket would block; True when all of it went."""
         chunks = self._chunks
         if self._buffer:
             chunks.append(self._buffer)
             self._buffer = bytearray()
-        self._chunks = []
-        return chunks, self._queued
-
-    async def _send_chunks(self, chunks: list) -> None:
-        """Send every chunk, in order, with as few sendmsg calls as the socket allows."""
-        socket = self.stream.socket
-        index = 0
-        while index < len(chunks):
-            sent = await socket.sendmsg(chunks[index:index + MAX_IOV])
+        fd = self.stream.socket.fileno()
+        while chunks:
+            sent = _send(fd, chunks)
+            if sent is None:
+                return False
+            self._sent(sent)
+            index = 0
             while sent:
                 size = len(chunks[index])
                 if sent < size:
@@ -225,6 +245,16 @@ class SocketTransport:
                     break
                 sent -= size
                 index += 1
+            del chunks[:index]
+        return True
+
+    def _sent(self, size: int) -> None:
+        self._queued -= size
+        self._last_sent = trio.current_time()
+        if not self.writable and self._queued <= LOW_WATER:
+            self.writable = True
+            self.connection.drained()
+            self.drain_signal.notify()
 
     async def _heartbeats(self, interval: int) -> None:
         """Send a heartbeat when idle for half the interval; drop a silent peer
@@ -239,3 +269,26 @@ class SocketTransport:
                 return
             if now - self._last_sent >= interval / 2:
                 self.write(HEARTBEAT_FRAME)
+
+
+def _receive(fd: int) -> bytes | None:
+    """One non-blocking read: None when nothing is there yet, b"" when the peer closed."""
+    try:
+        return os.read(fd, RECEIVE_SIZE)
+    except BlockingIOError:
+        return None
+    except OSError as error:
+        raise trio.BrokenResourceError(error) from error
+
+
+def _send(fd: int, chunks: list) -> int | None:
+    """One non-blocking write of the first chunks: bytes sent, or None when the socket
+    is full."""
+    try:
+        if len(chunks) == 1:
+            return os.write(fd, chunks[0])
+        return os.writev(fd, chunks[:MAX_IOV])
+    except BlockingIOError:
+        return None
+    except OSError as error:
+        raise trio.BrokenResourceError(error) from error
