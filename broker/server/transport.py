@@ -140,10 +140,13 @@ class SocketTransport:
                 await self._wait_while_throttled()
             data = _receive(fd)
             if data is None:
-                with trio.move_on_at(self._read_deadline()) as deadline:
+                if self.connection.state == "closing":
+                    with trio.move_on_after(CLOSE_OK_TIMEOUT) as deadline:
+                        await trio.lowlevel.wait_readable(sock)
+                    if deadline.cancelled_caught:
+                        return   # our Connection.Close was not answered in time
+                else:
                     await trio.lowlevel.wait_readable(sock)
-                if deadline.cancelled_caught:
-                    return   # our Connection.Close was not answered in time
                 yielded = True
                 continue
             if not data:
@@ -198,11 +201,6 @@ class SocketTransport:
         await self.alarm.clear.wait()
         self._held_by_alarm = False
         self._last_received = trio.current_time()
-
-    def _read_deadline(self) -> float:
-        if self.connection.state == "closing":
-            return trio.current_time() + CLOSE_OK_TIMEOUT
-        return float("inf")
 
     def _protocol_error(self, error: ProtocolError) -> None:
         log.info("event=protocol_error peer=%s code=%s text=%r",
