@@ -10,7 +10,6 @@ weight and body_size (property flags, then property values).
 """
 
 from struct import Struct
-from sys import intern
 
 from pamqp import commands
 
@@ -31,6 +30,9 @@ _ACK_FRAME = Struct(">BHIHHQBB")         # a whole Basic.Ack / Basic.Nack frame
 _LENGTH_OCTET = [bytes((n,)) for n in range(256)]
 _SHORTSTRS: dict[str, bytes] = {}
 _SHORTSTRS_KEPT = 4096
+_DELIVER_PARTS: dict[tuple, tuple[bytes, bytes]] = {}
+_NAMES: dict[bytes, str] = {}             # raw exchange names and routing keys, decoded
+_NAMES_KEPT = 4096
 # From this body size on, encoded content is a tuple of parts (the body is not copied).
 LARGE_BODY = 32 * 1024
 
@@ -63,9 +65,26 @@ def decode_publish(data: bytes, start: int, end: int) -> tuple[str, str, bool, b
     if key_end + 1 != end:
         raise ValueError("Basic.Publish arguments do not fill the frame")
     bits = data[key_end]
-    # Interned: a backlog of messages shares one copy of each exchange and key string.
-    return (intern(data[start + 3:exchange_end].decode()),
-            intern(data[exchange_end + 1:key_end].decode()), bits & 1 == 1, bits & 2 == 2)
+    raw = data[start + 3:exchange_end]
+    exchange = _NAMES.get(raw)
+    if exchange is None:
+        exchange = _remember_name(raw)
+    raw = data[exchange_end + 1:key_end]
+    routing_key = _NAMES.get(raw)
+    if routing_key is None:
+        routing_key = _remember_name(raw)
+    return exchange, routing_key, bits & 1 == 1, bits & 2 == 2
+
+
+def _remember_name(raw: bytes) -> str:
+    """Decode an exchange name or routing key and remember it: publishers repeat them,
+    and a backlog of messages then shares one copy of each string. (sys.intern costs
+    about 0.6 us per call for some hash seeds; a dict keyed by the raw bytes does not.)"""
+    name = raw.decode()
+    if len(_NAMES) >= _NAMES_KEPT:
+        _NAMES.clear()
+    _NAMES[raw] = name
+    return name
 
 
 def decode_get(data: bytes, start: int, end: int) -> commands.Basic.Get:
@@ -124,23 +143,40 @@ def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redeliver
                    exchange: str, routing_key: str, properties: bytes, body,
                    frame_max: int) -> bytes | tuple:
     """Basic.Deliver + content header + body frames (see join_with_content)."""
-    tag, exchange_b, key = shortstr(consumer_tag), shortstr(exchange), shortstr(routing_key)
-    size = 13 + len(tag) + len(exchange_b) + len(key)
     body_size = len(body)
     if 0 < body_size < LARGE_BODY and (not frame_max
                                        or body_size <= frame_max - FRAME_OVERHEAD):
-        # The common case, one body frame, in one join (same bytes as the general path).
+        # The common case, one body frame, in one join (same bytes as the general path);
+        # the bytes around the delivery tag repeat for a consumer and a routing key.
+        around_tag = _DELIVER_PARTS.get((channel, consumer_tag, exchange, routing_key))
+        if around_tag is None:
+            around_tag = _deliver_parts(channel, consumer_tag, exchange, routing_key)
         return b"".join((
-            _METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_DELIVER),
-            tag, _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key,
+            around_tag[0], _TAG_AND_BIT.pack(delivery_tag, redelivered), around_tag[1],
             _HEADER_FRAME.pack(FRAME_END, FRAME_HEADER, channel,
                                CONTENT_HEADER_PREFIX_SIZE + len(properties), BASIC_CLASS,
                                0, body_size),
             properties, _BODY_PREFIX.pack(FRAME_END, FRAME_BODY, channel, body_size), body,
             FRAME_END_BYTE))
+    tag, exchange_b, key = shortstr(consumer_tag), shortstr(exchange), shortstr(routing_key)
+    size = 13 + len(tag) + len(exchange_b) + len(key)
     parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_DELIVER),
              tag, _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key]
     return join_with_content(parts, channel, properties, body, frame_max)
+
+
+def _deliver_parts(channel: int, consumer_tag: str, exchange: str,
+                   routing_key: str) -> tuple[bytes, bytes]:
+    """A Basic.Deliver frame's bytes before the delivery tag (frame prefix, method ids,
+    consumer tag) and after it (exchange, routing key), remembered."""
+    tag, exchange_b, key = shortstr(consumer_tag), shortstr(exchange), shortstr(routing_key)
+    size = 13 + len(tag) + len(exchange_b) + len(key)
+    parts = (_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_DELIVER)
+             + tag, exchange_b + key)
+    if len(_DELIVER_PARTS) >= _SHORTSTRS_KEPT:
+        _DELIVER_PARTS.clear()
+    _DELIVER_PARTS[(channel, consumer_tag, exchange, routing_key)] = parts
+    return parts
 
 
 def encode_get_ok(channel: int, delivery_tag: int, redelivered: bool, exchange: str,
