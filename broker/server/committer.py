@@ -34,7 +34,7 @@ class GroupCommitter:
         persistence.on_commit_request = self._commit_requested.set
         self._committing = False
         self._finished = trio.Event()
-        self._limiter = trio.CapacityLimiter(1)
+        self._storage_lock = trio.Lock()    # one blocking storage job at a time
         self._failure: BaseException | None = None
 
     async def flush_periodically(self, interval: float) -> None:
@@ -61,8 +61,7 @@ class GroupCommitter:
         if self._synced_since_maintenance:
             stores = list(self._synced_since_maintenance)
             self._synced_since_maintenance.clear()
-            unfinished = await trio.to_thread.run_sync(self._maintain_stores, stores,
-                                                       limiter=self._limiter)
+            unfinished = await self._in_worker_thread(self._maintain_stores, stores)
             self._synced_since_maintenance.update(dict.fromkeys(unfinished))
 
     async def flush(self) -> None:
@@ -80,8 +79,7 @@ class GroupCommitter:
         finished = self._finished
         try:
             changes, stores, writes = self.persistence.take_pending()
-            await trio.to_thread.run_sync(self._write, changes, stores,
-                                          limiter=self._limiter)
+            await self._in_worker_thread(self._write, changes, stores)
             self._synced_since_maintenance.update(dict.fromkeys(stores))
         except Exception as error:
             # Nothing taken by this commit may ever be reported durable: the broker
@@ -94,6 +92,28 @@ class GroupCommitter:
             self._finished = trio.Event()
             finished.set()
         self.persistence.committed(stores, writes)
+
+    async def _in_worker_thread(self, blocking, *args):
+        """Run blocking storage work in a worker thread, one job at a time. Unlike
+        trio.to_thread.run_sync, the job starts at once, without waiting for a turn of
+        the scheduler first: confirms wait for this, so every round trip counts. A
+        running job is never abandoned, even when the caller is cancelled."""
+        try:
+            self._storage_lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._storage_lock.acquire()
+        try:
+            task = trio.lowlevel.current_task()
+            token = trio.lowlevel.current_trio_token()
+
+            def deliver(result) -> None:
+                token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+
+            trio.lowlevel.start_thread_soon(lambda: blocking(*args), deliver)
+            return await trio.lowlevel.wait_task_rescheduled(
+                lambda _raise_cancel: trio.lowlevel.Abort.FAILED)
+        finally:
+            self._storage_lock.release()
 
     def _write(self, changes, stores) -> None:
         self._apply_changes(changes)
