@@ -61,16 +61,18 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=16)
     parser.add_argument("--batch", type=int, default=100, help="messages per socket read")
     parser.add_argument("--batches", type=int, default=3000, help="reads per round")
+    parser.add_argument("--queue", default="perftest-6eec00bb-729c-4c8f-aa29-9deb6fccf806",
+                        help="queue name = routing key (default: like PerfTest's)")
     parser.add_argument("--manual-ack", action="store_true",
                         help="the consumer acks each delivery (prefetch 0)")
     args = parser.parse_args()
     broker = Broker()
     publisher = open_connection(broker)
     consumer = open_connection(broker)
-    publisher.handle(InboundMethod(1, commands.Queue.Declare(queue="bench")))
+    publisher.handle(InboundMethod(1, commands.Queue.Declare(queue=args.queue)))
     consumer.handle(InboundMethod(1, commands.Basic.Consume(
-        queue="bench", consumer_tag="bench", no_ack=not args.manual_ack)))
-    data = publish_frames("bench", args.size, args.batch)
+        queue=args.queue, consumer_tag="bench", no_ack=not args.manual_ack)))
+    data = publish_frames(args.queue, args.size, args.batch)
     decoder = Decoder()
     decoder.feed(PROTOCOL_HEADER)
     best = float("inf")

@@ -33,9 +33,10 @@ class RecordingStore:
         pass
 
 
-def durable_client():
+def durable_client(store_class=None):
     persistence = Persistence()
-    persistence.store_factory = lambda vhost, queue: RecordingStore(persistence)
+    store_class = store_class or RecordingStore
+    persistence.store_factory = lambda vhost, queue: store_class(persistence)
     client = Client(Broker(persistence=persistence))
     client.open_channel()
     return client, persistence
@@ -128,10 +129,7 @@ class AckRecordingStore(RecordingStore):
 
 
 def test_tx_commit_of_acks_waits_until_the_acks_are_on_disk():
-    persistence = Persistence()
-    persistence.store_factory = lambda vhost, queue: AckRecordingStore(persistence)
-    client = Client(Broker(persistence=persistence))
-    client.open_channel()
+    client, persistence = durable_client(AckRecordingStore)
     client.declare_queue(1, "d", durable=True)
     publish(client, "d", 2)
     client.connection.end_of_batch()
