@@ -40,6 +40,7 @@ from .reply_codes import ReplyCode
 _FRAME_PREFIX = Struct(">BHI")      # type, channel, payload size
 _METHOD_INDEX = Struct(">I")        # class_id << 16 | method_id
 _CONTENT_HEADER = Struct(">HHQ")    # class_id, weight, body_size
+_HEADER_FRAME = Struct(">BHIHHQ")   # a content header frame's prefix and fixed fields
 _NO_LIMIT = 0xFFFFFFFF
 _PROPERTIES_CACHE_SIZE = 256
 # RabbitMQ also accepts the 0-9 header (AMQP 1-1-0-9) and speaks 0-9-1 to such clients.
@@ -235,13 +236,12 @@ class Decoder:
         header_pos = end + 1
         if length - header_pos < 7 + 14 + 1:
             return 0
-        frame_type, header_channel, size = _FRAME_PREFIX.unpack_from(data, header_pos)
+        frame_type, header_channel, size, class_id, _weight, body_size = \
+            _HEADER_FRAME.unpack_from(data, header_pos)
         header_end = header_pos + 7 + size
         if (frame_type != FRAME_HEADER or header_channel != channel or size < 14
-                or size > limit or header_end >= length or data[header_end] != FRAME_END):
-            return 0
-        class_id, _weight, body_size = _CONTENT_HEADER.unpack_from(data, header_pos + 7)
-        if class_id != BASIC_CLASS:
+                or size > limit or header_end >= length or data[header_end] != FRAME_END
+                or class_id != BASIC_CLASS):
             return 0
         body = b""
         next_pos = header_end + 1
