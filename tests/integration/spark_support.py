@@ -125,6 +125,17 @@ def example_pipeline_expected() -> dict:
             for minute in range(4) for kind in ("click", "view")}
 
 
+def assert_example_pipeline_published(published: list) -> None:
+    """The pipeline's results, as (properties, body) pairs read back from the results
+    queue, are one JSON message per window and kind with the expected aggregates."""
+    expected = example_pipeline_expected()
+    assert len(published) == len(expected)
+    assert {p.content_type for p, _ in published} == {"application/json"}
+    messages = [json.loads(b) for _, b in published]
+    assert {(m["window_start"].rstrip("Z"), m["kind"]): (m["events"], m["amount"])
+            for m in messages} == expected
+
+
 def pyspark_home() -> str:
     """SPARK_HOME of the pip-installed pyspark (bin/spark-class, jars/).
 

@@ -17,7 +17,6 @@ Spark tests it runs one query at a time and waits with deadlines, never a fixed 
 Against RabbitMQ: WARREN_TEST_BROKER=127.0.0.1:5673.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -27,7 +26,8 @@ import pytest
 
 from pika_helpers import close_quietly, connect, names  # noqa: F401  (names: fixture)
 from spark_support import (
-    StandaloneCluster, example_pipeline_bodies, example_pipeline_expected, kill_process_group,
+    StandaloneCluster, assert_example_pipeline_published, example_pipeline_bodies,
+    example_pipeline_expected, kill_process_group,
     popen_group,
 )
 
@@ -123,11 +123,7 @@ def test_example_pipeline_on_a_standalone_cluster(spark_cluster, broker, names, 
             if method is None:
                 break
             published.append((properties, body))
-        assert len(published) == len(expected)
-        assert {p.content_type for p, _ in published} == {"application/json"}
-        messages = [json.loads(b) for _, b in published]
-        assert {(m["window_start"].rstrip("Z"), m["kind"]): (m["events"], m["amount"])
-                for m in messages} == expected
+        assert_example_pipeline_published(published)
     finally:
         close_quietly(connection)
 

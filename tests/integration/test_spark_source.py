@@ -25,7 +25,8 @@ from pika_helpers import (  # noqa: F401  (names: fixture)
 from spark.amqp.messages import ARROW_SCHEMA, SCHEMA
 from spark.examples.pipeline import parse_args, start_pipeline
 from spark_support import (  # noqa: F401  (spark_session: fixture)
-    example_pipeline_bodies, example_pipeline_expected, spark_session,
+    assert_example_pipeline_published, example_pipeline_bodies,
+    example_pipeline_expected, spark_session,
 )
 
 pytestmark = pytest.mark.slow   # Spark sessions and queries: tens of seconds
@@ -405,10 +406,6 @@ def test_example_pipeline(spark_session, broker, names, tmp_path):
         channel.basic_consume(results, lambda ch, m, p, b: published.append((p, b)),
                               auto_ack=True)
         wait_until(connection, lambda: len(published) >= len(expected), timeout=WAIT)
-        assert len(published) == len(expected)
-        assert {p.content_type for p, _ in published} == {"application/json"}
-        messages = [json.loads(b) for _, b in published]
-        assert {(m["window_start"].rstrip("Z"), m["kind"]): (m["events"], m["amount"])
-                for m in messages} == expected
+        assert_example_pipeline_published(published)
     finally:
         close_quietly(connection)
