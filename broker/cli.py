@@ -10,6 +10,7 @@ import trio
 
 from broker.config import ConfigError, load_settings
 from broker.core.broker import Broker
+from broker.server.admission import default_connection_caps, raise_file_limit
 from broker.server.committer import GroupCommitter
 from broker.server.durability import DurableStorage
 from broker.server.listener import Server
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warren: {error}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
+    _fill_connection_caps(settings.limits)
     os.makedirs(settings.data_dir, exist_ok=True)
     storage = DurableStorage(settings.data_dir, settings.metadata_url)
     broker = Broker(settings.limits, persistence=storage.persistence)
@@ -83,6 +85,20 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         storage.close(broker)
     return 0
+
+
+def _fill_connection_caps(limits) -> None:
+    """Connection caps left at 0 are worked out from the open-file limit (raised to its
+    hard limit first), so sockets can never use up the broker's file descriptors."""
+    file_limit = raise_file_limit()
+    connection_max, unauthenticated_max = default_connection_caps(file_limit)
+    limits.connection_max = limits.connection_max or connection_max
+    limits.unauthenticated_connection_max = (limits.unauthenticated_connection_max
+                                             or unauthenticated_max)
+    logging.getLogger("warren.server").debug(
+        "event=connection_caps file_limit=%d connection_max=%d "
+        "unauthenticated_connection_max=%d", file_limit, limits.connection_max,
+        limits.unauthenticated_connection_max)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ class BrokerProcess:
 
     data_dir: str
     extra_args: tuple = ()
+    command_prefix: tuple = ()   # e.g. ("prlimit", "--nofile=200") to run it under limits
     host: str = "127.0.0.1"
     port: int = 0
     process: subprocess.Popen | None = None
@@ -24,7 +25,7 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         self._listening.clear()
-        command = [sys.executable, "-m", "broker", "serve", "--host", self.host,
+        command = [*self.command_prefix, sys.executable, "-m", "broker", "serve", "--host", self.host,
                    "--port", str(self.port), "--data-dir", self.data_dir, *self.extra_args]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
         threading.Thread(target=self._read_log, args=(self.process,), daemon=True).start()

@@ -62,7 +62,14 @@ class Channel:
         return not self.global_prefetch or len(self.unacked) < self.global_prefetch
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
+        """Send `entry` to `consumer`. The frames are encoded before any state changes,
+        so when encoding raises, the message is still the queue's."""
         tag = self.next_delivery_tag
+        message = entry.message
+        connection = self.connection
+        frames = encode_deliver(
+            self.number, consumer.tag, tag, entry.redelivered, message.exchange,
+            message.routing_key, message.properties, message.body, connection.frame_max)
         self.next_delivery_tag = tag + 1
         queue = consumer.queue
         if consumer.no_ack:
@@ -73,11 +80,7 @@ class Channel:
             self.unacked[tag] = Delivery(tag, queue, entry, consumer)
             if queue.stores_messages:
                 queue.store.delivered(entry)
-        message = entry.message
-        connection = self.connection
-        connection.write(encode_deliver(
-            self.number, consumer.tag, tag, entry.redelivered, message.exchange,
-            message.routing_key, message.properties, message.body, connection.frame_max))
+        connection.write(frames)
 
     def deliver_record(self, consumer: Consumer, mark, exchange: str, routing_key: str,
                        properties: bytes, body: bytes) -> None:

@@ -56,6 +56,7 @@ class Connection:
         self.transport = transport
         self.peer = peer
         self.state = "awaiting-start-ok"
+        self.login_refused = False   # the server slows down the refusal it sends
         self.user = ""
         self.vhost = None
         self.client_properties: dict = {}
@@ -120,6 +121,34 @@ class Connection:
             self._close_channel(channel_number, error)
         except ConnectionFailure as error:
             self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
+        except Exception as error:   # a bug must cost this connection, not the broker
+            self.fail(error)
+
+    def fail(self, error: BaseException) -> None:
+        """An unexpected exception while serving this connection: log it with its
+        traceback and close this connection (541 INTERNAL_ERROR), and only this one.
+        When even the close fails, the socket is dropped."""
+        log.error("event=internal_error peer=%s user=%r vhost=%r error=%r", self.peer,
+                  self.user, self.vhost.name if self.vhost else None, error,
+                  exc_info=error)
+        if self.state in ("closing", "closed"):
+            self._drop()
+            return
+        try:
+            self.close(ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR - the broker failed while "
+                       "handling this connection and closed it (the broker log has the "
+                       "details); reconnect to continue")
+        except Exception as second:
+            log.error("event=internal_error_on_close peer=%s error=%r", self.peer, second,
+                      exc_info=second)
+            self._drop()
+
+    def _drop(self) -> None:
+        """Give up on the connection: no more frames in or out, the socket closes."""
+        self.state = "closed"
+        self._held.clear()
+        self._close_when_released = False
+        self.transport.close()
 
     def end_of_batch(self) -> None:
         """Everything read so far is handled: send the confirms, or, when a reply of
@@ -258,7 +287,8 @@ class Connection:
         try:
             user, password = parse_credentials(method.mechanism, method.response)
         except AuthenticationFailure as failure:
-            log.info("event=login_refused peer=%s reason=%r", self.peer, str(failure))
+            log.debug("event=login_refused peer=%s reason=%r", self.peer, str(failure))
+            self.login_refused = True
             self.state = "closed"   # RabbitMQ closes the socket without a frame
             self._close_transport()
             return
@@ -266,7 +296,7 @@ class Connection:
             self._refuse_login(
                 f"Login was refused using authentication mechanism {method.mechanism}. "
                 "For details see the broker logfile.")
-            log.info("event=login_refused peer=%s user=%r", self.peer, user)
+            log.debug("event=login_refused peer=%s user=%r", self.peer, user)
             return
         self.user = user
         self.state = "awaiting-tune-ok"
@@ -276,6 +306,7 @@ class Connection:
             heartbeat=config.heartbeat)))
 
     def _refuse_login(self, text: str) -> None:
+        self.login_refused = True
         if self.supports("authentication_failure_close"):
             self.close(ReplyCode.ACCESS_REFUSED, f"ACCESS_REFUSED - {text}")
         else:
@@ -308,6 +339,11 @@ class Connection:
                 ReplyCode.NOT_ALLOWED,
                 f"access to vhost '{method.virtual_host}' refused for user '{self.user}'",
                 10, 40)
+        limit = self.broker.config.connection_max
+        if limit and len(self.broker.connections) >= limit:
+            raise ConnectionFailure(
+                ReplyCode.NOT_ALLOWED,
+                f"connection refused: node connection limit ({limit}) is reached", 10, 40)
         self.vhost = vhost
         self.state = "open"
         self.broker.connection_opened(self)
@@ -337,6 +373,7 @@ class Connection:
             return
         channel = self.channels.get(number)
         if channel is None:
+            self._check_channel_number(number, *_ids(method))
             self._open_channel(number, method)
             return
         handler = HANDLERS.get(type(method))
@@ -378,17 +415,19 @@ class Connection:
                 for data in captured:
                     self.write(data)
 
+    def _check_channel_number(self, number: int, class_id: int, method_id: int) -> None:
+        """Channel numbers run from 1 to the negotiated channel_max (AMQP 0-9-1, Tune)."""
+        if number > self.channel_max:
+            raise ConnectionFailure(
+                ReplyCode.NOT_ALLOWED,
+                f"channel number {number} is above the negotiated channel_max "
+                f"({self.channel_max}); use channels 1..{self.channel_max}",
+                class_id, method_id)
+
     def _open_channel(self, number: int, method) -> None:
         if not isinstance(method, commands.Channel.Open):
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
                                     *_ids(method))
-        opened = len(self.channels) + len(self.closing_channels)
-        if opened >= self.channel_max:
-            # RabbitMQ limits how many channels are open, not their numbers.
-            raise ConnectionFailure(
-                ReplyCode.NOT_ALLOWED,
-                f"number of channels opened ({opened}) has reached the negotiated "
-                f"channel_max ({self.channel_max})")
         channel = Channel(self, number)
         self.channels[number] = channel
         channel.send(commands.Channel.OpenOk())
@@ -408,6 +447,7 @@ class Connection:
         if channel is None:
             if number in self.closing_channels:
                 return
+            self._check_channel_number(number, *PUBLISH_IDS)
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
                                     *PUBLISH_IDS)
         persistence = self.broker.persistence

@@ -86,8 +86,11 @@ class Persistence:
         if self._waiting:
             waiting, self._waiting = self._waiting, {}
             for connection in waiting:
-                if connection.writes_durable(writes):
-                    self._waiting[connection] = None
+                try:
+                    if connection.writes_durable(writes):
+                        self._waiting[connection] = None
+                except Exception as error:   # that connection fails, the commit stands
+                    connection.fail(error)
 
     def has_pending(self) -> bool:
         return bool(self._changes or self._dirty_stores)

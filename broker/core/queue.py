@@ -1,6 +1,7 @@
 """Queues and their consumers: FIFO delivery, round-robin dispatch, requeue."""
 
 import datetime
+import logging
 from collections import deque
 
 from storage.message_store import MEMORY_STORE, QueueStore
@@ -8,6 +9,7 @@ from storage.message_store import MEMORY_STORE, QueueStore
 from .dead_letter import dead_letter_message
 from .message import Message, QueueEntry
 
+log = logging.getLogger("warren.queue")
 
 PAGE_WINDOW = 10_000   # ready messages beyond this keep their bodies only on disk
 # Publisher flow control: a queue with more ready messages than this, whose consumers
@@ -106,8 +108,11 @@ class Queue:
         if not ready and self.consumers and limit is None and entry.expires_at is None:
             consumer = self._next_consumer()    # hand over at once: no queueing needed
             if consumer is not None:
-                consumer.channel.deliver(consumer, entry)
-                return True
+                try:
+                    consumer.channel.deliver(consumer, entry)
+                    return True
+                except Exception as error:   # queued below instead
+                    _delivery_failed(consumer, error)
         ready.append(entry)
         if len(ready) > self.page_window:
             self.store.page_out(entry)
@@ -172,7 +177,11 @@ class Queue:
             entry = ready.popleft()
             if entry.message.body is None:
                 self.store.page_in(entry)
-            consumer.channel.deliver(consumer, entry)
+            try:
+                consumer.channel.deliver(consumer, entry)
+            except Exception as error:
+                ready.appendleft(entry)
+                _delivery_failed(consumer, error)
 
     def _next_consumer(self) -> Consumer | None:
         """The consumer to serve next: round-robin among those that can take a message,
@@ -267,11 +276,18 @@ class Queue:
         return None if name is None else self.vhost.exchanges.get(name)
 
     def _republish(self, exchange, message: Message, reason: str, now) -> None:
-        dead = dead_letter_message(message, self.name, reason, exchange.name,
-                                   self.dead_letter_routing_key, now)
-        if dead is not None:
-            for queue in self.vhost.route(exchange, dead):
-                queue.enqueue(dead)
+        """Dead-letter one message. When that fails, the message is dropped, as if the
+        queue had no dead-letter exchange, and the failure is logged: the queue and
+        whoever triggered the dead-lettering carry on."""
+        try:
+            dead = dead_letter_message(message, self.name, reason, exchange.name,
+                                       self.dead_letter_routing_key, now)
+            if dead is not None:
+                for queue in self.vhost.route(exchange, dead):
+                    queue.enqueue(dead)
+        except Exception as error:
+            log.error("event=dead_letter_failed vhost=%r queue=%r reason=%s", self.vhost.name,
+                      self.name, reason, exc_info=error)
 
     def requeue(self, entries: list[QueueEntry]) -> None:
         """Put unacked messages back, redelivered, where they were in the queue.
@@ -366,6 +382,12 @@ class Queue:
             if consumer.channel.connection.transport.writable:     # long backlog
                 return False
         return bool(self.consumers)
+
+
+def _delivery_failed(consumer: Consumer, error: Exception) -> None:
+    """The consumer's connection pays for a delivery that raised, not the connection
+    whose publish or ack triggered it; the message stays in the queue."""
+    consumer.channel.connection.fail(error)
 
 
 def _text(value):

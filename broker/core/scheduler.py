@@ -2,7 +2,10 @@
 
 import heapq
 import itertools
+import logging
 from typing import Callable
+
+log = logging.getLogger("warren.scheduler")
 
 
 class Timer:
@@ -45,9 +48,15 @@ class Scheduler:
         return heap[0][0] if heap else None
 
     def run_due(self) -> None:
+        """Run every timer that is due. A timer that raises is logged and dropped; the
+        others still run (one queue's failing expiry must not stop everyone's)."""
         now = self.clock()
         heap = self._heap
         while heap and heap[0][0] <= now:
             _, _, timer = heapq.heappop(heap)
             if not timer.cancelled:
-                timer.callback()
+                try:
+                    timer.callback()
+                except Exception as error:
+                    log.error("event=timer_failed callback=%r", timer.callback,
+                              exc_info=error)

@@ -9,6 +9,7 @@ import trio
 from amqp_codec.reply_codes import ReplyCode
 from broker.core.broker import Broker
 
+from .admission import SUMMARY_INTERVAL, Admission
 from .alarms import AlarmLimits, ResourceAlarm
 from .committer import GroupCommitter
 from .transport import DrainSignal, SocketTransport
@@ -31,6 +32,8 @@ class Server:
         self.alarm = ResourceAlarm(alarm_limits, data_dir, self._alarm_changed)
         self.transports: set[SocketTransport] = set()
         self.drain_signal = DrainSignal()
+        self.admission = Admission(broker.config.unauthenticated_connection_max,
+                                   trio.current_time)
         self._all_closed = trio.Event()
 
     async def run(self) -> None:
@@ -40,6 +43,7 @@ class Server:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(trio.serve_listeners, self._serve_connection, listeners)
                 nursery.start_soon(self._run_timers)
+                nursery.start_soon(self._summarise_refusals)
                 nursery.start_soon(self.alarm.run)
                 nursery.start_soon(self.committer.flush_periodically, FLUSH_INTERVAL)
                 port = listeners[0].socket.getsockname()[1]
@@ -50,13 +54,22 @@ class Server:
                     await self.committer.flush()   # releases replies held for it
                     await self._close_all()
                     await self.committer.flush()
+                    self.admission.summarise()
                     nursery.cancel_scope.cancel()
                     break
         log.info("event=stopped")
 
     def _alarm_changed(self, raised: frozenset) -> None:
-        for transport in self.transports:
-            transport.connection.alarm_changed(raised)
+        for transport in list(self.transports):
+            try:
+                transport.connection.alarm_changed(raised)
+            except Exception as error:
+                transport.connection.fail(error)
+
+    async def _summarise_refusals(self) -> None:
+        while True:
+            await trio.sleep(SUMMARY_INTERVAL)
+            self.admission.summarise()
 
     async def _run_timers(self) -> None:
         """Fire the core's timers (message expiry) when they fall due."""
@@ -76,12 +89,25 @@ class Server:
             scheduler.run_due()
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        host, port = stream.socket.getpeername()[:2]
-        transport = SocketTransport(stream, self.broker, f"{host}:{port}",
-                                    self.alarm, self.drain_signal)
+        """One accepted socket, start to end. Nothing raised here reaches the listener:
+        a failure ends this socket only."""
+        if not self.admission.admit():
+            await trio.aclose_forcefully(stream)
+            return
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            transport = SocketTransport(stream, self.broker, f"{host}:{port}", self.alarm,
+                                        self.drain_signal, self.admission)
+        except Exception as error:   # e.g. the peer reset the socket before this ran
+            self.admission.handshake_ended()
+            log.debug("event=socket_lost_at_accept error=%r", error)
+            await trio.aclose_forcefully(stream)
+            return
         self.transports.add(transport)
         try:
             await transport.run()
+        except Exception as error:
+            log.error("event=connection_failed peer=%s", transport.peer, exc_info=error)
         finally:
             self.transports.discard(transport)
             if not self.transports:
@@ -89,10 +115,13 @@ class Server:
 
     async def _close_all(self) -> None:
         for transport in list(self.transports):
-            transport.connection.close(
-                ReplyCode.CONNECTION_FORCED,
-                "CONNECTION_FORCED - broker forced connection closure with reason "
-                "'shutdown'")
+            try:
+                transport.connection.close(
+                    ReplyCode.CONNECTION_FORCED,
+                    "CONNECTION_FORCED - broker forced connection closure with reason "
+                    "'shutdown'")
+            except Exception as error:
+                log.error("event=close_failed peer=%s", transport.peer, exc_info=error)
             transport.close()
         if self.transports:
             self._all_closed = trio.Event()

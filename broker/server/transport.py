@@ -20,6 +20,7 @@ from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, Decoder, ProtocolError
                         ProtocolHeaderMismatch)
 from broker.core.connection import Connection
 
+from .admission import Admission
 from .alarms import ResourceAlarm
 
 log = logging.getLogger("warren.server")
@@ -31,6 +32,7 @@ OWN_CHUNK = 16 * 1024         # parts this large are sent from where they are, n
 MAX_IOV = 512                 # buffers per sendmsg (Linux allows 1024)
 CLOSE_OK_TIMEOUT = 5.0        # how long a server-initiated close waits for CloseOk
 THROTTLE_WAIT = 0.5           # a throttled publisher is read again after this at the latest
+HANDSHAKE_STATES = ("awaiting-start-ok", "awaiting-tune-ok", "awaiting-open")
 
 
 class DrainSignal:
@@ -54,9 +56,14 @@ class SocketTransport:
     """Implements the core's Transport over a trio stream."""
 
     def __init__(self, stream: trio.abc.Stream, broker, peer: str, alarm: ResourceAlarm,
-                 drain_signal: DrainSignal):
+                 drain_signal: DrainSignal, admission: Admission):
         self.stream = stream
         self.peer = peer
+        self.address = peer.rsplit(":", 1)[0]
+        self.admission = admission
+        self._in_handshake = True     # counted by admission until Connection.Open
+        self._refusal_delayed = False
+        self._opened = trio.Event()
         self.alarm = alarm
         self.drain_signal = drain_signal
         self._held_by_alarm = False
@@ -103,9 +110,11 @@ class SocketTransport:
             self._queued += size
 
     def close(self) -> None:
-        """Stop reading; the writer flushes what is buffered, then the socket closes."""
+        """Stop reading; the writer flushes what is buffered, then the socket closes
+        (once the read being handled is finished with)."""
         self._closing = True
-        self._data_ready.set()
+        if not self._handling:
+            self._data_ready.set()
 
     def tuned(self, frame_max: int, heartbeat: int) -> None:
         self.decoder.frame_max = frame_max
@@ -116,18 +125,50 @@ class SocketTransport:
     # -- tasks ---------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Serve the connection until it ends. Nothing raised while serving it leaves
+        this method: the failure is logged and only this connection is dropped."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._handshake_deadline)
                 await self._read_loop()
                 self.connection.input_ended()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
             log.debug("event=socket_lost peer=%s", self.peer)
+        except* Exception as failures:
+            log.error("event=connection_failed peer=%s", self.peer, exc_info=failures)
         finally:
-            self.connection.lost()
+            self._end_handshake()
+            try:
+                self.connection.lost()
+            except Exception as error:
+                log.error("event=connection_cleanup_failed peer=%s", self.peer,
+                          exc_info=error)
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self.stream)
+
+    async def _handshake_deadline(self) -> None:
+        """Drop a socket that has not opened its connection in time."""
+        with trio.move_on_after(self.connection.broker.config.handshake_timeout):
+            await self._opened.wait()
+            return
+        log.debug("event=handshake_timeout peer=%s state=%s", self.peer,
+                  self.connection.state)
+        self.admission.handshake_timeouts += 1
+        self._nursery.cancel_scope.cancel()
+
+    def _end_handshake(self) -> None:
+        if self._in_handshake:
+            self._in_handshake = False
+            self.admission.handshake_ended()
+            if self.connection.state == "open":
+                self.admission.login_accepted(self.address)
+                self._opened.set()
+
+    async def _delay_login_refusal(self) -> None:
+        """A refused login is answered late, later the more often the address failed."""
+        await trio.sleep(self.admission.login_refused(self.address))
 
     async def _read_loop(self) -> None:
         sock = self.stream.socket
@@ -160,13 +201,27 @@ class SocketTransport:
                 keep_reading = self._handle(data)
             finally:
                 self._handling = False
+            if self._in_handshake:
+                if self.connection.state == "open":
+                    self._end_handshake()
+                elif self.connection.login_refused and not self._refusal_delayed:
+                    self._refusal_delayed = True
+                    await self._delay_login_refusal()
             if self._queued and not self._sending and not self._send_now():
                 self._data_ready.set()
             if not keep_reading:
                 return
 
     def _handle(self, data: bytes) -> bool:
-        """Run one read through the codec and the core; False ends the connection."""
+        """Run one read through the codec and the core; False ends the connection. An
+        unexpected exception closes this connection (541 INTERNAL_ERROR), no other."""
+        try:
+            return self._handle_read(data)
+        except Exception as error:
+            self.connection.fail(error)
+            return False
+
+    def _handle_read(self, data: bytes) -> bool:
         connection = self.connection
         try:
             items = self.decoder.feed(data)

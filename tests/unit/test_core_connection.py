@@ -101,9 +101,17 @@ def test_method_on_unopened_channel_is_504():
     assert close_code(client.method(3, commands.Queue.Declare(queue="x"))) == 504
 
 
-def test_channel_numbers_are_free_but_open_channels_are_limited_by_channel_max():
-    client = Client()
-    client.open_channel(5000)
-    for number in range(1, 100):
+def test_every_channel_number_up_to_channel_max_opens():
+    client = Client()                # negotiated channel_max=100
+    for number in range(1, 101):
         client.open_channel(number)
-    assert close_code(client.method(100, commands.Channel.Open())) == 530
+    assert close_code(client.method(101, commands.Channel.Open())) == 530
+
+
+def test_channel_numbers_above_channel_max_are_refused_with_530():
+    """AMQP 0-9-1: usable channel numbers are 1..channel-max (RabbitMQ 3.10 only limits
+    how many are open; Warren also refuses the numbers, as the spec says)."""
+    client = Client()
+    reply = client.method(5000, commands.Channel.Open())
+    assert close_code(reply) == 530
+    assert "channel_max" in reply[-1][1].reply_text

@@ -1,0 +1,179 @@
+"""Failure boundaries: an unexpected exception costs the narrowest scope that keeps the
+broker consistent (one connection, one timer, one dead-lettered message), never the
+broker. Faults are injected with monkeypatch where no real input reaches them any more.
+"""
+
+import logging
+import socket
+
+import trio
+from pamqp import commands, frame as pamqp_frame
+
+from amqp_codec import PROTOCOL_HEADER
+from broker.core import channel as channel_module
+from broker.core import dispatch, queue as queue_module
+from broker.core.broker import Broker
+from broker.core.scheduler import Scheduler
+from broker.server.admission import Admission
+from broker.server.alarms import AlarmLimits, ResourceAlarm
+from broker.server.transport import DrainSignal, SocketTransport
+from core_harness import Client, close_code
+
+INTERNAL_ERROR = 541
+
+
+def _boom(*_args, **_kwargs):
+    raise RuntimeError("injected fault")
+
+
+def _close_of(replies: list):
+    return next(frame for _, frame in replies if isinstance(frame, commands.Connection.Close))
+
+
+def test_a_failing_handler_closes_only_its_connection_with_541(monkeypatch, caplog):
+    broker = Broker()
+    victim, bystander = Client(broker), Client(broker)
+    victim.open_channel(1)
+    bystander.open_channel(1)
+    exclusive = victim.declare_queue(1, "", exclusive=True)
+    monkeypatch.setitem(dispatch.HANDLERS, commands.Queue.Purge, _boom)
+    with caplog.at_level(logging.ERROR):
+        replies = victim.method(1, commands.Queue.Purge(queue=exclusive))
+    close = _close_of(replies)
+    assert close.reply_code == INTERNAL_ERROR
+    assert close.reply_text.startswith("INTERNAL_ERROR - ")
+    assert "injected fault" in caplog.text and "peer=test" in caplog.text
+    assert exclusive not in broker.vhosts["/"].queues     # resources released
+    assert victim.connection not in broker.connections
+    # The other connection carries on.
+    name = bystander.declare_queue(1, "", exclusive=True)
+    bystander.publish(1, "", name, b"still here")
+    (_, get_ok), _header, (_, body) = bystander.method(1, commands.Basic.Get(queue=name))
+    assert isinstance(get_ok, commands.Basic.GetOk) and body.value == b"still here"
+
+
+def test_a_failure_while_closing_drops_the_socket(monkeypatch):
+    client = Client()
+    client.open_channel(1)
+    monkeypatch.setitem(dispatch.HANDLERS, commands.Queue.Purge, _boom)
+    monkeypatch.setattr(client.connection, "_release_resources", _boom)
+    client.method(1, commands.Queue.Purge(queue="q"))
+    assert client.connection.state == "closed"
+    assert client.transport.closed
+
+
+def test_a_failed_delivery_costs_the_consumer_connection_not_the_publisher(monkeypatch):
+    broker = Broker()
+    publisher, consumer, other = Client(broker), Client(broker), Client(broker)
+    for client in (publisher, consumer, other):
+        client.open_channel(1)
+    name = publisher.declare_queue(1, "shared")
+    consumer.method(1, commands.Basic.Consume(queue=name, consumer_tag="bad"))
+    real_encode = channel_module.encode_deliver
+
+    def encode_failing_for_bad(channel, tag, *args):
+        if tag == "bad":
+            raise RuntimeError("injected delivery fault")
+        return real_encode(channel, tag, *args)
+
+    monkeypatch.setattr(channel_module, "encode_deliver", encode_failing_for_bad)
+    replies = publisher.publish(1, "", name, b"m1")
+    assert close_code(replies) is None                  # the publisher is untouched
+    assert close_code(consumer.transport.frames()) == INTERNAL_ERROR
+    assert broker.vhosts["/"].queues[name].message_count == 1   # the message stayed
+    replies = other.method(1, commands.Basic.Consume(queue=name, consumer_tag="good",
+                                                     no_ack=True))
+    delivered = [frame for _, frame in replies if isinstance(frame, commands.Basic.Deliver)]
+    assert [d.consumer_tag for d in delivered] == ["good"]
+
+
+def test_a_failing_timer_is_logged_and_the_others_still_run(caplog):
+    now = [0.0]
+    scheduler = Scheduler(lambda: now[0])
+    ran = []
+    scheduler.call_at(1.0, _boom)
+    scheduler.call_at(1.0, lambda: ran.append("second"))
+    now[0] = 2.0
+    with caplog.at_level(logging.ERROR):
+        scheduler.run_due()
+    assert ran == ["second"]
+    assert "event=timer_failed" in caplog.text and "injected fault" in caplog.text
+
+
+def test_failed_dead_lettering_drops_the_message_and_the_rejecter_carries_on(monkeypatch,
+                                                                            caplog):
+    client = Client()
+    client.open_channel(1)
+    client.method(1, commands.Exchange.Declare(exchange="dlx", exchange_type="fanout"))
+    dead = client.declare_queue(1, "dead")
+    client.method(1, commands.Queue.Bind(queue=dead, exchange="dlx"))
+    name = client.declare_queue(1, "source", arguments={"x-dead-letter-exchange": "dlx"})
+    client.publish(1, "", name, b"rejected")
+    client.method(1, commands.Basic.Get(queue=name))
+    monkeypatch.setattr(queue_module, "dead_letter_message", _boom)
+    with caplog.at_level(logging.ERROR):
+        replies = client.method(1, commands.Basic.Reject(delivery_tag=1, requeue=False))
+    assert close_code(replies) is None
+    assert "event=dead_letter_failed" in caplog.text
+    queues = client.broker.vhosts["/"].queues
+    assert queues[name].message_count == 0 and queues[dead].message_count == 0
+    client.publish(1, "", name, b"next")
+    assert queues[name].message_count == 1
+
+
+def test_a_failing_commit_callback_fails_only_that_connection(monkeypatch):
+    broker = Broker()
+    failing, waiting = Client(broker), Client(broker)
+    persistence = broker.persistence
+    monkeypatch.setattr(failing.connection, "writes_durable", _boom)
+    released = []
+    monkeypatch.setattr(waiting.connection, "writes_durable",
+                        lambda writes: released.append(writes) and False)
+    persistence.wait_durable(failing.connection)
+    persistence.wait_durable(waiting.connection)
+    persistence.committed([], persistence.writes)
+    assert released == [persistence.writes]
+    assert close_code(failing.transport.frames()) == INTERNAL_ERROR
+
+
+def _server_side_transport(server_socket, broker):
+    alarm = ResourceAlarm(AlarmLimits(), ".", lambda raised: None,
+                          read_memory=lambda: 0, read_disk=lambda path: 1 << 40)
+    return SocketTransport(trio.SocketStream(trio.socket.from_stdlib_socket(server_socket)),
+                           broker, "127.0.0.1:1", alarm, DrainSignal(),
+                           Admission(10, trio.current_time))
+
+
+def test_the_transport_turns_an_unexpected_exception_into_541_and_returns():
+    """A fault below the core (here: in the decoder) ends that socket's task normally
+    after a 541 Connection.Close; nothing propagates to the listener."""
+    client_socket, server_socket = socket.socketpair()
+    received = bytearray()
+
+    async def main():
+        transport = _server_side_transport(server_socket, Broker())
+        transport.decoder.feed = _boom
+        client = trio.socket.from_stdlib_socket(client_socket)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(transport.run)
+            await client.send(PROTOCOL_HEADER)
+            while chunk := await client.recv(65536):
+                received.extend(chunk)
+
+    trio.run(main)
+    _consumed, _channel, close = pamqp_frame.unmarshal(bytes(received))
+    assert isinstance(close, commands.Connection.Close)
+    assert close.reply_code == INTERNAL_ERROR
+    client_socket.close()
+
+
+def test_the_transport_survives_a_fault_while_cleaning_up(monkeypatch):
+    client_socket, server_socket = socket.socketpair()
+
+    async def main():
+        transport = _server_side_transport(server_socket, Broker())
+        monkeypatch.setattr(transport.connection, "lost", _boom)
+        client_socket.close()     # the peer is gone at once
+        await transport.run()     # must return, not raise
+
+    trio.run(main)
