@@ -245,7 +245,7 @@ class Connection:
         self._release_resources()
         self.state = "closing"
         self.write(encode_method(0, commands.Connection.Close(
-            reply_code=reply_code, reply_text=reply_text[:255], class_id=class_id,
+            reply_code=reply_code, reply_text=_short_string(reply_text), class_id=class_id,
             method_id=method_id)))
 
     def lost(self) -> None:
@@ -283,7 +283,8 @@ class Connection:
 
     def _start_ok(self, method) -> None:
         self.client_properties = method.client_properties or {}
-        self.capabilities = self.client_properties.get("capabilities") or {}
+        capabilities = self.client_properties.get("capabilities")
+        self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         try:
             user, password = parse_credentials(method.mechanism, method.response)
         except AuthenticationFailure as failure:
@@ -466,8 +467,13 @@ class Connection:
             channel.shutdown()
         self.closing_channels.add(number)
         self.write(encode_method(number, commands.Channel.Close(
-            reply_code=error.reply_code, reply_text=error.reply_text[:255],
+            reply_code=error.reply_code, reply_text=_short_string(error.reply_text),
             class_id=error.class_id, method_id=error.method_id)))
+
+
+def _short_string(text: str) -> str:
+    """`text` cut to fit a short string: 255 bytes of UTF-8, whole characters only."""
+    return text.encode()[:255].decode(errors="ignore")
 
 
 def _ids(method) -> tuple[int, int]:

@@ -26,16 +26,28 @@ def _positive_int(value):
 
 
 def _overflow_mode(value):
-    text = value.decode() if isinstance(value, bytes) else value
-    if text not in OVERFLOW_MODES:
-        return f"{{unknown_overflow_type,{text!r}}}"
-    return None
+    problem = _string(value)
+    if problem is None and _as_text(value) not in OVERFLOW_MODES:
+        return f"{{unknown_overflow_type,{_as_text(value)!r}}}"
+    return problem
 
 
 def _string(value):
-    if not isinstance(value, (str, bytes)):
+    """A string, or bytes that are UTF-8 (pamqp leaves undecodable long strings as
+    bytes; the broker uses these values as names)."""
+    if isinstance(value, bytes):
+        try:
+            value.decode()
+        except UnicodeDecodeError:
+            return "{unacceptable_type,not_utf8}"
+        return None
+    if not isinstance(value, str):
         return f"{{unacceptable_type,{type(value).__name__}}}"
     return None
+
+
+def _as_text(value):
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _priority(value):
@@ -66,9 +78,7 @@ def validate_queue_arguments(arguments: dict, queue: str, vhost: str) -> None:
                 raise precondition_failed(
                     f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': "
                     f"{problem}")
-    queue_type = arguments.get("x-queue-type", "classic")
-    if isinstance(queue_type, bytes):
-        queue_type = queue_type.decode()
+    queue_type = _as_text(arguments.get("x-queue-type", "classic"))
     if queue_type not in ACCEPTED_QUEUE_TYPES:
         raise precondition_failed(
             f"invalid arg 'x-queue-type' for queue '{queue}' in vhost '{vhost}': "

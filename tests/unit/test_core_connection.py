@@ -115,3 +115,32 @@ def test_channel_numbers_above_channel_max_are_refused_with_530():
     reply = client.method(5000, commands.Channel.Open())
     assert close_code(reply) == 530
     assert "channel_max" in reply[-1][1].reply_text
+
+
+def test_capabilities_that_are_not_a_table_count_as_none():
+    """A client_properties `capabilities` of another type (found by the fuzzer: it made
+    every supports() call raise) is treated as no capabilities."""
+    client = Client(capabilities="not a table")
+    assert not client.connection.supports("consumer_cancel_notify")
+    client.open_channel(1)
+    assert close_code(client.method(1, commands.Queue.Declare(queue="q"))) is None
+
+
+def test_close_texts_quoting_long_non_ascii_names_are_cut_to_255_bytes():
+    client = Client()
+    client.open_channel(1)
+    name = "é" * 127           # 254 bytes: a legal name, a reply text over 255 bytes
+    declare = commands.Queue.Declare(queue="placeholder", passive=True)
+    declare.queue = name       # (pamqp's constructor accepts ASCII names only)
+    (_, close), = client.method(1, declare)
+    assert close.reply_code == 404
+    assert len(close.reply_text.encode()) <= 255
+    assert close.reply_text.startswith("NOT_FOUND - no queue 'éé")
+
+
+def test_dead_letter_exchange_that_is_not_utf8_is_a_406():
+    client = Client()
+    client.open_channel(1)
+    replies = client.method(1, commands.Queue.Declare(
+        queue="q", arguments={"x-dead-letter-exchange": b"\xff\xfe"}))
+    assert close_code(replies) == 406
