@@ -60,6 +60,11 @@ class DurableQueueStore:
 
     # -- blocking, in the committer's worker thread -----------------------------------
 
+    @property
+    def written_bytes(self) -> int:
+        """Bytes ever written to its files (the disk alarm's accounting)."""
+        return self.queue_file.written_bytes
+
     def sync(self) -> int:
         return self.queue_file.sync()
 
