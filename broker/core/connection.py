@@ -502,7 +502,7 @@ class Connection:
 def _refusal_text(ids: tuple[int, int], reason: str) -> str:
     if ids == TX_COMMIT_IDS:
         return (f"PRECONDITION_FAILED - partial tx completion: writing to disk failed "
-                f"({reason}); publish the transaction again once disk space is freed")
+                f"({reason}); repeat the transaction once disk space is freed")
     return (f"PRECONDITION_FAILED - writing to disk failed ({reason}); the change may "
             "not survive a restart: free disk space, then repeat it")
 

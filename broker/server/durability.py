@@ -133,7 +133,11 @@ class DurableStorage:
         for vhost in broker.vhosts.values():
             for queue in vhost.queues.values():
                 if isinstance(queue.store, (DurableQueueStore, DurableStreamStore)):
-                    queue.store.close()
+                    try:
+                        queue.store.close()
+                    except OSError as error:    # e.g. still no space: nothing confirmed
+                        log.error("event=queue_close_failed vhost=%s queue=%s error=%r",
+                                  vhost.name, queue.name, error)
         self.metadata.close()
 
 
