@@ -99,11 +99,11 @@ class DiskSpace:
             if self._free is None or self._written * 2 >= self._free - self.limit:
                 self._measure()
 
-    def write_failed(self, error: BaseException) -> None:
+    def write_failed(self, reason: str) -> None:
         """A commit failed (committer's worker thread): hand the reserve back to the
         file system, so that the acks consumers send can still be written."""
         with self._lock:
-            self.write_error = getattr(error, "strerror", None) or repr(error)
+            self.write_error = reason
             if self.reserve is not None:
                 self.reserve.release()
 

@@ -110,7 +110,7 @@ class GroupCommitter:
 
     def _commit_failed(self, changes: list, stores: list, writes: int,
                        error: Exception) -> None:
-        reason = getattr(error, "strerror", None) or repr(error)
+        reason = failure_reason(error)
         if not self._failing:
             self._failing = True
             log.error("event=commit_failed writes=%d error=%r hint=%r", writes, error,
@@ -152,7 +152,15 @@ class GroupCommitter:
             written = self._sync_stores(stores)
         except Exception as error:
             if disk is not None:
-                disk.write_failed(error)
+                disk.write_failed(failure_reason(error))
             raise
         if disk is not None:
             disk.wrote(written)
+
+
+def failure_reason(error: Exception) -> str:
+    """What went wrong, short enough for a reply text: "No space left on device", or
+    the database's own message ("database or disk is full") without SQLAlchemy's SQL."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(getattr(error, "orig", None) or error) or repr(error)

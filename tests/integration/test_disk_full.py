@@ -2,6 +2,8 @@
 fails for lack of space nacks its publishes without stopping the broker, consumers can
 drain a full disk (acks have reserved space), and no confirmed message is lost.
 
+A durable declare the disk cannot store is refused with 406 and stored by a later commit.
+
 Each test gives its broker a data directory on a 20 MiB tmpfs it mounts itself (root, as
 here and in CI), and runs a RunningBystander beside it: its queue is exclusive and its
 messages transient, so it needs no disk, but as a publisher it is blocked while the disk
@@ -12,6 +14,7 @@ import errno
 import os
 import subprocess
 
+import pika.exceptions
 import pytest
 from pamqp import commands
 
@@ -223,3 +226,34 @@ def test_a_commit_that_finds_the_disk_full_nacks_and_the_broker_drains_and_recov
     after_restart = consume_after_restart(restarted)
     assert set(resumed) <= set(after_restart)               # nothing confirmed lost
     assert not set(drained) & set(after_restart)            # the acks were on disk
+
+
+def test_a_durable_declare_the_full_disk_cannot_store_is_refused_and_stored_later(
+        small_disk, broker_factory, tmp_path):
+    settings = {"disk_free_limit": 0, "disk_reserve": 1_048_576}
+    broker = start_broker(broker_factory, tmp_path, small_disk / "data", **settings)
+    with RunningBystander(broker):
+        connection = connect(broker, heartbeat=0)
+        refused_channel, other_channel = connection.channel(), connection.channel()
+        fill(small_disk / "filler")                 # behind the broker's back
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            refused_channel.queue_declare("declared-on-a-full-disk", durable=True)
+        assert refused.value.reply_code == 406
+        assert "database or disk is full" in refused.value.reply_text   # SQLite's
+        assert broker.process.poll() is None
+        other_channel.queue_declare("", exclusive=True)     # the connection still works
+        os.unlink(small_disk / "filler")
+        # The refused declare took effect in memory and went back into the journal:
+        # the commit that confirms a later durable declare writes it first.
+        other_channel.queue_declare("declared-after", durable=True)
+        connection.close()
+    assert broker.process.poll() is None
+
+    broker.process.kill()
+    broker.process.wait()
+    restarted = start_broker(broker_factory, tmp_path, small_disk / "data", **settings)
+    connection = connect(restarted)
+    channel = connection.channel()
+    for queue in ("declared-on-a-full-disk", "declared-after"):
+        channel.queue_declare(queue, durable=True, passive=True)    # 404 if missing
+    connection.close()

@@ -40,7 +40,7 @@ def test_a_failed_write_raises_the_alarm_and_releases_the_reserve_until_there_is
     space = DiskSpace(str(tmp_path), limit=1_000_000, reserve=reserve, read_disk=disk.read)
     space.measure()
     assert reserve.held and os.path.getsize(tmp_path / RESERVE_FILE) == 4096
-    space.write_failed(OSError(28, "No space left on device"))
+    space.write_failed("No space left on device")
     assert space.low and space.write_error == "No space left on device"
     assert not os.path.exists(tmp_path / RESERVE_FILE)
     disk.free = 1_002_000        # a commit succeeded: above the limit, not above the
