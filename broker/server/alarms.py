@@ -114,7 +114,9 @@ class ResourceAlarm:
     def __init__(self, limits: AlarmLimits, data_dir: str, on_change,
                  read_memory=resident_memory, read_disk=free_disk):
         self.memory_limit = int(limits.memory_high_watermark * total_memory())
-        reserve = DiskReserve(data_dir, limits.disk_reserve) if limits.disk_reserve else None
+        reserve = None
+        if limits.disk_reserve:
+            reserve = DiskReserve(data_dir, limits.disk_reserve)
         self.disk = DiskSpace(data_dir, limits.disk_free_limit, reserve, read_disk)
         self.data_dir = data_dir
         self.raised: frozenset[str] = frozenset()

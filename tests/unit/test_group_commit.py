@@ -3,10 +3,9 @@ is never reported durable, and the broker carries on: what it took is committed 
 
 import threading
 
-import pytest
 import trio
 
-from broker.core.persistence import MetadataChange, Persistence
+from broker.core.persistence import Persistence
 from broker.server.committer import GroupCommitter
 
 
