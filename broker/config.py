@@ -16,6 +16,7 @@ Example file:
     [alarms]
     memory_high_watermark = 0.4     # fraction of RAM; publishers are blocked above it
     disk_free_limit = 50000000      # bytes; publishers are blocked below it
+    disk_reserve = 16777216         # bytes set aside for acks when the disk fills; 0: none
 """
 
 import tomllib

@@ -10,8 +10,14 @@ Threads. `append`, `ack` and `mark_delivered` are meant for the event-loop threa
 only touch memory (no system call) under a short lock. `sync`, `compact`, `close` and
 `drop` do blocking I/O; they serialize on a second lock, so one flusher thread (or
 several) may run them while the loop keeps appending. `read` may run on any thread.
+
+Failed writes. When writing or fsyncing a batch fails (ENOSPC, EIO), the segment is cut
+back to where the batch began and the batch goes back to the buffer: the queue file stays
+usable and the next `sync` writes it again. Only when even that cut fails is the queue
+file unusable until a restart recovers it from disk.
 """
 
+import errno
 import logging
 import os
 import shutil
@@ -183,6 +189,7 @@ class QueueFile:
         self._collect_due = False
         self._failed: BaseException | None = None
         self._directory_exists = False
+        self.written_bytes = 0      # bytes ever written to segments (disk accounting)
         self._checkpoint = None     # tests: called with a step name at crash-relevant points
 
     def __repr__(self) -> str:
@@ -262,6 +269,13 @@ class QueueFile:
                 self._inflight = batch
             try:
                 self._write_batch(batch, acks, delivered)
+            except OSError:
+                self._return_to_buffer(batch, acks, delivered)
+                raise
+            except BaseException as exc:
+                self._failed = exc
+                raise
+            try:
                 self._collect_garbage()
             except BaseException as exc:
                 self._failed = exc
@@ -270,6 +284,29 @@ class QueueFile:
                 self._inflight = None
                 self._durable_seq = target
             return target
+
+    def _return_to_buffer(self, batch: dict, acks: list, delivered: dict) -> None:
+        """A batch failed to reach the disk: buffer it again, ahead of what was appended
+        meanwhile, for the next `sync`. Acks and delivered marks given meanwhile for its
+        messages apply to the buffered records, as if the batch had never been taken."""
+        with self._lock:
+            self._inflight = None
+            acked = set(self._pending_acks)
+            marked = self._pending_delivered
+            restored = {}
+            for seq, record in batch.items():
+                if seq in acked:
+                    acked.discard(seq)
+                    continue
+                if marked.pop(seq, None) is not None:
+                    record[0] |= FLAG_REDELIVERED
+                restored[seq] = record
+            restored.update(self._pending)
+            self._pending = restored
+            self._pending_acks = acks + [seq for seq in self._pending_acks
+                                         if seq not in batch]
+            delivered.update(marked)
+            self._pending_delivered = delivered
 
     def compact(self, limit: int | None = None) -> int:
         """Compact up to `limit` segments whose live ratio fell below `compact_ratio`.
@@ -290,10 +327,30 @@ class QueueFile:
                     if self._compact_segment(segment):
                         done += 1
                     self._collect_garbage()
+            except OSError:
+                raise   # a failed copy is cut back (`_write`): the source stays in use
             except BaseException as exc:
                 self._failed = exc
                 raise
         return done
+
+    def release_drained_segment(self) -> bool:
+        """When no message is live and the active segment has grown past
+        `segment_size // 16`, start a new segment so the old one can be deleted: a
+        drained queue gives its disk space back without waiting for the segment to fill.
+        Blocking. Returns whether it did."""
+        with self._sync_lock:
+            self._check_usable()
+            active = self._active
+            if (self._dropped or self._closed or self._index or active is None
+                    or active.size < self.segment_size // 16):
+                return False
+            self._close_active()
+            segment = self._writable_segment()
+            _fsync_directory(self.directory)
+            segment.dir_dirty = False
+            self._collect_garbage()
+        return True
 
     def needs_compaction(self) -> bool:
         """Whether `compact` has work (takes the flusher lock: call it on the flusher)."""
@@ -463,12 +520,20 @@ class QueueFile:
             self._directory_exists = True
         segment = _Segment(self._next_segment)
         self._next_segment += 1
-        segment.fd = os.open(self._path(segment.number),
-                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
+        path = self._path(segment.number)
+        segment.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC,
+                             0o644)
+        header = encode_segment_header(self._high_seq)
+        try:
+            if os.pwrite(segment.fd, header, 0) != len(header):
+                raise OSError(errno.ENOSPC, "short write of a segment header", path)
+        except OSError:
+            os.close(segment.fd)
+            os.unlink(path)         # a header-less file would only confuse recovery
+            raise
         segment.dir_dirty = True
         self._collect_due = True        # the previous newest segment may be deletable now
-        header = encode_segment_header(self._high_seq)
-        os.pwrite(segment.fd, header, 0)
+        self.written_bytes += len(header)
         segment.size = len(header)
         self._segments[segment.number] = segment
         self._active = segment
@@ -478,17 +543,34 @@ class QueueFile:
         """Write `buffer` at the end of `segment` and make it (and the file) durable."""
         view = memoryview(buffer)
         offset = segment.size
-        while view:
-            written = os.pwrite(segment.fd, view, offset)
-            view = view[written:]
-            offset += written
-        self._step("written")
-        _fdatasync(segment.fd)
-        if segment.dir_dirty:
-            _fsync_directory(self.directory)
-            segment.dir_dirty = False
+        try:
+            while view:
+                written = os.pwrite(segment.fd, view, offset)
+                view = view[written:]
+                offset += written
+            self._step("written")
+            _fdatasync(segment.fd)
+            if segment.dir_dirty:
+                _fsync_directory(self.directory)
+                segment.dir_dirty = False
+        except OSError as error:
+            self._cut_back(segment, error)
+            raise
+        self.written_bytes += offset - segment.size
         segment.size = offset
         self._step("synced")
+
+    def _cut_back(self, segment: _Segment, error: OSError) -> None:
+        """A write failed: remove whatever part of it reached the file (a later write
+        that is shorter must not leave old records behind it), so the segment ends
+        where it did and the write can be tried again. If even that fails, the queue
+        file is unusable until recovery."""
+        log.debug("event=queue_file_write_failed path=%s error=%r",
+                    self._path(segment.number), error)
+        try:
+            os.ftruncate(segment.fd, segment.size)
+        except OSError as truncate_error:
+            self._failed = truncate_error
 
     def _close_active(self) -> None:
         segment = self._active

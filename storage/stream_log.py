@@ -8,6 +8,9 @@ consumer-offset file `offsets`. Every appended message gets the next 64-bit offs
 deletes whole old segments. The format and the guarantees are in docs/storage-format.md,
 section "Stream logs".
 
+A failed write (ENOSPC, EIO) is cut back and what it held is buffered again for the
+next `sync`, as in `QueueFile`.
+
 Threads (as `QueueFile`). `append` and `store_consumer_offset` are for the event-loop
 thread: memory only (no system call) under a short lock. `sync`, `apply_retention`,
 `close` and `drop` do blocking I/O and serialize on a second lock: one flusher thread runs
@@ -16,6 +19,7 @@ and the properties may run on any thread; `read` does its file I/O outside the l
 """
 
 import bisect
+import errno
 import logging
 import math
 import os
@@ -376,6 +380,7 @@ class StreamLog:
         self._dir_dirty = False
         self._directory_exists = False
         self._failed: BaseException | None = None
+        self.written_bytes = 0      # bytes ever written to segments (disk accounting)
 
     def __repr__(self) -> str:
         return (f"<StreamLog {self.directory!r} first_offset={self._first_offset} "
@@ -483,6 +488,9 @@ class StreamLog:
                     self._write_batch(batch, base)
                 if consumers is not None:
                     self._write_consumer_offsets(consumers)
+            except OSError:
+                self._return_to_buffer(batch, consumers is not None)
+                raise
             except BaseException as exc:
                 self._failed = exc
                 raise
@@ -490,6 +498,17 @@ class StreamLog:
                 self._inflight = None
                 self._durable_next = target
             return target - 1
+
+    def _return_to_buffer(self, batch: list, consumers_dirty: bool) -> None:
+        """A write failed (ENOSPC, EIO): what did not reach a segment goes back ahead of
+        what was appended meanwhile, for the next `sync` to write again (the failed
+        segment write was cut back, so nothing of it is left in the file)."""
+        with self._lock:
+            written = self._disk_next - self._inflight_base
+            self._pending = batch[written:] + self._pending
+            self._pending_base = self._disk_next
+            self._inflight = None
+            self._consumers_dirty = self._consumers_dirty or consumers_dirty
 
     def apply_retention(self) -> int:
         """Delete whole old segments beyond the limits; return how many were deleted.
@@ -834,11 +853,20 @@ class StreamLog:
             self._directory_exists = True
         segment = _Segment(self._next_segment, base)
         self._next_segment += 1
-        segment.fd = os.open(self._path(segment.number),
-                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
+        path = self._path(segment.number)
+        segment.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC,
+                             0o644)
+        try:
+            header = encode_segment_header(base, STREAM_SEGMENT_MAGIC)
+            if os.pwrite(segment.fd, header, 0) != len(header):
+                raise OSError(errno.ENOSPC, "short write of a segment header", path)
+        except OSError:
+            os.close(segment.fd)
+            os.unlink(path)         # a header-less file would only confuse recovery
+            raise
         self._dir_dirty = True
-        os.pwrite(segment.fd, encode_segment_header(base, STREAM_SEGMENT_MAGIC), 0)
         self._total_bytes += SEGMENT_HEADER_SIZE
+        self.written_bytes += SEGMENT_HEADER_SIZE
         with self._lock:
             self._segments.append(segment)
             self._bases.append(base)
@@ -846,12 +874,25 @@ class StreamLog:
         return segment
 
     def _write(self, segment: _Segment, buffer, offset: int) -> None:
+        """Write `buffer` at `offset` and fdatasync; on failure cut the file back to
+        `offset` (or, if that fails too, leave the log unusable until recovery)."""
+        start = offset
         view = memoryview(buffer)
-        while view:
-            written = os.pwrite(segment.fd, view, offset)
-            view = view[written:]
-            offset += written
-        _fdatasync(segment.fd)
+        try:
+            while view:
+                written = os.pwrite(segment.fd, view, offset)
+                view = view[written:]
+                offset += written
+            _fdatasync(segment.fd)
+        except OSError as error:
+            log.debug("event=stream_write_failed path=%s error=%r",
+                      self._path(segment.number), error)
+            try:
+                os.ftruncate(segment.fd, start)
+            except OSError as truncate_error:
+                self._failed = truncate_error
+            raise
+        self.written_bytes += offset - start
 
     def _close_active(self) -> None:
         segment = self._active

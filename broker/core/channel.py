@@ -2,7 +2,7 @@
 
 from pamqp import commands
 
-from amqp_codec import (encode_basic_ack, encode_basic_nack, encode_deliver,
+from amqp_codec import (encode_basic_nack, encode_deliver,
                         encode_get_ok, encode_method, encode_properties, encode_return)
 from amqp_codec.reply_codes import ReplyCode
 
@@ -226,8 +226,7 @@ class Channel:
 
     def _ack_through(self, seq: int) -> None:
         if seq > self.acked_seq:
-            self.connection.write(encode_basic_ack(self.number, seq,
-                                                   seq - self.acked_seq > 1))
+            self.connection.write_confirm(self.number, seq, seq - self.acked_seq > 1)
             self.acked_seq = seq
 
     # -- consuming -----------------------------------------------------------------

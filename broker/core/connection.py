@@ -8,7 +8,9 @@ stops, and `lost` when the socket goes.
 Replies that promise durability (confirms, Tx.CommitOk, Declare-Ok of durable entities)
 are held, with everything written after them, in segments sealed at the end of a read
 and released in order by `writes_durable` once the commit covering them is done. The
-connection keeps reading meanwhile, so the next commit gathers the next reads.
+connection keeps reading meanwhile, so the next commit gathers the next reads. When the
+commit fails instead (a full disk), `writes_failed` releases them refused: confirms
+become Basic.Nack, and a durable reply becomes a Channel.Close (406) of its channel.
 """
 
 import logging
@@ -17,7 +19,8 @@ from typing import Protocol
 
 from pamqp import commands
 
-from amqp_codec import InboundHeartbeat, InboundPublish, encode_method
+from amqp_codec import (InboundHeartbeat, InboundPublish, encode_basic_ack,
+                        encode_basic_nack, encode_method)
 from amqp_codec.reply_codes import ReplyCode
 
 from .auth import MECHANISMS, AuthenticationFailure, parse_credentials
@@ -74,7 +77,9 @@ class Connection:
         self._throttled_by: set = set()
         self._blocked_notified = False
         self._confirming: dict[Channel, None] = {}
-        # Output held for durability: [target writes (None while the batch runs), data].
+        # Output held for durability, one segment per batch: [target writes (None while
+        # the batch runs), data, confirms, durable replies]; the last two say where in
+        # `data` a refused commit changes the output (see `writes_failed`).
         self._held: deque[list] = deque()
         self._close_when_released = False
         self._capture: list[bytes] | None = None
@@ -92,6 +97,18 @@ class Connection:
             self._held[-1][1].append(data)
         else:
             self.transport.write(data)
+
+    def write_confirm(self, channel: int, delivery_tag: int, multiple: bool) -> None:
+        """A Basic.Ack of publishes; held output remembers where it is, so that a failed
+        commit can turn it into a Basic.Nack."""
+        data = encode_basic_ack(channel, delivery_tag, multiple)
+        held = self._held
+        if held and self._capture is None:
+            segment = held[-1]
+            segment[2].append((len(segment[1]), channel, delivery_tag, multiple))
+            segment[1].append(data)
+        else:
+            self.write(data)
 
     def supports(self, capability: str) -> bool:
         return bool(self.capabilities.get(capability))
@@ -176,6 +193,55 @@ class Connection:
             self.transport.close()
         return False
 
+    def writes_failed(self, writes: int, reason: str) -> bool:
+        """A commit of the first `writes` writes failed: send the output held for them
+        refused (confirms as Basic.Nack; a durable reply as a 406 Channel.Close, after
+        which nothing more of its channel is sent). Returns whether output is still held
+        for later writes."""
+        held = self._held
+        failed = []
+        while held and held[0][0] is not None and held[0][0] <= writes:
+            failed.append(held.popleft())
+        for _target, data, confirms, _replies in failed:
+            for index, channel, delivery_tag, multiple in confirms:
+                if data[index]:
+                    data[index] = encode_basic_nack(channel, delivery_tag, multiple)
+        refused = self._refuse_replies(failed, reason)
+        for segment in failed:
+            for data in segment[1]:
+                if data:
+                    self.transport.write(data)
+        for channel in refused:
+            log.info("event=durable_reply_refused peer=%s channel=%d reason=%r",
+                     self.peer, channel.number, reason)
+            del self.channels[channel.number]
+            self.closing_channels.add(channel.number)
+            channel.shutdown()
+        if held:
+            return True
+        if self._close_when_released:
+            self.transport.close()
+        return False
+
+    def _refuse_replies(self, failed: list, reason: str) -> list[Channel]:
+        """Put a Channel.Close where each durable reply of `failed` was, and blank what
+        its channel would have been sent after it; returns the refused channels."""
+        refused = []
+        for position, (_target, data, _confirms, replies) in enumerate(failed):
+            for start, end, channel, ids in replies:
+                data[start:end] = [b""] * (end - start)
+                if channel in refused or self.channels.get(channel.number) is not channel:
+                    continue        # closed meanwhile: nobody waits for the reply
+                data[start] = encode_method(channel.number, commands.Channel.Close(
+                    reply_code=ReplyCode.PRECONDITION_FAILED,
+                    reply_text=_refusal_text(ids, reason)[:255], class_id=ids[0],
+                    method_id=ids[1]))
+                later = [segment[1] for segment in failed[position + 1:]]
+                _drop_channel_output(channel.number, data, end,
+                                     later + [segment[1] for segment in self._held])
+                refused.append(channel)
+        return refused
+
     def input_ended(self) -> None:
         """The server stopped reading: close the socket once the held output is sent."""
         self.end_of_batch()    # a protocol error may have cut the last batch short
@@ -188,11 +254,11 @@ class Connection:
             self.transport.close()
 
     def _open_segment(self) -> list:
-        """The held output of the batch being handled (started on first use)."""
+        """The held segment of the batch being handled (started on first use)."""
         held = self._held
         if not held or held[-1][0] is not None:
-            held.append([None, []])
-        return held[-1][1]
+            held.append([None, [], [], []])
+        return held[-1]
 
     def _flush_confirms(self) -> None:
         for channel in self._confirming:
@@ -411,7 +477,10 @@ class Connection:
             self._capture = None
             if persistence.writes != writes:
                 self.needs_sync = True
-                self._open_segment().extend(captured)
+                _target, data, _confirms, replies = self._open_segment()
+                replies.append((len(data), len(data) + len(captured), channel,
+                                _ids(method)))
+                data.extend(captured)
             else:
                 for data in captured:
                     self.write(data)
@@ -476,6 +545,31 @@ def _short_string(text: str) -> str:
     return text.encode()[:255].decode(errors="ignore")
 
 
+def _refusal_text(ids: tuple[int, int], reason: str) -> str:
+    if ids == TX_COMMIT_IDS:
+        return (f"PRECONDITION_FAILED - partial tx completion: writing to disk failed "
+                f"({reason}); repeat the transaction once disk space is freed")
+    return (f"PRECONDITION_FAILED - writing to disk failed ({reason}); the change may "
+            "not survive a restart: free disk space, then repeat it")
+
+
+def _drop_channel_output(number: int, data: list, start: int, later: list) -> None:
+    """Blank every write for channel `number` in data[start:] and in the later segments:
+    its Channel.Close has been sent."""
+    for items in [data] + later:
+        for index in range(start if items is data else 0, len(items)):
+            item = items[index]
+            if item and _frame_channel(item) == number:
+                items[index] = b""
+
+
+def _frame_channel(data) -> int:
+    """The channel of a write (bytes, or a tuple of parts): every write is whole frames
+    of one channel."""
+    first = data[0] if type(data) is tuple else data
+    return (first[1] << 8) | first[2]
+
+
 def _ids(method) -> tuple[int, int]:
     """(class_id, method_id) of a pamqp method."""
     return method.index >> 16, method.index & 0xFFFF
@@ -487,6 +581,8 @@ DURABLE_REPLIES = frozenset({
     commands.Queue.Unbind, commands.Queue.Delete,
     commands.Tx.Commit,
 })
+
+TX_COMMIT_IDS = (90, 20)
 
 _STATE_NAMES = {"open": "running", "awaiting-start-ok": "starting",
                 "awaiting-tune-ok": "tuning", "awaiting-open": "opening"}

@@ -60,11 +60,18 @@ class DurableQueueStore:
 
     # -- blocking, in the committer's worker thread -----------------------------------
 
+    @property
+    def written_bytes(self) -> int:
+        """Bytes ever written to its files (the disk alarm's accounting)."""
+        return self.queue_file.written_bytes
+
     def sync(self) -> int:
         return self.queue_file.sync()
 
     def maintain(self) -> bool:
-        """Compact one mostly-dead segment, if there is one; True when more remain."""
+        """Give a drained queue's segment back, or compact one mostly-dead segment, if
+        there is one; True when more remain."""
+        self.queue_file.release_drained_segment()
         if self.queue_file.needs_compaction():
             self.queue_file.compact(limit=1)
         return self.queue_file.needs_compaction()

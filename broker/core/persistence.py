@@ -92,6 +92,25 @@ class Persistence:
                 except Exception as error:   # that connection fails, the commit stands
                     connection.fail(error)
 
+    def failed(self, changes: list[MetadataChange], stores: list, writes: int,
+               reason: str) -> None:
+        """A commit of the first `writes` writes failed (called on the event loop):
+        `changes` are the metadata changes it did not apply, `stores` those it tried to
+        sync. Both go back into the journal for the next commit (the stores buffered
+        what they could not write again); connections waiting for these writes get
+        their output released refused (nacks, channel errors)."""
+        self._changes[:0] = changes
+        for store in stores:
+            self._dirty_stores[store] = None
+        if self._waiting:
+            waiting, self._waiting = self._waiting, {}
+            for connection in waiting:
+                try:
+                    if connection.writes_failed(writes, reason):
+                        self._waiting[connection] = None
+                except Exception as error:   # that connection fails, no other
+                    connection.fail(error)
+
     def has_pending(self) -> bool:
         return bool(self._changes or self._dirty_stores)
 

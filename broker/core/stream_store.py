@@ -49,6 +49,11 @@ class DurableStreamStore:
 
     # -- blocking, in the committer's worker thread -----------------------------------
 
+    @property
+    def written_bytes(self) -> int:
+        """Bytes ever written to its files (the disk alarm's accounting)."""
+        return self.log.written_bytes
+
     def sync(self) -> int:
         return self.log.sync()
 

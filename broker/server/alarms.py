@@ -1,12 +1,19 @@
 """Memory and disk alarms: when the broker's resident memory passes its high watermark or
 free disk space in the data directory falls below its limit, publishing connections are
-blocked (RabbitMQ's resource alarms) until the resource recovers."""
+blocked (RabbitMQ's resource alarms) until the resource recovers.
+
+Free disk space is read every second and, between readings, lowered by what each commit
+wrote (`DiskSpace.wrote`, from the committer), so the alarm fires before a fast publisher
+fills the disk; a failed write raises it at once."""
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 
 import trio
+
+from storage.disk_reserve import DiskReserve
 
 log = logging.getLogger("warren.server")
 
@@ -17,6 +24,7 @@ CHECK_INTERVAL = 1.0
 class AlarmLimits:
     memory_high_watermark: float = 0.4      # fraction of the machine's RAM
     disk_free_limit: int = 50_000_000       # bytes that must stay free (RabbitMQ: 50 MB)
+    disk_reserve: int = 16 * 1024 * 1024    # bytes set aside for acks on a full disk
 
 
 def resident_memory() -> int:
@@ -34,28 +42,103 @@ def free_disk(path: str) -> int:
     return stats.f_bavail * stats.f_frsize
 
 
+class DiskSpace:
+    """Free space in the data directory as the disk alarm sees it: the last statvfs
+    reading less the bytes committed since. The committer reports every commit from
+    its worker thread (`wrote`, `write_failed`); statvfs is read again once the writes
+    since the last reading have used half of the room above the limit, so a disk far
+    from full costs no system call per commit and one near the limit is read often.
+    """
+
+    def __init__(self, data_dir: str, limit: int, reserve: DiskReserve | None = None,
+                 read_disk=free_disk):
+        self.data_dir = data_dir
+        self.limit = limit
+        self.reserve = reserve
+        self._read_disk = read_disk
+        self._free: int | None = None       # None until the first reading
+        self._written = 0                   # bytes committed since that reading
+        self.write_error: str | None = None     # the last commit failed with this
+        self._lock = threading.Lock()       # the loop and the committer's thread
+
+    @property
+    def low(self) -> bool:
+        """Below the limit, or the last commit failed. Once the reserve was released,
+        the limit counts it too until it is claimed back, so that claiming it back does
+        not raise the alarm again."""
+        if self.write_error is not None:
+            return True
+        if self._free is None:
+            return False
+        limit = self.limit
+        if self.reserve is not None and self.reserve.released:
+            limit += self.reserve.size
+        return self._free - self._written < limit
+
+    def measure(self) -> None:
+        """Read statvfs (and claim the reserve back when the disk has room for it)."""
+        with self._lock:
+            self._measure()
+
+    def _measure(self) -> None:
+        free = self._read_disk(self.data_dir)
+        reserve = self.reserve
+        if (reserve is not None and not reserve.held and self.write_error is None
+                and free >= self.limit + reserve.size and reserve.claim()):
+            free = self._read_disk(self.data_dir)
+        self._free, self._written = free, 0
+
+    def wrote(self, size: int) -> None:
+        """A commit succeeded and wrote `size` bytes (committer's worker thread)."""
+        with self._lock:
+            if self.write_error is not None:
+                self.write_error = None
+                self._measure()
+                return
+            self._written += size
+            if self._free is None or self._written * 2 >= self._free - self.limit:
+                self._measure()
+
+    def write_failed(self, reason: str) -> None:
+        """A commit failed (committer's worker thread): hand the reserve back to the
+        file system, so that the acks consumers send can still be written."""
+        with self._lock:
+            self.write_error = reason
+            if self.reserve is not None:
+                self.reserve.release()
+
+
 class ResourceAlarm:
     """Which alarms are raised now, and an event that is set while none is."""
 
     def __init__(self, limits: AlarmLimits, data_dir: str, on_change,
                  read_memory=resident_memory, read_disk=free_disk):
         self.memory_limit = int(limits.memory_high_watermark * total_memory())
-        self.disk_limit = limits.disk_free_limit
+        reserve = None
+        if limits.disk_reserve:
+            reserve = DiskReserve(data_dir, limits.disk_reserve)
+        self.disk = DiskSpace(data_dir, limits.disk_free_limit, reserve, read_disk)
         self.data_dir = data_dir
         self.raised: frozenset[str] = frozenset()
         self.clear = trio.Event()
         self.clear.set()
         self._on_change = on_change          # called with the set of raised alarms
         self._read_memory = read_memory
-        self._read_disk = read_disk
 
     def check(self) -> None:
         raised = set()
         if self._read_memory() > self.memory_limit:
             raised.add("memory")
-        if self._read_disk(self.data_dir) < self.disk_limit:
+        self.disk.measure()
+        if self.disk.low:
             raised.add("disk")
         self._update(frozenset(raised))
+
+    def check_disk(self) -> None:
+        """Re-evaluate the disk alarm alone, without a reading (after each commit)."""
+        low = self.disk.low
+        if low != ("disk" in self.raised):
+            self._update(self.raised | {"disk"} if low else self.raised - {"disk"})
 
     def _update(self, raised: frozenset) -> None:
         if raised == self.raised:

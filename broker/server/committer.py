@@ -1,5 +1,9 @@
 """Group commit: one worker-thread pass makes every pending durable write safe
-(metadata changes through SQL, queue files through fsync), shared by all connections."""
+(metadata changes through SQL, queue files through fsync), shared by all connections.
+
+A failed commit (ENOSPC, EIO, a metadata write refused) does not stop the broker: what
+it took goes back into the journal for the next commit, and the replies waiting for it
+are released refused (`Persistence.failed`). Nothing it took is reported durable."""
 
 import logging
 
@@ -8,10 +12,6 @@ import trio
 from broker.core.persistence import Persistence
 
 log = logging.getLogger("warren.storage")
-
-
-class StorageFailure(Exception):
-    """A commit failed: durability can no longer be promised."""
 
 
 class GroupCommitter:
@@ -35,7 +35,15 @@ class GroupCommitter:
         self._committing = False
         self._finished = trio.Event()
         self._storage_lock = trio.Lock()    # one blocking storage job at a time
-        self._failure: BaseException | None = None
+        self._failing = False               # the last commit failed
+        self._disk = None                   # DiskSpace told what each commit wrote
+        self._disk_checked = lambda: None   # then called on the event loop
+
+    def watch_disk(self, disk, on_commit) -> None:
+        """Report each commit to `disk` (a DiskSpace, in the worker thread), then call
+        `on_commit()` on the event loop (the disk alarm looks at it again)."""
+        self._disk = disk
+        self._disk_checked = on_commit
 
     async def flush_periodically(self, interval: float) -> None:
         """Commit what accumulated without anyone waiting (publishes without confirms,
@@ -61,37 +69,57 @@ class GroupCommitter:
         if self._synced_since_maintenance:
             stores = list(self._synced_since_maintenance)
             self._synced_since_maintenance.clear()
-            unfinished = await self._in_worker_thread(self._maintain_stores, stores)
+            try:
+                unfinished = await self._in_worker_thread(self._maintain_stores, stores)
+            except Exception as error:      # space is short: try again next period
+                log.debug("event=maintenance_failed error=%r", error)
+                unfinished = stores
             self._synced_since_maintenance.update(dict.fromkeys(unfinished))
 
     async def flush(self) -> None:
-        """Commit everything pending now (used at shutdown)."""
+        """Commit everything pending now (used at shutdown); stops after a failed
+        commit, which leaves its writes pending."""
         while self.persistence.has_pending() or self._committing:
             if self._committing:
                 await self._finished.wait()
-            else:
-                await self._commit()
+            elif not await self._commit():
+                return
 
-    async def _commit(self) -> None:
-        if self._failure is not None:
-            raise StorageFailure("an earlier commit failed") from self._failure
+    async def _commit(self) -> bool:
+        """One commit of everything pending; False if it failed."""
         self._committing = True
         finished = self._finished
+        changes, stores, writes = self.persistence.take_pending()
         try:
-            changes, stores, writes = self.persistence.take_pending()
             await self._in_worker_thread(self._write, changes, stores)
-            self._synced_since_maintenance.update(dict.fromkeys(stores))
         except Exception as error:
-            # Nothing taken by this commit may ever be reported durable: the broker
-            # stops (the error propagates), as RabbitMQ does on a failed disk write.
-            self._failure = error
-            log.critical("event=commit_failed error=%r", error)
-            raise
+            # Nothing taken by this commit is reported durable; it is tried again.
+            self._commit_failed(changes, stores, writes, error)
+            return False
         finally:
             self._committing = False
             self._finished = trio.Event()
             finished.set()
+        if self._failing:
+            self._failing = False
+            log.warning("event=commit_recovered writes=%d", writes)
+        self._synced_since_maintenance.update(dict.fromkeys(stores))
         self.persistence.committed(stores, writes)
+        self._disk_checked()
+        return True
+
+    def _commit_failed(self, changes: list, stores: list, writes: int,
+                       error: Exception) -> None:
+        reason = failure_reason(error)
+        if not self._failing:
+            self._failing = True
+            log.error("event=commit_failed writes=%d error=%r hint=%r", writes, error,
+                      "confirms of this commit are nacked and durable replies refused; "
+                      "free disk space in the data directory")
+        else:
+            log.debug("event=commit_failed_again writes=%d error=%r", writes, error)
+        self.persistence.failed(changes, stores, writes, reason)
+        self._disk_checked()
 
     async def _in_worker_thread(self, blocking, *args):
         """Run blocking storage work in a worker thread, one job at a time. Unlike
@@ -116,5 +144,23 @@ class GroupCommitter:
             self._storage_lock.release()
 
     def _write(self, changes, stores) -> None:
-        self._apply_changes(changes)
-        self._sync_stores(stores)
+        """The blocking part of a commit. `apply_changes` removes from `changes` what
+        it applied, so a failure leaves there what is still to do."""
+        disk = self._disk
+        try:
+            self._apply_changes(changes)
+            written = self._sync_stores(stores)
+        except Exception as error:
+            if disk is not None:
+                disk.write_failed(failure_reason(error))
+            raise
+        if disk is not None:
+            disk.wrote(written)
+
+
+def failure_reason(error: Exception) -> str:
+    """What went wrong, short enough for a reply text: "No space left on device", or
+    the database's own message ("database or disk is full") without SQLAlchemy's SQL."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(getattr(error, "orig", None) or error) or repr(error)

@@ -45,16 +45,29 @@ class DurableStorage:
     # -- committing (worker thread) ---------------------------------------------------
 
     def apply_changes(self, changes: list[MetadataChange]) -> None:
-        for change in changes:
-            if change.operation == "drop_queue_files":
-                change.fields["store"].drop_files()
-            else:
-                getattr(self.metadata, change.operation)(**change.fields)
+        """Apply `changes` in order, each in its own transaction, removing each from the
+        list once applied: if one fails, the list holds it and those after it."""
+        applied = 0
+        try:
+            for change in changes:
+                if change.operation == "drop_queue_files":
+                    change.fields["store"].drop_files()
+                else:
+                    getattr(self.metadata, change.operation)(**change.fields)
+                applied += 1
+        finally:
+            del changes[:applied]
 
-    def sync_stores(self, stores: list) -> None:
+    @staticmethod
+    def sync_stores(stores: list) -> int:
+        """Write and fsync every store; returns the bytes written to their segments."""
+        written = 0
         for store in stores:
             if not store.dropped:
+                before = store.written_bytes
                 store.sync()
+                written += store.written_bytes - before
+        return written
 
     @staticmethod
     def maintain_stores(stores: list) -> list:
@@ -120,7 +133,11 @@ class DurableStorage:
         for vhost in broker.vhosts.values():
             for queue in vhost.queues.values():
                 if isinstance(queue.store, (DurableQueueStore, DurableStreamStore)):
-                    queue.store.close()
+                    try:
+                        queue.store.close()
+                    except OSError as error:    # e.g. still no space: nothing confirmed
+                        log.error("event=queue_close_failed vhost=%s queue=%s error=%r",
+                                  vhost.name, queue.name, error)
         self.metadata.close()
 
 

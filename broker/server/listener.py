@@ -30,6 +30,7 @@ class Server:
         self.port = port
         self.committer = committer
         self.alarm = ResourceAlarm(alarm_limits, data_dir, self._alarm_changed)
+        committer.watch_disk(self.alarm.disk, self.alarm.check_disk)
         self.transports: set[SocketTransport] = set()
         self.drain_signal = DrainSignal()
         self.admission = Admission(broker.config.unauthenticated_connection_max,

@@ -194,3 +194,77 @@ def test_a_client_close_gets_its_confirms_and_close_ok_before_the_socket_closes(
     assert kinds(client.transport.frames()) == [(1, commands.Basic.Ack),
                                                 (0, commands.Connection.CloseOk)]
     assert client.transport.closed
+
+
+# -- a failed commit (a full disk) ---------------------------------------------------------
+
+def fail_commit(persistence: Persistence, reason: str = "No space left on device"):
+    """What the committer does when the commit of the pending writes failed."""
+    changes, stores, writes = persistence.take_pending()
+    persistence.failed(changes, stores, writes, reason)
+
+
+def test_confirms_of_a_failed_commit_are_nacks_and_later_ones_acks():
+    client, persistence = durable_client()
+    client.declare_queue(1, "d", durable=True)
+    client.method(1, commands.Confirm.Select())
+    publish(client, "d", 2)
+    publish(client, "d", 2)
+    client.connection.end_of_batch()
+    fail_commit(persistence)
+    (_, nack), = client.transport.methods()
+    assert isinstance(nack, commands.Basic.Nack)
+    assert (nack.delivery_tag, nack.multiple) == (2, True)
+    assert persistence.has_pending()        # the failed store is committed again
+    publish(client, "d", 2)
+    client.connection.end_of_batch()
+    commit(persistence)
+    (_, ack), = client.transport.methods()
+    assert isinstance(ack, commands.Basic.Ack) and ack.delivery_tag == 3
+    assert 1 in client.connection.channels
+
+
+def test_a_failed_commit_refuses_a_durable_declare_and_closes_only_its_channel():
+    client, persistence = durable_client()
+    client.open_channel(2)
+    handle(client, 1, commands.Queue.Declare(queue="d", durable=True))
+    handle(client, 1, commands.Basic.Qos(prefetch_count=5))     # behind it, channel 1
+    handle(client, 2, commands.Basic.Qos(prefetch_count=5))     # another channel
+    client.connection.end_of_batch()
+    fail_commit(persistence)
+    replies = client.transport.methods()
+    assert kinds(replies) == [(1, commands.Channel.Close), (2, commands.Basic.QosOk)]
+    close = replies[0][1]
+    assert (close.reply_code, close.class_id, close.method_id) == (406, 50, 10)
+    assert "disk" in close.reply_text and "No space left on device" in close.reply_text
+    assert 1 not in client.connection.channels and 2 in client.connection.channels
+    assert [c.operation for c in persistence.take_pending()[0]] == ["save_queue"]
+    assert handle(client, 1, commands.Channel.CloseOk()) == []
+    client.open_channel(1)                  # the number can be used again
+
+
+def test_output_held_behind_a_failed_commit_skips_the_refused_channel():
+    client, persistence = durable_client()
+    client.open_channel(2)
+    handle(client, 1, commands.Queue.Declare(queue="d", durable=True))
+    client.connection.end_of_batch()
+    _, stores, first = persistence.take_pending()       # the commit that will fail
+    handle(client, 1, commands.Basic.Qos(prefetch_count=5))
+    handle(client, 2, commands.Basic.Qos(prefetch_count=5))
+    client.connection.end_of_batch()
+    persistence.failed([], stores, first, "No space left on device")
+    assert kinds(client.transport.methods()) == [(1, commands.Channel.Close),
+                                                 (2, commands.Basic.QosOk)]
+
+
+def test_a_tx_commit_whose_commit_failed_is_refused_as_rabbitmq_does():
+    client, persistence = durable_client(AckRecordingStore)
+    client.declare_queue(1, "d", durable=True)
+    client.method(1, commands.Tx.Select())
+    publish(client, "d", 2)
+    handle(client, 1, commands.Tx.Commit())
+    client.connection.end_of_batch()
+    fail_commit(persistence)
+    (_, close), = client.transport.methods()
+    assert (close.reply_code, close.class_id, close.method_id) == (406, 90, 20)
+    assert close.reply_text.startswith("PRECONDITION_FAILED - partial tx completion")

@@ -1,23 +1,23 @@
 """The group committer: one commit covers every write made before it; a failed commit
-is never reported durable."""
+is never reported durable, and the broker carries on: what it took is committed again."""
 
 import threading
 
-import pytest
 import trio
 
 from broker.core.persistence import Persistence
-from broker.server.committer import GroupCommitter, StorageFailure
+from broker.server.committer import GroupCommitter
 
 
 class CountingStore:
-    def __init__(self, fail: bool = False):
+    def __init__(self, failures: int = 0):
         self.syncs = 0
-        self.fail = fail
+        self.failures = failures        # how many syncs fail before one succeeds
 
     def sync(self) -> int:
-        if self.fail:
-            raise OSError("disk on fire")
+        if self.failures:
+            self.failures -= 1
+            raise OSError(28, "No space left on device")
         self.syncs += 1
         return 0
 
@@ -27,7 +27,8 @@ class CountingStore:
 
 def committer_for(persistence: Persistence) -> GroupCommitter:
     return GroupCommitter(persistence, apply_changes=lambda changes: None,
-                          sync_stores=lambda stores: [store.sync() for store in stores],
+                          sync_stores=lambda stores: sum(0 * store.sync()
+                                                         for store in stores),
                           maintain_stores=lambda stores: [])
 
 
@@ -44,6 +45,13 @@ class WaitingConnection:
         if writes < self.target:
             return True
         self.released.append((self.target, writes))
+        self.done.set()
+        return False
+
+    def writes_failed(self, writes: int, reason: str) -> bool:
+        if writes < self.target:
+            return True
+        self.released.append((self.target, "failed", reason))
         self.done.set()
         return False
 
@@ -119,20 +127,57 @@ def test_writes_made_during_a_commit_go_into_the_next_one():
     assert released == [(1, 1), (2, 2)]
 
 
-def test_after_a_failed_commit_nothing_is_reported_durable():
+def test_a_failed_commit_releases_its_waiters_refused_and_the_next_one_retries():
     persistence = Persistence()
     committer = committer_for(persistence)
+    store = CountingStore(failures=1)
+    released = []
 
     async def main():
-        persistence.store_written(CountingStore(fail=True))
-        with pytest.raises(OSError):
-            await committer.flush()
-        persistence.store_written(CountingStore())
-        with pytest.raises(StorageFailure):
-            await committer.flush()
-        assert persistence.durable == 0
+        persistence.store_written(store)
+        first = WaitingConnection(persistence.writes, released)
+        persistence.wait_durable(first)
+        await committer.flush()         # fails: returns with the write still pending
+        assert released == [(1, "failed", "No space left on device")]
+        assert persistence.durable == 0 and persistence.has_pending()
+        persistence.store_written(store)
+        second = WaitingConnection(persistence.writes, released)
+        persistence.wait_durable(second)
+        await committer.flush()
 
     trio.run(main)
+    assert store.syncs == 1             # one sync wrote both writes
+    assert released[1:] == [(2, 2)]
+    assert persistence.durable == 2
+
+
+def test_metadata_changes_a_failed_commit_did_not_apply_are_applied_next_in_order():
+    persistence = Persistence()
+    applied = []
+    full = [True]
+
+    def apply_changes(changes):         # as DurableStorage: removes what it applied
+        while changes:
+            if changes[0].operation == "save_queue" and full[0]:
+                full[0] = False
+                raise OSError(28, "database or disk is full")
+            applied.append(changes.pop(0).fields["name"])
+
+    committer = GroupCommitter(persistence, apply_changes, lambda stores: 0,
+                               lambda stores: [])
+
+    async def main():
+        persistence.record("save_exchange", name="x")
+        persistence.record("save_queue", name="q")
+        persistence.record("save_binding", name="b")
+        await committer.flush()
+        assert applied == ["x"]
+        persistence.record("save_exchange", name="y")
+        await committer.flush()
+
+    trio.run(main)
+    assert applied == ["x", "q", "b", "y"]
+    assert not persistence.has_pending()
 
 
 def test_stores_with_maintenance_left_are_visited_again_without_new_writes():

@@ -411,18 +411,69 @@ def test_damaged_segments_are_not_compacted(tmp_path):
 
 # -- failures, close, drop ---------------------------------------------------------------
 
-def test_a_failed_write_makes_the_queue_file_unusable(tmp_path):
+def fail_after_writing(queue_file):
+    """Make the next sync fail with ENOSPC once its bytes are in the file, unsynced."""
+    def disk_full(step):
+        if step == "written":
+            queue_file._checkpoint = None
+            raise OSError(28, "No space left on device")
+    queue_file._checkpoint = disk_full
+
+
+def test_a_failed_write_is_buffered_again_and_the_next_sync_writes_it(tmp_path):
     queue_file = QueueFile(tmp_path)
     publish(queue_file, 1)
     queue_file.sync()
     publish(queue_file, 2)
-
-    def disk_full(step):
-        raise OSError(28, "No space left on device")
-    queue_file._checkpoint = disk_full
+    publish(queue_file, 3)
+    fail_after_writing(queue_file)
     with pytest.raises(OSError):
         queue_file.sync()
-    queue_file._checkpoint = None
+    assert queue_file.durable_seq == 1
+    assert queue_file.read(2) == b"body-2"      # still readable from the buffer
+    queue_file.mark_delivered(2)                 # given while the batch was failing
+    queue_file.ack(3)
+    publish(queue_file, 4)
+    assert queue_file.sync() == 4
+    queue_file.close()
+    _, messages = recover(tmp_path)
+    assert [(m.seq, m.redelivered) for m in messages] == [(1, False), (2, True), (4, False)]
+
+
+def test_a_failed_write_leaves_no_records_behind_a_shorter_retry(tmp_path):
+    """Bytes of the failed write must not survive past the end of the next one: messages
+    acked before they were ever written have no tombstone and would come back."""
+    queue_file = QueueFile(tmp_path)
+    publish(queue_file, 1)
+    queue_file.sync()
+    publish(queue_file, 2, body=b"x" * 4000)
+    publish(queue_file, 3, body=b"y" * 4000)
+    fail_after_writing(queue_file)
+    with pytest.raises(OSError):
+        queue_file.sync()
+    queue_file.ack(2)
+    queue_file.ack(3)
+    publish(queue_file, 4)
+    queue_file.sync()
+    _, messages = recover(tmp_path)     # as after a crash: no close
+    assert seqs(messages) == [1, 4]
+    assert records_on_disk(str(tmp_path)) == [(1, 1), (1, 4)]
+
+
+def test_a_write_that_cannot_be_cut_back_makes_the_queue_file_unusable(tmp_path,
+                                                                         monkeypatch):
+    queue_file = QueueFile(tmp_path)
+    publish(queue_file, 1)
+    queue_file.sync()
+    publish(queue_file, 2)
+    fail_after_writing(queue_file)
+
+    def truncate_fails(fd, size):
+        raise OSError(5, "I/O error")
+    monkeypatch.setattr(os, "ftruncate", truncate_fails)
+    with pytest.raises(OSError):
+        queue_file.sync()
+    monkeypatch.undo()
     with pytest.raises(StorageError):
         queue_file.sync()
     with pytest.raises(StorageError):
@@ -431,6 +482,25 @@ def test_a_failed_write_makes_the_queue_file_unusable(tmp_path):
     queue_file.close()
     _, messages, _ = QueueFile.recover(tmp_path)
     assert seqs(messages)[0] == 1
+
+
+def test_a_drained_queue_gives_its_segment_back(tmp_path):
+    queue_file = QueueFile(tmp_path, segment_size=64 * 1024)
+    for seq in range(1, 11):
+        publish(queue_file, seq, body=bytes(1000))
+    queue_file.sync()
+    assert not queue_file.release_drained_segment()     # messages are live
+    for seq in range(1, 11):
+        queue_file.ack(seq)
+    queue_file.sync()
+    assert segment_numbers(str(tmp_path)) == [1]        # the newest is always kept
+    assert queue_file.release_drained_segment()
+    assert segment_numbers(str(tmp_path)) == [2]
+    assert os.path.getsize(tmp_path / "00000002.seg") == SEGMENT_HEADER_SIZE
+    assert not queue_file.release_drained_segment()     # nothing left to give back
+    queue_file.close()
+    recovered, messages = recover(tmp_path)
+    assert messages == [] and recovered.last_seq == 10
 
 
 def test_a_closed_queue_file_refuses_appends(tmp_path):

@@ -704,16 +704,40 @@ def test_reads_and_lookups_racing_retention_start_again_at_the_new_first(tmp_pat
 
 # -- failures, close, drop --------------------------------------------------------------
 
-def test_a_failed_sync_makes_the_log_unusable(tmp_path, monkeypatch):
+def test_a_failed_sync_is_cut_back_and_written_again(tmp_path, monkeypatch):
     stream = StreamLog(tmp_path / "s")
     publish(stream, b"a")
     stream.sync()
     publish(stream, b"b")
 
     def failing(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("storage.stream_log._fdatasync", failing)
+    with pytest.raises(OSError):
+        stream.sync()
+    monkeypatch.undo()
+    assert stream.durable_offset == 0
+    assert [r.body for r in stream.read(0, 5)] == [b"a", b"b"]
+    publish(stream, b"c")
+    assert stream.sync() == 2
+    recovered, problems = StreamLog.recover(tmp_path / "s")
+    assert problems == []
+    assert [r.body for r in recovered.read(0, 5)] == [b"a", b"b", b"c"]
+
+
+def test_a_failed_sync_that_cannot_be_cut_back_makes_the_log_unusable(tmp_path,
+                                                                       monkeypatch):
+    stream = StreamLog(tmp_path / "s")
+    publish(stream, b"a")
+    stream.sync()
+    publish(stream, b"b")
+
+    def failing(*args):
         raise OSError(5, "I/O error")
 
     monkeypatch.setattr("storage.stream_log._fdatasync", failing)
+    monkeypatch.setattr(os, "ftruncate", failing)
     with pytest.raises(OSError):
         stream.sync()
     monkeypatch.undo()
