@@ -306,8 +306,10 @@ class Connection:
         """Start a server-initiated close: Connection.Close, then wait for CloseOk."""
         if self.state in ("closing", "closed"):
             return
-        log.info("event=connection_closed_by_broker peer=%s code=%s text=%r",
-                 self.peer, reply_code, reply_text)
+        # Refused logins are counted and summed up by the server, not logged one by one.
+        log.log(logging.DEBUG if self.login_refused else logging.INFO,
+                "event=connection_closed_by_broker peer=%s code=%s text=%r", self.peer,
+                reply_code, reply_text)
         self._release_resources()
         self.state = "closing"
         self.write(encode_method(0, commands.Connection.Close(

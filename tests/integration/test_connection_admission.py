@@ -171,13 +171,13 @@ def test_wrong_passwords_are_refused_and_logged_in_aggregate(start_broker):
     with RunningBystander(broker):
         for _ in range(attempts):
             with pytest.raises(pika.exceptions.ProbableAuthenticationError):
-                pika.BlockingConnection(_params(broker, password="wrong"))
+                pika.BlockingConnection(_params(broker, password="Guess-7Qz"))
     assert broker.stop(signal.SIGTERM) == 0
-    refused = [line for line in broker.log_lines if "login_refused" in line
-               or "logins_refused" in line]
+    refused = [line for line in broker.log_lines if "refused" in line.lower()
+               or "403" in line]
     assert len(refused) == 1, refused        # one aggregate line, not one per attempt
     assert f"event=logins_refused count={attempts} addresses=1" in refused[0]
-    assert "wrong" not in "".join(broker.log_lines)   # no password in the log
+    assert "Guess-7Qz" not in "".join(broker.log_lines)   # no password in the log
 
 
 def _params(broker, password: str = "guest") -> pika.ConnectionParameters:
