@@ -3,9 +3,10 @@
     python3 bench/crash_stress.py --cycles 200 [--publishers 4] [--seed 1]
 
 Each cycle starts Warren on the same data directory, publishes persistent messages with
-confirms from several connections, kills the broker with SIGKILL at a random moment,
-restarts it and drains the durable queue. It stops at the first confirmed message that
-did not come back and exits 1; otherwise it prints the totals and exits 0.
+confirms from several connections, kills the broker with SIGKILL once they received a
+random number of confirms together, restarts it and drains the durable queue. It stops
+at the first confirmed message that did not come back and exits 1; otherwise it prints
+the totals and exits 0.
 """
 
 import argparse

@@ -2,14 +2,24 @@
 
 Set WARREN_TEST_BROKER=host:port to run the integration tests against another broker
 (for example RabbitMQ on 127.0.0.1:5673) and compare behaviour.
+
+Every hypothesis test runs under the "warren" profile, loaded here before any test module
+is imported (a `settings` object takes its unset values from the profile loaded when it is
+made): no per-example deadline, because a loaded machine is no reason for a test to fail
+(examples write files, talk to a broker, or build large frames). A test's own `@settings`
+set only what differs (max_examples, health checks).
 """
 
 import os
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import settings
 
 from broker_process import BrokerProcess
+
+settings.register_profile("warren", deadline=None)
+settings.load_profile("warren")
 
 
 @dataclass(frozen=True)

@@ -101,13 +101,22 @@ func ready(ch *amqp.Channel, queue string) int {
 }
 
 // publishConfirmed publishes the bodies to the default exchange on a confirm-mode
-// channel and waits until every one is acked.
+// channel, each acked before the next is sent. It waits on a NotifyPublish listener, not
+// on a DeferredConfirmation: client 1.5.0 registers the DeferredConfirmation after it
+// sent the publish, so an ack that is handled first is lost and Wait never returns
+// (rabbitmq/amqp091-go#182), which a loaded machine makes likely. The listener stays
+// registered: publish nothing more on `ch` afterwards.
 func publishConfirmed(ch *amqp.Channel, queue string, bodies ...string) {
 	must(ch.Confirm(false), "confirm.select")
+	published := ch.NotifyPublish(make(chan amqp.Confirmation, len(bodies)))
 	for _, body := range bodies {
-		dc, err := ch.PublishWithDeferredConfirm("", queue, false, false, text(body))
-		must(err, "publish")
-		check(waitDeferred(dc, 10*time.Second), "publish of %q not acked", body)
+		must(ch.Publish("", queue, false, false, text(body)), "publish")
+		select {
+		case c := <-published:
+			check(c.Ack, "publish of %q nacked", body)
+		case <-time.After(10 * time.Second):
+			check(false, "publish of %q not confirmed within 10 s", body)
+		}
 	}
 }
 

@@ -132,11 +132,9 @@ def get(result, worker):
 
 
 def test_delay_returns_result(client, worker):
-    started = time.monotonic()
     result = task(client, "add").delay(2, 3)
-    assert get(result, worker) == 5
+    assert get(result, worker) == 5     # no celery TimeoutError: the result came back
     assert result.state == "SUCCESS"
-    assert time.monotonic() - started < WAIT
 
 
 def test_several_tasks_in_flight(client, worker):

@@ -1,5 +1,6 @@
-"""Kill -9 the broker while publishers wait for confirms; every confirmed message must
-be there after a restart on the same data directory, in publish order."""
+"""Kill -9 the broker while publishers wait for confirms (once they received a random
+number of them: crash_workload.py); every confirmed message must be there after a
+restart on the same data directory, in publish order."""
 
 import random
 
@@ -18,8 +19,7 @@ def test_confirmed_messages_survive_sigkill(broker_factory, tmp_path):
     broker = broker_factory(data_dir=data_dir)
     declare(broker.port)
     for cycle in range(CYCLES):
-        logs = run_cycle(broker, PUBLISHERS, rng, cycle)
-        assert sum(len(log.confirmed) for log in logs) > 0, "nothing was confirmed"
+        logs = run_cycle(broker, PUBLISHERS, rng, cycle)    # asserts confirms came
         broker = broker_factory(data_dir=data_dir)
         recovered = drain(broker.port)
         assert lost_messages(logs, recovered) == []

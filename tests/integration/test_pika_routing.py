@@ -151,7 +151,7 @@ KEYS = st.lists(WORDS, max_size=4).map(".".join)
 PATTERNS = st.lists(PATTERN_WORDS, max_size=4).map(".".join)
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=60,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(patterns=st.lists(PATTERNS, min_size=1, max_size=4, unique=True),
        keys=st.lists(KEYS, min_size=1, max_size=6, unique=True))

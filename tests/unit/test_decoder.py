@@ -127,7 +127,6 @@ def interleaved_streams(draw, max_commands: int = 8):
     return bytes(stream), expected_out
 
 
-@settings(deadline=None)
 @given(interleaved_streams(), st.data())
 def test_any_split_decodes_the_same_commands(stream_and_expected, data):
     stream, expected = stream_and_expected
@@ -137,7 +136,7 @@ def test_any_split_decodes_the_same_commands(stream_and_expected, data):
     assert [summary(item) for item in out] == expected
 
 
-@settings(deadline=None, max_examples=40)
+@settings(max_examples=40)
 @given(interleaved_streams(max_commands=4), st.sampled_from([bytes, bytearray, memoryview]))
 def test_one_byte_at_a_time(stream_and_expected, chunk_type):
     stream, expected = stream_and_expected

@@ -3,7 +3,7 @@
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 from pamqp import commands, frame, heartbeat
 from pamqp import encode as pamqp_encode
 
@@ -34,7 +34,6 @@ def test_encode_method_is_pamqp_marshal():
     assert encode_method(5, method) == frame.marshal(method, 5)
 
 
-@settings(deadline=None)
 @given(channels, shortstrs, delivery_tags, st.booleans(), exchange_names, shortstrs,
        raw_properties, st.data())
 def test_encode_content_matches_pamqp_and_fast_path(channel, consumer_tag, delivery_tag,
@@ -77,7 +76,6 @@ def test_every_frame_fits_frame_max(frame_max, body_size, body_frames):
         assert all(len(f[2]) + 8 <= frame_max for f in frames)
 
 
-@settings(deadline=None)
 @given(properties)
 def test_properties_round_trip(props):
     raw = encode_properties(props)

@@ -7,7 +7,7 @@ import datetime
 import string
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 from pamqp import body as pamqp_body
 from pamqp import commands, frame, header
 from pamqp import encode as pamqp_encode
@@ -108,7 +108,6 @@ def test_shortstr_at_255_bytes():
     assert shortstr("é" * 127 + "x") == b"\xff" + ("é" * 127 + "x").encode()
 
 
-@settings(deadline=None)
 @given(channels, shortstrs, delivery_tags, st.booleans(), exchange_names, shortstrs,
        raw_properties, st.data())
 def test_encode_deliver_matches_pamqp(channel, consumer_tag, delivery_tag, redelivered,
@@ -122,7 +121,6 @@ def test_encode_deliver_matches_pamqp(channel, consumer_tag, delivery_tag, redel
                                  exchange, routing_key, raw, body, frame_max)) == expected
 
 
-@settings(deadline=None)
 @given(channels, delivery_tags, st.booleans(), exchange_names, shortstrs,
        st.integers(0, 2**32 - 1), raw_properties, st.data())
 def test_encode_get_ok_matches_pamqp(channel, delivery_tag, redelivered, exchange,
@@ -136,7 +134,6 @@ def test_encode_get_ok_matches_pamqp(channel, delivery_tag, redelivered, exchang
                                 message_count, raw, body, frame_max)) == expected
 
 
-@settings(deadline=None)
 @given(channels, st.integers(0, 65535), shortstrs, exchange_names, shortstrs,
        raw_properties, st.data())
 def test_encode_return_matches_pamqp(channel, reply_code, reply_text, exchange, routing_key,

@@ -51,7 +51,7 @@ def properties_and_names(draw):
     return props, name
 
 
-@settings(deadline=None, max_examples=500)
+@settings(max_examples=500)
 @given(properties_and_names(), longs)
 def test_pamqp_decodes_the_original_properties_plus_the_header(props_and_name, value):
     props, name = props_and_name
@@ -63,7 +63,6 @@ def test_pamqp_decodes_the_original_properties_plus_the_header(props_and_name, v
     assert _entry(name, value) in result        # always type 'l', whatever the magnitude
 
 
-@settings(deadline=None)
 @given(properties, longs)
 def test_without_the_key_the_table_is_spliced_in_place(props, value):
     """Fast path (no pamqp decode): the bytes around the headers table are copied as they

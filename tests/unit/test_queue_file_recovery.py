@@ -48,7 +48,7 @@ def test_recovering_a_missing_directory_gives_an_empty_queue(tmp_path):
     assert [m.seq for m in QueueFile.recover(tmp_path / "none")[1]] == [1]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.lists(bodies, min_size=1, max_size=5), bodies, st.booleans())
 def test_a_torn_last_record_is_dropped_at_every_cut(first, last, last_is_ack):
     """Cut the file at every byte of the last record: the earlier records all survive,
@@ -131,7 +131,7 @@ def test_a_damaged_segment_header_is_reported_and_its_records_read(tmp_path):
 
 # -- damage in the middle ----------------------------------------------------------------
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=150,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(bodies, min_size=3, max_size=3), st.data())
 def test_a_flipped_byte_in_a_middle_record_is_reported_and_skipped(tmp_path, three, data):
@@ -479,6 +479,5 @@ class QueueFileMachine(RuleBasedStateMachine):
         assert self.queue_file.last_seq >= max(self.bodies, default=0)
 
 
-QueueFileMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=50,
-                                              deadline=None)
+QueueFileMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=50)
 test_queue_file_state_machine = QueueFileMachine.TestCase

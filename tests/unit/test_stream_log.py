@@ -150,7 +150,7 @@ def test_names_and_bodies_keep_their_types_and_bytes(tmp_path):
         publish(stream, exchange="x" * 256)
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=40,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.lists(bodies, max_size=8), st.booleans()), max_size=8),
        st.integers(60, 400), st.data())
@@ -393,7 +393,7 @@ def test_an_unfinished_offsets_rewrite_leaves_the_old_file(tmp_path):
 
 # -- recovery: torn tails, damage, index files ------------------------------------------
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20)
 @given(st.lists(bodies, min_size=1, max_size=5), bodies)
 def test_a_torn_last_record_is_dropped_at_every_cut(first, last):
     """Cut the newest segment at every byte of its last record: the earlier records all
@@ -481,7 +481,7 @@ def test_a_flipped_byte_is_reported_by_a_verifying_recovery(tmp_path, where):
     assert lost[0] == recovered.stats()["segments"][1][1] + 7
 
 
-@settings(max_examples=100, deadline=None,
+@settings(max_examples=100,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_any_flipped_byte_loses_only_its_own_record(tmp_path, data):
@@ -938,4 +938,4 @@ class StreamModel(RuleBasedStateMachine):
 
 
 TestStreamModel = StreamModel.TestCase
-TestStreamModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestStreamModel.settings = settings(max_examples=60, stateful_step_count=40)
