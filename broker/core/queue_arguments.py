@@ -4,6 +4,8 @@ Unknown arguments are accepted and kept, as RabbitMQ does. A known argument with
 unacceptable value is a 406, worded like RabbitMQ's.
 """
 
+from amqp_codec.field_table import text_value
+
 from .errors import precondition_failed
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -26,7 +28,7 @@ def _positive_int(value):
 
 
 def _overflow_mode(value):
-    text = value.decode() if isinstance(value, bytes) else value
+    text = text_value(value)
     if text not in OVERFLOW_MODES:
         return f"{{unknown_overflow_type,{text!r}}}"
     return None
@@ -66,9 +68,7 @@ def validate_queue_arguments(arguments: dict, queue: str, vhost: str) -> None:
                 raise precondition_failed(
                     f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': "
                     f"{problem}")
-    queue_type = arguments.get("x-queue-type", "classic")
-    if isinstance(queue_type, bytes):
-        queue_type = queue_type.decode()
+    queue_type = text_value(arguments.get("x-queue-type", "classic"))
     if queue_type not in ACCEPTED_QUEUE_TYPES:
         raise precondition_failed(
             f"invalid arg 'x-queue-type' for queue '{queue}' in vhost '{vhost}': "
