@@ -69,7 +69,7 @@ def publish(properties: bytes, routing_key: bytes = b"", exchange: bytes = b"",
     return (method_frame(1, 60, 40, b"\x00\x00" + shortstr(exchange)
                          + shortstr(routing_key) + b"\x00")
             + raw_frame(FRAME_HEADER, 1, struct.pack(">HHQ", 60, 0, len(body)) + properties)
-            + raw_frame(3, 1, body))
+            + (raw_frame(3, 1, body) if body else b""))
 
 
 def basic_get(queue: bytes) -> bytes:
