@@ -5,12 +5,15 @@ from .constants import (
 )
 from .decoder import Decoder, InboundHeartbeat, InboundMethod, InboundPublish
 from .encoder import (
-    HEARTBEAT_FRAME, decode_properties, encode_basic_ack, encode_basic_nack, encode_content,
-    encode_deliver, encode_get_ok, encode_method, encode_properties, encode_return,
-    encode_server_properties,
+    HEARTBEAT_FRAME, encode_basic_ack, encode_basic_nack, encode_content, encode_deliver,
+    encode_get_ok, encode_method, encode_properties, encode_queue_declare_ok, encode_return,
+    encode_server_properties, fit_reply_text,
 )
 from .errors import ProtocolError, ProtocolHeaderMismatch
 from .header_splice import with_long_header
+from .properties import (
+    MalformedProperties, decode_properties, headers_entries, replace_properties,
+)
 from .reply_codes import ReplyCode, is_connection_level
 
 __all__ = [
@@ -19,5 +22,6 @@ __all__ = [
     "HEARTBEAT_FRAME", "encode_method", "encode_content", "encode_deliver", "encode_get_ok",
     "encode_basic_ack", "encode_basic_nack", "encode_return", "encode_properties",
     "decode_properties", "encode_server_properties", "with_long_header", "ProtocolError",
-    "ProtocolHeaderMismatch", "ReplyCode", "is_connection_level",
+    "ProtocolHeaderMismatch", "ReplyCode", "is_connection_level", "MalformedProperties",
+    "headers_entries", "replace_properties", "encode_queue_declare_ok", "fit_reply_text",
 ]

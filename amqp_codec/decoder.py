@@ -4,8 +4,11 @@ Reply codes follow RabbitMQ 3.10.8 (probed on 127.0.0.1:5673 with raw frames):
 
 - bad frame end octet, unknown frame type, heartbeat with a payload, frame larger than
   frame_max, method frame shorter than 4 bytes: 501 FRAME_ERROR.
-- undecodable method arguments (truncated, trailing bytes after Basic.Publish's):
-  501 FRAME_ERROR "cannot decode ..." with the class/method ids.
+- undecodable method arguments (truncated, trailing bytes after Basic.Publish's, a
+  shortstr that is not UTF-8): 501 FRAME_ERROR "cannot decode ..." with the class/method
+  ids. A malformed field table in the arguments (unknown type tag, truncated) is 501 too,
+  where RabbitMQ resets the socket without a Connection.Close; so is a table nested
+  deeper than field_table.MAX_DEPTH (100), which RabbitMQ accepts.
 - heartbeat on a channel other than 0, content header or body on channel 0, content
   header/body when no content is expected: 505 UNEXPECTED_FRAME.
 - a method or body frame where a content header is expected, a method or header frame
@@ -27,6 +30,7 @@ Reply codes follow RabbitMQ 3.10.8 (probed on 127.0.0.1:5673 with raw frames):
 from struct import Struct, error as StructError
 
 from pamqp import base, commands
+from pamqp import decode as pamqp_decode
 
 from .constants import (
     ACK_INDEX, BASIC_CLASS, BASIC_PUBLISH, FRAME_BODY, FRAME_END, FRAME_HEADER,
@@ -35,6 +39,7 @@ from .constants import (
 )
 from .errors import ProtocolError, ProtocolHeaderMismatch
 from .fast_path import decode_ack, decode_get, decode_publish
+from .field_table import decode_table
 from .reply_codes import ReplyCode
 
 _FRAME_PREFIX = Struct(">BHI")      # type, channel, payload size
@@ -364,10 +369,33 @@ def _pamqp_method(data: bytes, start: int, end: int, channel: int, index: int) -
                             channel, index >> 16, index & 0xFFFF)
     method = method_class()
     try:
-        method.unmarshal(data[start + 4:end])
+        _unmarshal(method, data[start + 4:end])
     except _DECODE_ERRORS as exc:
         raise _cannot_decode(method_class.name, exc, channel, index) from exc
     return method
+
+
+def _unmarshal(method: base.Frame, data: bytes) -> None:
+    """pamqp's Frame.unmarshal, except that tables go through field_table's bounded
+    decoder (pamqp's recurses without a limit and is quadratic in a table's size)."""
+    offset = 0
+    bits = bit = 0              # the current octet of packed bits, the next bit in it
+    for name in method.__slots__:
+        kind = method.amqp_type(name)
+        if kind == "bit":
+            if bit in (0, 8):
+                bits, bit = data[offset], 0
+                offset += 1
+            value = bool(bits >> bit & 1)
+            bit += 1
+        else:
+            bit = 0
+            if kind == "table":
+                value, offset = decode_table(data, offset)
+            else:
+                consumed, value = pamqp_decode.by_type(data[offset:], kind)
+                offset += consumed
+        setattr(method, name, value)
 
 
 def _heartbeat(channel: int, size: int) -> InboundHeartbeat:

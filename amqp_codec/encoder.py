@@ -14,13 +14,11 @@ from pamqp import commands, common
 from pamqp import encode as pamqp_encode
 from pamqp import frame
 
-from .constants import BASIC_CLASS
-from .errors import ProtocolError
 from .fast_path import (  # noqa: F401  (re-exported: the struct fast paths)
-    encode_basic_ack, encode_basic_nack, encode_deliver, encode_get_ok, encode_return,
-    join_with_content,
+    encode_basic_ack, encode_basic_nack, encode_deliver, encode_get_ok,
+    encode_queue_declare_ok, encode_return, join_with_content,
 )
-from .reply_codes import ReplyCode
+from .properties import decode_properties  # noqa: F401  (re-exported)
 
 pamqp_encode.support_deprecated_rabbitmq(True)
 
@@ -44,35 +42,14 @@ def encode_properties(props: commands.Basic.Properties) -> bytes:
     return props.marshal()
 
 
-def decode_properties(raw: bytes) -> commands.Basic.Properties:
-    """The raw form (property flags, then values) to Basic.Properties.
-
-    Raises ProtocolError(FRAME_ERROR) when pamqp cannot decode the bytes. Like pamqp, it
-    does not notice a string cut short by the end of the data.
-    """
-    raw = bytes(raw)
-    props = commands.Basic.Properties()
-    try:
-        flags, offset = _property_flags(raw)
-        props.unmarshal(flags, raw[offset:])
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise ProtocolError(ReplyCode.FRAME_ERROR, f"cannot decode content properties: {exc}",
-                            class_id=BASIC_CLASS) from exc
-    return props
-
-
-def _property_flags(raw: bytes) -> tuple[int, int]:
-    """Read the property flag words (bit 0 of each word = another word follows)."""
-    flags, offset, word_index = 0, 0, 0
-    while True:
-        if len(raw) < offset + 2:
-            raise ValueError("property flags are truncated")
-        word = raw[offset] << 8 | raw[offset + 1]
-        flags |= word << (16 * word_index)
-        offset += 2
-        if not word & 1:
-            return flags, offset
-        word_index += 1
+def fit_reply_text(text: str) -> str:
+    """A reply text that fits a shortstr: at most 255 bytes of UTF-8. A longer text is
+    cut to 252 bytes (at a character boundary) and ends in "...", as RabbitMQ cuts
+    it; characters that cannot be encoded (text that was not UTF-8) become "?"."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= 255:
+        return data.decode()
+    return data[:252].decode("utf-8", "ignore") + "..."
 
 
 def encode_server_properties(properties: common.FieldTable) -> bytes:

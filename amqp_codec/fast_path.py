@@ -3,7 +3,8 @@
 Inbound: Basic.Publish and Basic.Ack arguments. Outbound: Basic.Deliver, Basic.GetOk,
 Basic.Return (each with its content header and body frames, as one bytes object, or for
 bodies of LARGE_BODY bytes or more as a tuple of parts that refer to the body without
-copying it), Basic.Ack and Basic.Nack.
+copying it), Basic.Ack and Basic.Nack; Queue.DeclareOk, whose queue name pamqp's
+validation would refuse when it is not ASCII.
 
 Content properties stay raw: the bytes of a content header payload after class_id,
 weight and body_size (property flags, then property values).
@@ -16,7 +17,7 @@ from pamqp import commands
 from .constants import (
     BASIC_ACK, BASIC_CLASS, BASIC_DELIVER, BASIC_GET_OK, BASIC_NACK, BASIC_RETURN,
     CONTENT_HEADER_PREFIX_SIZE, FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_HEADER,
-    FRAME_METHOD, FRAME_OVERHEAD,
+    FRAME_METHOD, FRAME_OVERHEAD, QUEUE_CLASS, QUEUE_DECLARE_OK,
 )
 
 _METHOD_PREFIX = Struct(">BHIHH")        # type, channel, size, class_id, method_id
@@ -26,6 +27,7 @@ _BODY_PREFIX = Struct(">BBHI")           # end of previous frame, type, channel,
 _TAG_AND_BIT = Struct(">QB")             # delivery_tag, bit octet
 _REPLY_CODE = Struct(">H")
 _MESSAGE_COUNT = Struct(">I")
+_COUNTS = Struct(">IIB")                  # message_count, consumer_count, frame end
 _ACK_FRAME = Struct(">BHIHHQBB")         # a whole Basic.Ack / Basic.Nack frame
 _LENGTH_OCTET = [bytes((n,)) for n in range(256)]
 _SHORTSTRS: dict[str, bytes] = {}
@@ -93,7 +95,9 @@ def decode_get(data: bytes, start: int, end: int) -> commands.Basic.Get:
     queue_end = start + 3 + data[start + 2]             # skip ticket(2)
     if queue_end + 1 != end:
         raise ValueError("Basic.Get arguments do not fill the frame")
-    return commands.Basic.Get(0, data[start + 3:queue_end].decode(), data[queue_end] & 1 == 1)
+    get = commands.Basic.Get(0, "", data[queue_end] & 1 == 1)
+    get.queue = data[start + 3:queue_end].decode()   # after __init__: pamqp's validate()
+    return get                                       # refuses names RabbitMQ accepts
 
 
 def decode_ack(data: bytes, start: int, end: int) -> commands.Basic.Ack:
@@ -199,6 +203,17 @@ def encode_return(channel: int, reply_code: int, reply_text: str, exchange: str,
     parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_RETURN),
              _REPLY_CODE.pack(reply_code), text, exchange_b, key]
     return join_with_content(parts, channel, properties, body, frame_max)
+
+
+def encode_queue_declare_ok(channel: int, queue: str, message_count: int,
+                            consumer_count: int) -> bytes:
+    """A Queue.DeclareOk frame. Not through pamqp: its validate() refuses queue names
+    outside an ASCII pattern, and RabbitMQ names may be any UTF-8."""
+    name = shortstr(queue)
+    return b"".join((
+        _METHOD_PREFIX.pack(FRAME_METHOD, channel, 12 + len(name), QUEUE_CLASS,
+                            QUEUE_DECLARE_OK),
+        name, _COUNTS.pack(message_count, consumer_count, FRAME_END)))
 
 
 def encode_basic_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:

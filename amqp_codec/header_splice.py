@@ -8,15 +8,15 @@ content_encoding by their lengths, then insert a headers table holding just the 
 append the entry to the existing table and fix its length. Everything after the headers
 is copied as it is.
 
-Anything unusual takes the slow path through pamqp: a second property-flags word, a
-block too short for the lengths it announces, or a table in which the encoded name
-appears at all (the key may already be there; RabbitMQ then overwrites it, so the old
-entry is dropped and the new one goes at the end).
+Anything unusual takes the slow path, which reads the block's structure: a second
+property-flags word, a block too short for the lengths it announces, or a table in
+which the encoded name appears at all (the key may already be there; RabbitMQ then
+overwrites it, so the old entry is dropped and the new one goes at the end).
 """
 
 from struct import Struct
 
-from .encoder import decode_properties, encode_properties
+from .properties import headers_entries, replace_properties
 
 _FLAGS = Struct(">H")
 _TABLE_LENGTH = Struct(">I")
@@ -31,8 +31,8 @@ def with_long_header(properties: bytes, name: bytes, value: int) -> bytes:
     long (table type ``l``), e.g. ``with_long_header(raw, b"x-stream-offset", 42)``.
 
     ``name`` is the header name as UTF-8 (at most 255 bytes). Raises ValueError when the
-    name is longer or ``value`` does not fit in 64 signed bits, and ProtocolError
-    (FRAME_ERROR) when the properties are malformed and pamqp cannot decode them either.
+    name is longer or ``value`` does not fit in 64 signed bits, and MalformedProperties
+    when the properties are not well formed.
     """
     if len(name) > 255:
         raise ValueError(f"header name longer than 255 bytes: {name[:40]!r}...")
@@ -54,7 +54,7 @@ def _splice(properties: bytes, key: bytes | None, entry: bytes) -> bytes | None:
     if size < 2:
         return None
     flags = properties[0] << 8 | properties[1]
-    if flags & _CONTINUATION:   # Basic never needs a second flag word; pamqp copes
+    if flags & _CONTINUATION:   # Basic never needs a second flag word; the slow path copes
         return None
     offset = 2
     try:
@@ -81,12 +81,8 @@ def _splice(properties: bytes, key: bytes | None, entry: bytes) -> bytes | None:
 
 
 def _rebuilt(properties: bytes, name: bytes, entry: bytes) -> bytes:
-    """Slow path: decode with pamqp, drop ``name`` from the headers, re-encode and splice
-    (so the entry is an ``l`` here too, where pamqp would pick the smallest int type)."""
-    text = name.decode()
-    props = decode_properties(properties)
-    props.headers = {k: v for k, v in (props.headers or {}).items() if k != text}
-    spliced = _splice(encode_properties(props), None, entry)
-    if spliced is None:     # pragma: no cover  (pamqp writes one flag word and true lengths)
-        raise AssertionError("pamqp encoded properties the splice cannot read")
-    return spliced
+    """Slow path: the headers without any entry named ``name``, then the new entry;
+    every other header and property is copied as it is. Raises MalformedProperties."""
+    text = name.decode("utf-8", "surrogateescape")
+    kept = [raw for key, _value, raw in headers_entries(properties) if key != text]
+    return replace_properties(properties, headers=b"".join(kept) + entry)

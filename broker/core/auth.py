@@ -3,8 +3,7 @@ in RabbitMQ's format (storage.passwords); plain passwords are never stored."""
 
 import struct
 
-from pamqp import decode
-
+from amqp_codec.field_table import TableError, decode_table
 from storage.passwords import SHA256_ALGORITHM, hash_password, verify_password
 
 MECHANISMS = ("PLAIN", "AMQPLAIN")
@@ -41,19 +40,25 @@ class AuthenticationFailure(Exception):
     """The SASL response was malformed or named an unsupported mechanism."""
 
 
+class UndecodableCredentials(AuthenticationFailure):
+    """The user name or password is not UTF-8: no user can match, so the login is
+    refused as a wrong password is (RabbitMQ 3.10 drops the socket instead)."""
+
+
 def parse_credentials(mechanism: str, response: bytes | str) -> tuple[str, str]:
-    """(username, password) from a Connection.StartOk response."""
+    """(username, password) from a Connection.StartOk response; UndecodableCredentials
+    when either is not UTF-8."""
     if isinstance(response, str):
         response = response.encode("utf-8", "surrogateescape")
     if mechanism == "PLAIN":
         parts = response.split(b"\x00")
         if len(parts) != 3:
             raise AuthenticationFailure("malformed PLAIN response")
-        return parts[1].decode(), parts[2].decode()
+        return _text(parts[1]), _text(parts[2])
     if mechanism == "AMQPLAIN":
         try:
-            _, table = decode.field_table(struct.pack(">I", len(response)) + response)
-        except Exception as exc:   # pamqp raises several types for a malformed table
+            table, _ = decode_table(struct.pack(">I", len(response)) + response)
+        except TableError as exc:
             raise AuthenticationFailure("malformed AMQPLAIN response") from exc
         return _text(table.get("LOGIN")), _text(table.get("PASSWORD"))
     raise AuthenticationFailure(f"unsupported authentication mechanism '{mechanism}'")
@@ -61,5 +66,8 @@ def parse_credentials(mechanism: str, response: bytes | str) -> tuple[str, str]:
 
 def _text(value) -> str:
     if isinstance(value, (bytes, bytearray)):
-        return value.decode()
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            raise UndecodableCredentials("user name or password is not UTF-8") from None
     return "" if value is None else str(value)

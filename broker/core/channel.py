@@ -3,7 +3,7 @@
 from pamqp import commands
 
 from amqp_codec import (encode_basic_nack, encode_deliver,
-                        encode_get_ok, encode_method, encode_properties, encode_return)
+                        encode_get_ok, encode_method, encode_return, replace_properties)
 from amqp_codec.reply_codes import ReplyCode
 
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
@@ -148,7 +148,7 @@ class Channel:
         """RabbitMQ's validated user id: user_id, when set, must be the login user."""
         user_id = message.decoded_properties.user_id
         if user_id != self.connection.user:
-            raise precondition_failed(
+            raise precondition_failed(   # (a user_id that is not UTF-8 shows as '?')
                 f"user_id property set to '{user_id}' but authenticated user was "
                 f"'{self.connection.user}'")
 
@@ -162,15 +162,16 @@ class Channel:
                 "expected a non-negative integer of milliseconds") from None
 
     def _with_reply_token(self, message: Message) -> Message:
-        """A request asking for a direct reply gets this channel's token in reply_to."""
-        properties = message.decoded_properties
-        if properties.reply_to != REPLY_QUEUE:
+        """A request asking for a direct reply gets this channel's token in reply_to
+        (the other properties are kept byte for byte)."""
+        if message.decoded_properties.reply_to != REPLY_QUEUE:
             return message
         if self.reply_token is None:
             raise precondition_failed("fast reply consumer does not exist")
-        properties.reply_to = REPLY_PREFIX + self.reply_token
+        reply_to = (REPLY_PREFIX + self.reply_token).encode()
         return Message(message.exchange, message.routing_key,
-                       encode_properties(properties), message.body)
+                       replace_properties(message.properties, reply_to=reply_to),
+                       message.body)
 
     def _route(self, exchange, message: Message, mandatory: bool) -> bool:
         """Deliver to every bound queue; False if any queue refused the message."""

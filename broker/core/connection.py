@@ -19,11 +19,12 @@ from typing import Protocol
 
 from pamqp import commands
 
-from amqp_codec import (InboundHeartbeat, InboundPublish, encode_basic_ack,
-                        encode_basic_nack, encode_method)
+from amqp_codec import (InboundHeartbeat, InboundPublish, MalformedProperties,
+                        encode_basic_ack, encode_basic_nack, encode_method, fit_reply_text)
 from amqp_codec.reply_codes import ReplyCode
 
-from .auth import MECHANISMS, AuthenticationFailure, parse_credentials
+from .auth import (MECHANISMS, AuthenticationFailure, UndecodableCredentials,
+                   parse_credentials)
 from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
@@ -32,6 +33,8 @@ from .queue import FLOW_RESUME
 log = logging.getLogger("warren.connection")
 
 FRAME_MIN_SIZE = 4096
+_LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For details see "
+                  "the broker logfile.")
 PUBLISH_IDS = (60, 40)
 
 
@@ -138,6 +141,12 @@ class Connection:
             self._close_channel(channel_number, error)
         except ConnectionFailure as error:
             self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
+        except MalformedProperties as error:
+            # A feature needed a field of a message this client published (headers
+            # routing, expiration, user_id, delivery_mode...): RabbitMQ reads every
+            # property block on publish and closes the connection with 541 then.
+            self.close(ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR - cannot read the content "
+                       f"properties of a published message: {error}", *PUBLISH_IDS)
         except Exception as error:   # a bug must cost this connection, not the broker
             self.fail(error)
 
@@ -313,7 +322,7 @@ class Connection:
         self._release_resources()
         self.state = "closing"
         self.write(encode_method(0, commands.Connection.Close(
-            reply_code=reply_code, reply_text=_short_string(reply_text), class_id=class_id,
+            reply_code=reply_code, reply_text=fit_reply_text(reply_text), class_id=class_id,
             method_id=method_id)))
 
     def lost(self) -> None:
@@ -355,6 +364,10 @@ class Connection:
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
         try:
             user, password = parse_credentials(method.mechanism, method.response)
+        except UndecodableCredentials:
+            self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
+            log.info("event=login_refused peer=%s reason=credentials_not_utf8", self.peer)
+            return
         except AuthenticationFailure as failure:
             log.debug("event=login_refused peer=%s reason=%r", self.peer, str(failure))
             self.login_refused = True
@@ -362,9 +375,7 @@ class Connection:
             self._close_transport()
             return
         if not self.broker.users.authenticate(user, password):
-            self._refuse_login(
-                f"Login was refused using authentication mechanism {method.mechanism}. "
-                "For details see the broker logfile.")
+            self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
             log.debug("event=login_refused peer=%s user=%r", self.peer, user)
             return
         self.user = user
@@ -538,13 +549,8 @@ class Connection:
             channel.shutdown()
         self.closing_channels.add(number)
         self.write(encode_method(number, commands.Channel.Close(
-            reply_code=error.reply_code, reply_text=_short_string(error.reply_text),
+            reply_code=error.reply_code, reply_text=fit_reply_text(error.reply_text),
             class_id=error.class_id, method_id=error.method_id)))
-
-
-def _short_string(text: str) -> str:
-    """`text` cut to fit a short string: 255 bytes of UTF-8, whole characters only."""
-    return text.encode()[:255].decode(errors="ignore")
 
 
 def _refusal_text(ids: tuple[int, int], reason: str) -> str:

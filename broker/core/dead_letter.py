@@ -1,44 +1,78 @@
 """Dead-lettering: republishing rejected, expired or overflowing messages to the
-queue's x-dead-letter-exchange with RabbitMQ's x-death bookkeeping."""
+queue's x-dead-letter-exchange with RabbitMQ's x-death bookkeeping.
+
+Only the x-death header, the x-first-death-* headers RabbitMQ adds and the expiration
+property change; every other header and property is copied byte for byte. An x-death
+header that is not an array starts a new history, and elements of it that are not
+tables are left out (RabbitMQ 3.10 replaces the former too, and fails to dead-letter
+the message for the latter); a death whose count is not an integer counts from 1 again.
+A message whose properties cannot be read or whose x-death cannot be written back is
+not dead-lettered: it is dropped with a warning.
+"""
 
 import datetime
+import logging
 
-from amqp_codec import encode_properties
+from amqp_codec import (MalformedProperties, encode_server_properties, headers_entries,
+                        replace_properties)
 
 from .message import Message
+
+log = logging.getLogger("warren.dead_letter")
+
+_FIRST_DEATH = ("x-first-death-reason", "x-first-death-queue", "x-first-death-exchange")
 
 
 def dead_letter_message(message: Message, queue_name: str, reason: str, exchange: str,
                         routing_key: str | None, now: datetime.datetime) -> Message | None:
     """The message to republish, or None when it would cycle (expired back into a
-    queue it already expired from with no rejection in between, as RabbitMQ drops)."""
-    properties = message.decoded_properties
-    headers = dict(properties.headers or {})
-    deaths = [dict(death) for death in headers.get("x-death") or []]
+    queue it already expired from with no rejection in between, as RabbitMQ drops) or
+    cannot be dead-lettered (see the module's docstring)."""
+    try:
+        properties = _dead_lettered_properties(message, queue_name, reason, now)
+    except (MalformedProperties, TypeError, ValueError) as error:
+        log.warning("event=dead_letter_dropped queue=%r reason=%s error=%r", queue_name,
+                    reason, str(error))
+        return None
+    if properties is None:
+        return None
+    return Message(exchange, message.routing_key if routing_key is None else routing_key,
+                   properties, message.body)
+
+
+def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
+                              now: datetime.datetime) -> bytes | None:
+    entries = headers_entries(message.properties)
+    previous = next((value for key, value, _raw in entries if key == "x-death"), None)
+    deaths = ([dict(death) for death in previous if isinstance(death, dict)]
+              if isinstance(previous, list) else [])
     if reason == "expired" and _cycles(deaths, queue_name):
         return None
     death = _take_death(deaths, queue_name, reason)
     death.update({"queue": queue_name, "reason": reason, "time": now,
                   "exchange": message.exchange,
                   "routing-keys": [message.routing_key]})
-    if properties.expiration is not None:
-        death["original-expiration"] = properties.expiration
-        properties.expiration = None
+    expiration = message.decoded_properties.expiration
+    if expiration is not None:
+        death["original-expiration"] = expiration
     deaths.insert(0, death)
-    headers["x-death"] = deaths
-    headers.setdefault("x-first-death-reason", reason)
-    headers.setdefault("x-first-death-queue", queue_name)
-    headers.setdefault("x-first-death-exchange", message.exchange)
-    properties.headers = headers
-    return Message(exchange, message.routing_key if routing_key is None else routing_key,
-                   encode_properties(properties), message.body)
+    added = {"x-death": deaths}
+    present = {key for key, _value, _raw in entries}
+    firsts = (reason, queue_name, message.exchange)
+    added.update((key, value) for key, value in zip(_FIRST_DEATH, firsts)
+                 if key not in present)
+    kept = b"".join(raw for key, _value, raw in entries if key != "x-death")
+    headers = kept + encode_server_properties(added)[4:]
+    return replace_properties(message.properties, headers=headers, expiration=None)
 
 
 def _take_death(deaths: list, queue_name: str, reason: str) -> dict:
     for index, death in enumerate(deaths):
         if death.get("queue") == queue_name and death.get("reason") == reason:
             deaths.pop(index)
-            death["count"] = int(death.get("count", 0)) + 1
+            count = death.get("count")
+            valid = isinstance(count, int) and not isinstance(count, bool)
+            death["count"] = count + 1 if valid else 1
             return death
     return {"count": 1}
 

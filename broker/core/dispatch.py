@@ -1,36 +1,51 @@
 """Channel-level AMQP methods: each handler turns one method into channel/vhost
-operations and sends the reply. Connection.handle routes methods here by type."""
+operations and sends the reply. Connection.handle routes methods here by type.
+
+Names: like RabbitMQ 3.10, queue and exchange names lose their CR and LF characters in
+exchange.declare/delete/bind/unbind and queue.declare/bind/unbind/delete, and keep them
+in queue.purge, basic.consume, basic.get and basic.publish (probed on 3.10.8); routing
+keys and consumer tags are never changed.
+"""
 
 from pamqp import commands
 
+from amqp_codec import encode_queue_declare_ok
+
 from .channel import Channel
+
+_CR_LF = str.maketrans("", "", "\r\n")
+
+
+def stripped(name: str) -> str:
+    """A queue or exchange name without CR and LF, as RabbitMQ stores it."""
+    return name.translate(_CR_LF)
 
 
 def exchange_declare(channel: Channel, method) -> None:
     channel.vhost.declare_exchange(
-        method.exchange, method.exchange_type, method.passive, method.durable,
+        stripped(method.exchange), method.exchange_type, method.passive, method.durable,
         method.auto_delete, method.internal, method.arguments or {})
     if not method.nowait:
         channel.send(commands.Exchange.DeclareOk())
 
 
 def exchange_delete(channel: Channel, method) -> None:
-    channel.vhost.delete_exchange(method.exchange, method.if_unused)
+    channel.vhost.delete_exchange(stripped(method.exchange), method.if_unused)
     if not method.nowait:
         channel.send(commands.Exchange.DeleteOk())
 
 
 def exchange_bind(channel: Channel, method) -> None:
-    destination = channel.vhost.exchange(method.destination)
-    channel.vhost.bind(destination, method.source, method.routing_key,
+    destination = channel.vhost.exchange(stripped(method.destination))
+    channel.vhost.bind(destination, stripped(method.source), method.routing_key,
                        method.arguments or {})
     if not method.nowait:
         channel.send(commands.Exchange.BindOk())
 
 
 def exchange_unbind(channel: Channel, method) -> None:
-    destination = channel.vhost.exchange(method.destination)
-    channel.vhost.unbind(destination, method.source, method.routing_key,
+    destination = channel.vhost.exchange(stripped(method.destination))
+    channel.vhost.unbind(destination, stripped(method.source), method.routing_key,
                          method.arguments or {})
     if not method.nowait:
         channel.send(commands.Exchange.UnbindOk())
@@ -38,29 +53,32 @@ def exchange_unbind(channel: Channel, method) -> None:
 
 def queue_declare(channel: Channel, method) -> None:
     queue = channel.vhost.declare_queue(
-        method.queue, channel.connection, method.passive, method.durable,
+        stripped(method.queue), channel.connection, method.passive, method.durable,
         method.exclusive, method.auto_delete, method.arguments or {})
     if queue.exclusive_owner is channel.connection:
         channel.connection.exclusive_queues[queue.name] = queue
     channel.last_queue_name = queue.name
     if not method.nowait:
-        channel.send(commands.Queue.DeclareOk(queue.name, queue.message_count,
-                                              queue.consumer_count))
+        channel.connection.write(encode_queue_declare_ok(
+            channel.number, queue.name, queue.message_count, queue.consumer_count))
 
 
 def queue_bind(channel: Channel, method) -> None:
-    queue = channel.vhost.queue(channel.queue_name(method.queue), channel.connection)
-    channel.vhost.bind(queue, method.exchange, method.routing_key, method.arguments or {})
+    queue = channel.vhost.queue(channel.queue_name(stripped(method.queue)),
+                                channel.connection)
+    channel.vhost.bind(queue, stripped(method.exchange), method.routing_key,
+                       method.arguments or {})
     if not method.nowait:
         channel.send(commands.Queue.BindOk())
 
 
 def queue_unbind(channel: Channel, method) -> None:
     vhost = channel.vhost
-    queue = vhost.queues.get(channel.queue_name(method.queue))
+    queue = vhost.queues.get(channel.queue_name(stripped(method.queue)))
     if queue is not None:   # unbinding a missing queue succeeds, as in RabbitMQ 3.x
         vhost.check_exclusive(queue, channel.connection)
-        vhost.unbind(queue, method.exchange, method.routing_key, method.arguments or {})
+        vhost.unbind(queue, stripped(method.exchange), method.routing_key,
+                     method.arguments or {})
     channel.send(commands.Queue.UnbindOk())
 
 
@@ -73,7 +91,7 @@ def queue_purge(channel: Channel, method) -> None:
 
 def queue_delete(channel: Channel, method) -> None:
     vhost = channel.vhost
-    name = channel.queue_name(method.queue)
+    name = channel.queue_name(stripped(method.queue))
     queue = vhost.queues.get(name)
     if queue is None:
         count = 0   # RabbitMQ answers DeleteOk for a queue that does not exist

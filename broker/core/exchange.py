@@ -5,6 +5,8 @@ A destination is a Queue or, for exchange-to-exchange bindings, another Exchange
 exchange destinations further (see VirtualHost.route).
 """
 
+from amqp_codec.field_table import text_value
+
 from .errors import precondition_failed
 from .message import Message
 
@@ -162,9 +164,7 @@ class HeadersExchange(Exchange):
     kind = "headers"
 
     def validate_binding(self, arguments: dict | None) -> None:
-        mode = (arguments or {}).get("x-match", "all")
-        if isinstance(mode, bytes):
-            mode = mode.decode()
+        mode = text_value((arguments or {}).get("x-match", "all"))
         if mode not in X_MATCH_MODES:
             raise precondition_failed(
                 f"Invalid x-match field value {mode!r}; expected one of "
@@ -186,9 +186,7 @@ class HeadersExchange(Exchange):
 
 
 def headers_match(arguments: dict, headers: dict) -> bool:
-    mode = arguments.get("x-match", "all")
-    if isinstance(mode, bytes):
-        mode = mode.decode()
+    mode = text_value(arguments.get("x-match", "all"))
     with_x = mode.endswith("-with-x")
     wanted = [(key, value) for key, value in arguments.items()
               if key != "x-match" and (with_x or not key.startswith("x-"))]

@@ -1,11 +1,14 @@
 """A published message as the broker holds it: raw properties, body, routing data."""
 
+import re
+
 from amqp_codec import decode_properties
 from amqp_codec.properties import delivery_mode
 
 USER_ID_FLAG = 0x10      # in the low byte of the first 16-bit property-flags word
 EXPIRATION_FLAG = 0x01   # in the high byte
 REPLY_TO_FLAG = 0x02     # in the high byte
+_EXPIRATION = re.compile(r"\+?[0-9]+", re.ASCII)
 
 
 class Message:
@@ -66,16 +69,17 @@ class Message:
         return len(properties) >= 2 and bool(properties[0] & EXPIRATION_FLAG)
 
     def expiration_ms(self) -> int | None:
-        """The per-message TTL in milliseconds, or None; ValueError when malformed."""
+        """The per-message TTL in milliseconds, or None; ValueError when it is not a
+        non-negative integer written in ASCII digits (an optional "+" first), which
+        is what RabbitMQ 3.10 accepts ("5", "+5", "007"; not " 5", "1.5", "1_0", "")."""
         if not self.has_expiration():
             return None
         text = self.decoded_properties.expiration
         if text is None:
             return None
-        value = int(text)
-        if value < 0:
+        if not _EXPIRATION.fullmatch(text):
             raise ValueError(text)
-        return value
+        return int(text)
 
     @property
     def decoded_properties(self):

@@ -4,6 +4,8 @@ import datetime
 import logging
 from collections import deque
 
+from amqp_codec.field_table import text_value
+
 from storage.message_store import MEMORY_STORE, QueueStore
 
 from .dead_letter import dead_letter_message
@@ -56,10 +58,10 @@ class Queue:
         self.store = store
         self.stores_messages = store is not MEMORY_STORE   # else store calls are no-ops
         self.max_length = self.arguments.get("x-max-length")
-        self.overflow = _text(self.arguments.get("x-overflow", "drop-head"))
+        self.overflow = text_value(self.arguments.get("x-overflow", "drop-head"))
         self.message_ttl = self.arguments.get("x-message-ttl")
-        self.dead_letter_exchange = _text(self.arguments.get("x-dead-letter-exchange"))
-        self.dead_letter_routing_key = _text(
+        self.dead_letter_exchange = text_value(self.arguments.get("x-dead-letter-exchange"))
+        self.dead_letter_routing_key = text_value(
             self.arguments.get("x-dead-letter-routing-key"))
         self._may_expire = self.message_ttl is not None
         self._expiry_timer = None
@@ -388,10 +390,6 @@ def _delivery_failed(consumer: Consumer, error: Exception) -> None:
     """The consumer's connection pays for a delivery that raised, not the connection
     whose publish or ack triggered it; the message stays in the queue."""
     consumer.channel.connection.fail(error)
-
-
-def _text(value):
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _by_seq(entry: QueueEntry) -> int:

@@ -4,6 +4,8 @@ Unknown arguments are accepted and kept, as RabbitMQ does. A known argument with
 unacceptable value is a 406, worded like RabbitMQ's.
 """
 
+from amqp_codec.field_table import text_value
+
 from .errors import precondition_failed
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -26,10 +28,10 @@ def _positive_int(value):
 
 
 def _overflow_mode(value):
-    problem = _string(value)
-    if problem is None and _as_text(value) not in OVERFLOW_MODES:
-        return f"{{unknown_overflow_type,{_as_text(value)!r}}}"
-    return problem
+    text = text_value(value)
+    if text not in OVERFLOW_MODES:
+        return f"{{unknown_overflow_type,{text!r}}}"
+    return None
 
 
 def _string(value):
@@ -44,10 +46,6 @@ def _string(value):
     if not isinstance(value, str):
         return f"{{unacceptable_type,{type(value).__name__}}}"
     return None
-
-
-def _as_text(value):
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _priority(value):
@@ -78,7 +76,7 @@ def validate_queue_arguments(arguments: dict, queue: str, vhost: str) -> None:
                 raise precondition_failed(
                     f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': "
                     f"{problem}")
-    queue_type = _as_text(arguments.get("x-queue-type", "classic"))
+    queue_type = text_value(arguments.get("x-queue-type", "classic"))
     if queue_type not in ACCEPTED_QUEUE_TYPES:
         raise precondition_failed(
             f"invalid arg 'x-queue-type' for queue '{queue}' in vhost '{vhost}': "

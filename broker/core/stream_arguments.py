@@ -5,6 +5,8 @@ import datetime
 import re
 from dataclasses import dataclass
 
+from amqp_codec.field_table import text_value
+
 from .errors import precondition_failed
 
 STREAM_TYPE = "stream"
@@ -21,13 +23,13 @@ END_ARGUMENT = "x-stream-end-offset"
 
 
 def is_stream(arguments: dict) -> bool:
-    return _text((arguments or {}).get("x-queue-type")) == STREAM_TYPE
+    return text_value((arguments or {}).get("x-queue-type")) == STREAM_TYPE
 
 
 def parse_duration(value) -> float | None:
     """Seconds in a RabbitMQ duration such as '7D', '12h', '30m', '10s'; None if
     malformed or zero, as RabbitMQ refuses '0s' (Y is 365 days, M is 30 days)."""
-    match = (_DURATION.match(_text(value)) if isinstance(value, (str, bytes, bytearray))
+    match = (_DURATION.match(text_value(value)) if isinstance(value, (str, bytes, bytearray))
              else None)
     if match is None or int(match.group(1)) == 0:
         return None
@@ -125,7 +127,7 @@ def _start(value, queue: str) -> StreamStart:
     if isinstance(value, datetime.datetime):
         return StreamStart("timestamp", value)
     if isinstance(value, (str, bytes, bytearray)):
-        text = _text(value)
+        text = text_value(value)
         if text in OFFSET_WORDS:
             return StreamStart(text)
         seconds = parse_duration(text)
@@ -142,7 +144,3 @@ def _bad_argument(name: str, value, queue: str, expected: str):
     return precondition_failed(
         f"invalid arg '{name}' for consumer on queue '{queue}': expected {expected}, "
         f"got {value!r}")
-
-
-def _text(value):
-    return bytes(value).decode() if isinstance(value, (bytes, bytearray)) else value

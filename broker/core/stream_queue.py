@@ -7,7 +7,7 @@ reused after a crash. Deliveries carry their offset in the `x-stream-offset` hea
 
 import datetime
 
-from amqp_codec import with_long_header
+from amqp_codec import MalformedProperties, with_long_header
 from amqp_codec.reply_codes import ReplyCode
 
 from .errors import ConnectionFailure, precondition_failed
@@ -168,8 +168,7 @@ class StreamQueue:
                     consumer.outstanding[offset] = None
                 channel.deliver_record(
                     consumer, (consumer, offset), record.exchange, record.routing_key,
-                    with_long_header(record.properties, OFFSET_HEADER, offset),
-                    record.body)
+                    _with_offset(record.properties, offset), record.body)
                 consumer.position = offset + 1
         if end is not None and consumer.position >= end and consumer in self.consumers:
             self.consumers.remove(consumer)
@@ -223,3 +222,13 @@ class StreamQueue:
     def drop_messages(self) -> int:
         """The stream is deleted: its log goes with the store (RabbitMQ reports 0)."""
         return 0
+
+
+def _with_offset(properties: bytes, offset: int) -> bytes:
+    """The properties with the x-stream-offset header; a block too malformed to take
+    it (the broker does not read the properties on publish, RabbitMQ refuses such a
+    publish) is delivered as it was stored."""
+    try:
+        return with_long_header(properties, OFFSET_HEADER, offset)
+    except MalformedProperties:
+        return properties

@@ -7,7 +7,7 @@ from hypothesis import assume, given, settings, strategies as st
 from pamqp import commands
 from pamqp import encode as pamqp_encode
 
-from amqp_codec import ProtocolError, decode_properties, encode_properties, with_long_header
+from amqp_codec import MalformedProperties, decode_properties, encode_properties, with_long_header
 from amqp_codec import header_splice
 from test_fast_path import properties, shortstrs, table_values
 
@@ -33,7 +33,7 @@ def _fail(raw):
 
 @pytest.fixture
 def no_slow_path(monkeypatch):
-    monkeypatch.setattr(header_splice, "decode_properties", _fail)
+    monkeypatch.setattr(header_splice, "headers_entries", _fail)
 
 
 @st.composite
@@ -81,7 +81,7 @@ def test_without_the_key_the_table_is_spliced_in_place(props, value):
                 + _entry(NAME, value) + raw_without[before:])
     props.headers = headers
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(header_splice, "decode_properties", _fail)
+        patch.setattr(header_splice, "headers_entries", _fail)
         assert with_long_header(encode_properties(props), NAME, value) == expected
 
 
@@ -164,8 +164,8 @@ def test_second_flags_word_takes_the_slow_path():
 @pytest.mark.parametrize("raw", [
     b"", b"\x00", b"\xc0\x00\x01a", b"\x20\x00\x00\x00", b"\x20\x00\x00\x00\x00\x09",
 ])
-def test_malformed_properties_are_a_frame_error(raw):
-    with pytest.raises(ProtocolError):
+def test_malformed_properties_are_refused(raw):
+    with pytest.raises(MalformedProperties):
         with_long_header(raw, NAME, 1)
 
 
