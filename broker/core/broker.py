@@ -28,11 +28,13 @@ CAPABILITIES = {
 
 @dataclass
 class BrokerConfig:
-    """Negotiation limits offered in Connection.Tune (RabbitMQ's defaults)."""
+    """Negotiation limits offered in Connection.Tune and the largest message body
+    accepted (RabbitMQ's defaults)."""
 
     channel_max: int = 2047
     frame_max: int = 131072
     heartbeat: int = 60
+    max_message_size: int = 128 * 1024 * 1024
 
 
 class Broker:
