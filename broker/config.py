@@ -16,6 +16,7 @@ Example file:
 
     [alarms]
     memory_high_watermark = 0.4     # fraction of RAM; publishers are blocked above it
+    # memory_high_watermark_absolute = 1073741824   # bytes; replaces the fraction
     disk_free_limit = 50000000      # bytes; publishers are blocked below it
 """
 
@@ -64,6 +65,9 @@ def _apply_file(settings: ServeSettings, path: str) -> None:
     _assign(settings.alarms, alarms, path + " [alarms]")
     _require_positive_int(settings.limits.max_message_size, "max_message_size",
                           path + " [limits]")
+    if settings.alarms.memory_high_watermark_absolute is not None:
+        _require_positive_int(settings.alarms.memory_high_watermark_absolute,
+                              "memory_high_watermark_absolute", path + " [alarms]")
 
 
 def _require_positive_int(value, name: str, where: str) -> None:

@@ -64,8 +64,7 @@ class Channel:
         self.next_delivery_tag = tag + 1
         queue = consumer.queue
         if consumer.no_ack:
-            if queue.stores_messages:
-                queue.settle(entry)
+            queue.settle(entry)
         else:
             consumer.unacked += 1
             self.unacked[tag] = Delivery(tag, queue, entry, consumer)

@@ -9,7 +9,7 @@ import trio
 from amqp_codec.reply_codes import ReplyCode
 from broker.core.broker import Broker
 
-from .alarms import AlarmLimits, ResourceAlarm
+from .alarms import AlarmLimits, ResourceAlarm, held_memory
 from .committer import GroupCommitter
 from .transport import DrainSignal, SocketTransport
 
@@ -28,8 +28,9 @@ class Server:
         self.host = host
         self.port = port
         self.committer = committer
-        self.alarm = ResourceAlarm(alarm_limits, data_dir, self._alarm_changed)
         self.transports: set[SocketTransport] = set()
+        self.alarm = ResourceAlarm(alarm_limits, data_dir, self._alarm_changed,
+                                   lambda: held_memory(broker, self.transports))
         self.drain_signal = DrainSignal()
         self._all_closed = trio.Event()
 

@@ -62,7 +62,7 @@ class SocketTransport:
         self._held_by_alarm = False
         self._started = False   # Connection.Start sent (after the protocol header)
         self.connection = Connection(broker, self, peer)
-        self.decoder = Decoder()
+        self.decoder = Decoder(max_body_size=broker.config.max_message_size)
         self.writable = True
         self.heartbeat = 0
         self._buffer = bytearray()    # small writes since the last queued chunk
@@ -102,6 +102,11 @@ class SocketTransport:
                 self._buffer += part
             self._queued += size
 
+    @property
+    def held_bytes(self) -> int:
+        """Output not yet sent and input of incomplete messages (memory alarm)."""
+        return self._queued + self.decoder.assembling_bytes
+
     def close(self) -> None:
         """Stop reading; the writer flushes what is buffered, then the socket closes."""
         self._closing = True
@@ -134,7 +139,7 @@ class SocketTransport:
         fd = sock.fileno()
         yielded = True
         while not self._closing:
-            if self.connection.has_published and not self.alarm.clear.is_set():
+            if not self.alarm.clear.is_set() and self._publishing():
                 await self._wait_for_alarm_to_clear()
             if self.connection.throttled:
                 await self._wait_while_throttled()
@@ -185,6 +190,15 @@ class SocketTransport:
             connection.handle(item)
         connection.end_of_batch()
         return True
+
+    def _publishing(self) -> bool:
+        """Whether an alarm holds this connection: as in RabbitMQ, once a Basic.Publish
+        has arrived, even if its body is still on the way (a client in the middle of a
+        large message is paused too, and told so with connection.blocked)."""
+        connection = self.connection
+        if not connection.has_published and self.decoder.awaiting_content:
+            connection.has_published = True
+        return connection.has_published
 
     async def _wait_while_throttled(self) -> None:
         """Publisher flow control: leave this connection unread while the queues it fed
