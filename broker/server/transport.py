@@ -139,7 +139,7 @@ class SocketTransport:
         fd = sock.fileno()
         yielded = True
         while not self._closing:
-            if not self.alarm.clear.is_set() and self._publishing():
+            if self.connection.has_published and not self.alarm.clear.is_set():
                 await self._wait_for_alarm_to_clear()
             if self.connection.throttled:
                 await self._wait_while_throttled()
@@ -165,6 +165,10 @@ class SocketTransport:
                 keep_reading = self._handle(data)
             finally:
                 self._handling = False
+            if self.decoder.awaiting_content:
+                # As RabbitMQ: a connection publishes once a Basic.Publish has arrived,
+                # so an alarm pauses (and tells) one in the middle of a large message too.
+                self.connection.has_published = True
             if self._queued and not self._sending and not self._send_now():
                 self._data_ready.set()
             if not keep_reading:
@@ -190,15 +194,6 @@ class SocketTransport:
             connection.handle(item)
         connection.end_of_batch()
         return True
-
-    def _publishing(self) -> bool:
-        """Whether an alarm holds this connection: as in RabbitMQ, once a Basic.Publish
-        has arrived, even if its body is still on the way (a client in the middle of a
-        large message is paused too, and told so with connection.blocked)."""
-        connection = self.connection
-        if not connection.has_published and self.decoder.awaiting_content:
-            connection.has_published = True
-        return connection.has_published
 
     async def _wait_while_throttled(self) -> None:
         """Publisher flow control: leave this connection unread while the queues it fed
