@@ -25,6 +25,10 @@ Reply codes follow RabbitMQ 3.10.8 (probed on 127.0.0.1:5673 with raw frames):
 - protocol header: 0-9-1, or the legacy 0-9 header RabbitMQ also accepts.
 - Stricter than RabbitMQ: a content header payload shorter than 14 bytes and non-UTF-8
   exchange or routing key in Basic.Publish are 501 (RabbitMQ accepts both).
+- a body_size above max_body_size: RabbitMQ closes the channel with 406 once the last
+  body frame has arrived. The decoder decides on the content header: it keeps checking
+  the frames of that body but drops their bytes, and hands over the publish with `body`
+  None and the announced `body_size` after the last one, for the channel to refuse.
 """
 
 from struct import Struct, error as StructError
@@ -47,6 +51,7 @@ _METHOD_INDEX = Struct(">I")        # class_id << 16 | method_id
 _CONTENT_HEADER = Struct(">HHQ")    # class_id, weight, body_size
 _HEADER_FRAME = Struct(">BHIHHQ")   # a content header frame's prefix and fixed fields
 _NO_LIMIT = 0xFFFFFFFF
+MAX_BODY_SIZE = 128 * 1024 * 1024   # RabbitMQ's default max_message_size
 _PROPERTIES_CACHE_SIZE = 256
 # RabbitMQ also accepts the 0-9 header (AMQP 1-1-0-9) and speaks 0-9-1 to such clients.
 ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
@@ -70,10 +75,14 @@ class InboundMethod:
 
 
 class InboundPublish:
-    """A complete Basic.Publish: method arguments, raw properties and the whole body."""
+    """A complete Basic.Publish: method arguments, raw properties and the whole body.
+
+    A publish whose content header announced more than the decoder's max_body_size has
+    `body` None and the announced size in `body_size` (set only then): its body frames
+    were checked and dropped."""
 
     __slots__ = ("channel", "exchange", "routing_key", "mandatory", "immediate",
-                 "properties", "body")
+                 "properties", "body", "body_size")
 
     def __init__(self, channel: int, exchange: str, routing_key: str, mandatory: bool,
                  immediate: bool, properties: bytes = b"", body: bytes = b""):
@@ -86,8 +95,9 @@ class InboundPublish:
         self.body = body
 
     def __repr__(self) -> str:
+        size = self.body_size if self.body is None else len(self.body)
         return (f"InboundPublish({self.channel}, {self.exchange!r}, {self.routing_key!r}, "
-                f"body={len(self.body)} bytes)")
+                f"body={size} bytes)")
 
 
 class InboundHeartbeat:
@@ -103,14 +113,16 @@ class InboundHeartbeat:
 
 
 class _Content:
-    """A channel's Basic.Publish waiting for its header (remaining < 0) or body frames."""
+    """A channel's Basic.Publish waiting for its header (remaining < 0) or body frames.
+
+    `chunks` is None while the body frames of an oversized message are being dropped."""
 
     __slots__ = ("publish", "remaining", "chunks")
 
     def __init__(self, publish: InboundPublish):
         self.publish = publish
         self.remaining = -1
-        self.chunks = []
+        self.chunks: list | None = []
 
 
 class Decoder:
@@ -119,14 +131,29 @@ class Decoder:
     A ProtocolHeaderMismatch or ProtocolError is final: close the connection after it.
     """
 
-    def __init__(self, frame_max: int = 131072):
+    def __init__(self, frame_max: int = 131072, max_body_size: int = MAX_BODY_SIZE):
         self.frame_max = frame_max
+        self.max_body_size = max_body_size   # larger bodies are dropped, not buffered
         self._header_seen = 0           # bytes of the protocol header received so far
         self._header_bytes = b""
         self._buffer = bytearray()      # an incomplete frame carried to the next feed
         self._content: dict[int, _Content] = {}
         # Publishers mostly repeat the same properties: queued messages share one copy.
         self._properties_seen: dict[bytes, bytes] = {}
+
+    @property
+    def awaiting_content(self) -> bool:
+        """True while a Basic.Publish has arrived whose header or body has not."""
+        return bool(self._content)
+
+    @property
+    def assembling_bytes(self) -> int:
+        """Bytes held for messages not complete yet, and of a frame cut by a read."""
+        held = len(self._buffer)
+        for state in self._content.values():
+            if state.chunks:
+                held += sum(map(len, state.chunks))
+        return held
 
     @property
     def header_received(self) -> bool:
@@ -201,6 +228,7 @@ class Decoder:
         starts."""
         frame_max = self.frame_max
         limit = frame_max if frame_max else _NO_LIMIT
+        body_limit = min(limit, self.max_body_size)
         content = self._content
         length = len(data)
         while length - pos >= 7:
@@ -215,7 +243,8 @@ class Decoder:
             if frame_type == FRAME_BODY:
                 self._body(data, pos + 7, end, channel, content, out)
             elif frame_type == FRAME_METHOD:
-                whole = self._whole_publish(data, pos, end, channel, limit, out)
+                whole = self._whole_publish(data, pos, end, channel, limit, body_limit,
+                                            out)
                 if whole:
                     pos = whole
                     continue
@@ -229,11 +258,12 @@ class Decoder:
             pos = end + 1
         return pos
 
-    def _whole_publish(self, data, pos, end, channel, limit, out) -> int:
+    def _whole_publish(self, data, pos, end, channel, limit, body_limit, out) -> int:
         """The common case in one step: a Basic.Publish method frame followed in `data` by
         its content header and one body frame that carries the whole body (or none),
-        all well formed. Returns where the next frame starts, or 0 to let the general
-        path decode (and, where something is wrong, reject) the frames one by one."""
+        all well formed, the body within frame_max and max_body_size (`body_limit`).
+        Returns where the next frame starts, or 0 to let the general path decode (and,
+        where something is wrong, reject) the frames one by one."""
         if (end - pos < 11 or _METHOD_INDEX.unpack_from(data, pos + 7)[0] != PUBLISH_INDEX
                 or channel in self._content or channel == 0):
             return 0
@@ -256,7 +286,8 @@ class Decoder:
             frame_type, body_channel, size = _FRAME_PREFIX.unpack_from(data, next_pos)
             body_end = next_pos + 7 + size
             if (frame_type != FRAME_BODY or body_channel != channel or size != body_size
-                    or size > limit or body_end >= length or data[body_end] != FRAME_END):
+                    or size > body_limit or body_end >= length
+                    or data[body_end] != FRAME_END):
                 return 0
             body = data[next_pos + 7:body_end]
             next_pos = body_end + 1
@@ -288,7 +319,8 @@ class Decoder:
             out.append(InboundMethod(channel, _pamqp_method(data, start, end, channel, index)))
 
     def _header(self, data, start, end, channel, content, out) -> None:
-        """A content header: record the raw properties; body_size 0 completes the publish."""
+        """A content header: record the raw properties; body_size 0 completes the publish;
+        a body_size above max_body_size has its body frames dropped as they come."""
         state = content.get(channel)
         if state is None or state.remaining >= 0:
             raise _unexpected_content(state, channel, "content header")
@@ -302,6 +334,10 @@ class Decoder:
                                 channel, BASIC_CLASS, BASIC_PUBLISH)
         publish = state.publish
         publish.properties = self._shared_properties(data[start + 12:end])
+        if body_size > self.max_body_size:
+            publish.body = None
+            publish.body_size = body_size
+            state.chunks = None
         if body_size:
             state.remaining = body_size
         else:
@@ -319,7 +355,8 @@ class Decoder:
         return shared
 
     def _body(self, data, start, end, channel, content, out) -> None:
-        """A body frame: collect it; the last one completes the publish."""
+        """A body frame: collect it (or drop it, for an oversized message); the last one
+        completes the publish."""
         state = content.get(channel)
         if state is None or state.remaining < 0:
             raise _unexpected_content(state, channel, "content body")
@@ -329,7 +366,11 @@ class Decoder:
             raise ProtocolError(FRAME_ERROR, "content body is longer than the announced "
                                 "body_size", channel, BASIC_CLASS, BASIC_PUBLISH)
         chunks = state.chunks
-        if remaining == 0 and not chunks:
+        if chunks is None:
+            if remaining:
+                state.remaining = remaining
+                return
+        elif remaining == 0 and not chunks:
             state.publish.body = data[start:end]
         else:
             chunks.append(data[start:end])

@@ -12,9 +12,11 @@ Example file:
     channel_max = 2047
     frame_max = 131072
     heartbeat = 60
+    max_message_size = 134217728    # bytes; a larger message is refused with 406
 
     [alarms]
     memory_high_watermark = 0.4     # fraction of RAM; publishers are blocked above it
+    # memory_high_watermark_absolute = 1073741824   # bytes; replaces the fraction
     disk_free_limit = 50000000      # bytes; publishers are blocked below it
     disk_reserve = 16777216         # bytes set aside for acks when the disk fills; 0: none
 """
@@ -62,6 +64,17 @@ def _apply_file(settings: ServeSettings, path: str) -> None:
     _assign(settings, data, path)
     _assign(settings.limits, limits, path + " [limits]")
     _assign(settings.alarms, alarms, path + " [alarms]")
+    _require_positive_int(settings.limits.max_message_size, "max_message_size",
+                          path + " [limits]")
+    if settings.alarms.memory_high_watermark_absolute is not None:
+        _require_positive_int(settings.alarms.memory_high_watermark_absolute,
+                              "memory_high_watermark_absolute", path + " [alarms]")
+
+
+def _require_positive_int(value, name: str, where: str) -> None:
+    if type(value) is not int or value <= 0:
+        raise ConfigError(f"'{name}' in {where} must be a positive number of bytes, "
+                          f"got {value!r}")
 
 
 def _assign(target, values: dict, where: str) -> None:

@@ -28,13 +28,15 @@ CAPABILITIES = {
 
 @dataclass
 class BrokerConfig:
-    """The `[limits]` settings: what Connection.Tune offers (RabbitMQ's defaults) and how
-    many connections are served. `connection_max` and `unauthenticated_connection_max`
-    of 0 are worked out from the open-file limit at start-up (broker/server/admission)."""
+    """The `[limits]` settings: what Connection.Tune offers and the largest message body
+    accepted (RabbitMQ's defaults), and how many connections are served.
+    `connection_max` and `unauthenticated_connection_max` of 0 are worked out from the
+    open-file limit at start-up (broker/server/admission)."""
 
     channel_max: int = 2047
     frame_max: int = 131072
     heartbeat: int = 60
+    max_message_size: int = 128 * 1024 * 1024
     connection_max: int = 0                 # open connections (refused at Connection.Open)
     unauthenticated_connection_max: int = 0   # sockets still in the handshake
     handshake_timeout: float = 10.0         # seconds from accept to Connection.Open

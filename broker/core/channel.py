@@ -12,8 +12,6 @@ from .message import Message, QueueEntry
 from .queue import FLOW_BACKLOG, Consumer, Queue
 from .vhost import server_named
 
-MAX_MESSAGE_SIZE = 128 * 1024 * 1024
-
 
 class Delivery:
     """A message handed to the client and not yet acked."""
@@ -73,8 +71,7 @@ class Channel:
         self.next_delivery_tag = tag + 1
         queue = consumer.queue
         if consumer.no_ack:
-            if queue.stores_messages:
-                queue.settle(entry)
+            queue.settle(entry)
         else:
             consumer.unacked += 1
             self.unacked[tag] = Delivery(tag, queue, entry, consumer)
@@ -109,10 +106,10 @@ class Channel:
     def publish(self, command) -> None:
         if command.immediate:
             raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
-        if len(command.body) > MAX_MESSAGE_SIZE:
+        if command.body is None:   # the decoder dropped a body above max_message_size
             raise precondition_failed(
-                f"message size {len(command.body)} is larger than configured max size "
-                f"{MAX_MESSAGE_SIZE}")
+                f"message size {command.body_size} is larger than configured max size "
+                f"{self.connection.broker.config.max_message_size}")
         exchange = self.vhost.exchanges.get(command.exchange)
         if exchange is None:
             exchange = self.vhost.exchange(command.exchange)   # 404

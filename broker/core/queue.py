@@ -18,6 +18,10 @@ PAGE_WINDOW = 10_000   # ready messages beyond this keep their bodies only on di
 # all wait for their connections' sockets to drain, slows its publishers down.
 FLOW_BACKLOG = 10_000
 FLOW_RESUME = FLOW_BACKLOG // 2   # ... until the backlog is back under this
+# The memory alarm's accounting charges each message a queue holds (ready or unacked) its
+# body, while in memory, plus this much for its bookkeeping (a queued 16-byte message
+# measured about 370 bytes of resident memory: docs/benchmarks.md).
+ENTRY_COST = 400
 
 
 class Consumer:
@@ -74,6 +78,7 @@ class Queue:
         self.consumers: deque[Consumer] = deque()
         self.deleted = False
         self._next_seq = 0
+        self.held_bytes = 0   # what this queue's messages cost (see ENTRY_COST)
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r}>"
@@ -101,6 +106,8 @@ class Queue:
         self._next_seq += 1
         now = None
         entry = QueueEntry(message, self._next_seq)
+        body_size = len(message.body)
+        self.held_bytes += body_size + ENTRY_COST
         if self.message_ttl is not None or message.has_expiration():
             now = self.vhost.scheduler.clock()
             entry.expires_at = self._expiry(message, now)
@@ -118,6 +125,8 @@ class Queue:
         ready.append(entry)
         if len(ready) > self.page_window:
             self.store.page_out(entry)
+            if entry.message.body is None:
+                self.held_bytes -= body_size
         if limit is not None:
             self._drop_overflow(limit)
         if self.consumers:
@@ -137,6 +146,7 @@ class Queue:
                               record.body)
             entry = QueueEntry(message, record.seq, record.redelivered)
             message._persistent = True
+            self.held_bytes += _held_size(entry)
             if self.message_ttl is not None or message.has_expiration():
                 entry.expires_at = self._expiry(message, now)
                 self._may_expire = True
@@ -178,7 +188,7 @@ class Queue:
                 return
             entry = ready.popleft()
             if entry.message.body is None:
-                self.store.page_in(entry)
+                self._page_in(entry)
             try:
                 consumer.channel.deliver(consumer, entry)
             except Exception as error:
@@ -221,8 +231,12 @@ class Queue:
             return None
         entry = self.ready.popleft()
         if entry.message.body is None:
-            self.store.page_in(entry)
+            self._page_in(entry)
         return entry
+
+    def _page_in(self, entry: QueueEntry) -> None:
+        self.store.page_in(entry)
+        self.held_bytes += len(entry.message.body)
 
     def expire(self, now: float) -> None:
         """Drop (or dead-letter) expired messages at the head, as RabbitMQ does:
@@ -257,6 +271,7 @@ class Queue:
         """Messages leave the queue for good without being acked: rejected, expired or
         over the length limit. They go to the dead-letter exchange when there is one."""
         for entry in entries:
+            self.held_bytes -= _held_size(entry)
             self.store.settle(entry)
         exchange = self._dead_letter_exchange()
         if exchange is None or not entries:
@@ -313,13 +328,15 @@ class Queue:
             self._arm_expiry()
 
     def settle(self, entry: QueueEntry) -> None:
-        """A delivered message was acked or discarded."""
+        """A delivered message was acked or discarded (or delivered with no_ack)."""
+        self.held_bytes -= len(entry.message.body) + ENTRY_COST   # delivered: in memory
         if self.stores_messages:
             self.store.settle(entry)
 
     def purge(self) -> int:
         count = len(self.ready)
         for entry in self.ready:
+            self.held_bytes -= _held_size(entry)
             self.store.settle(entry)
         self.ready.clear()
         return count
@@ -390,6 +407,12 @@ def _delivery_failed(consumer: Consumer, error: Exception) -> None:
     """The consumer's connection pays for a delivery that raised, not the connection
     whose publish or ack triggered it; the message stays in the queue."""
     consumer.channel.connection.fail(error)
+
+
+def _held_size(entry: QueueEntry) -> int:
+    """What the memory alarm's accounting charges for a message while a queue holds it."""
+    body = entry.message.body
+    return ENTRY_COST if body is None else ENTRY_COST + len(body)
 
 
 def _by_seq(entry: QueueEntry) -> int:

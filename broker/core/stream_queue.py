@@ -41,6 +41,7 @@ class StreamQueue:
     exclusive_owner = None
     expires = None
     ready = ()          # nothing waits in memory: consumers read the log
+    held_bytes = 0      # so the memory alarm's accounting charges it nothing
 
     def __init__(self, vhost, name: str, arguments: dict, store):
         self.vhost = vhost

@@ -10,7 +10,7 @@ from amqp_codec.reply_codes import ReplyCode
 from broker.core.broker import Broker
 
 from .admission import SUMMARY_INTERVAL, Admission
-from .alarms import AlarmLimits, ResourceAlarm
+from .alarms import AlarmLimits, ResourceAlarm, held_memory
 from .committer import GroupCommitter
 from .transport import DrainSignal, SocketTransport
 
@@ -29,9 +29,10 @@ class Server:
         self.host = host
         self.port = port
         self.committer = committer
-        self.alarm = ResourceAlarm(alarm_limits, data_dir, self._alarm_changed)
-        committer.watch_disk(self.alarm.disk, self.alarm.check_disk)
         self.transports: set[SocketTransport] = set()
+        self.alarm = ResourceAlarm(alarm_limits, data_dir, self._alarm_changed,
+                                   lambda: held_memory(broker, self.transports))
+        committer.watch_disk(self.alarm.disk, self.alarm.check_disk)
         self.drain_signal = DrainSignal()
         self.admission = Admission(broker.config.unauthenticated_connection_max,
                                    trio.current_time)

@@ -69,7 +69,7 @@ class SocketTransport:
         self._held_by_alarm = False
         self._started = False   # Connection.Start sent (after the protocol header)
         self.connection = Connection(broker, self, peer)
-        self.decoder = Decoder()
+        self.decoder = Decoder(max_body_size=broker.config.max_message_size)
         self.writable = True
         self.heartbeat = 0
         self._buffer = bytearray()    # small writes since the last queued chunk
@@ -108,6 +108,11 @@ class SocketTransport:
             else:
                 self._buffer += part
             self._queued += size
+
+    @property
+    def held_bytes(self) -> int:
+        """Output not yet sent and input of incomplete messages (memory alarm)."""
+        return self._queued + self.decoder.assembling_bytes
 
     def close(self) -> None:
         """Stop reading; the writer flushes what is buffered, then the socket closes
@@ -201,6 +206,10 @@ class SocketTransport:
                 keep_reading = self._handle(data)
             finally:
                 self._handling = False
+            if self.decoder.awaiting_content:
+                # As RabbitMQ: a connection publishes once a Basic.Publish has arrived,
+                # so an alarm pauses (and tells) one in the middle of a large message too.
+                self.connection.has_published = True
             if self._in_handshake:
                 if self.connection.state == "open":
                     self._end_handshake()

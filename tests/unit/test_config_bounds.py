@@ -1,0 +1,35 @@
+"""[limits] max_message_size and [alarms] memory_high_watermark_absolute from the file."""
+
+import pytest
+
+from broker.config import ConfigError, load_settings
+
+
+def settings_from(tmp_path, text: str):
+    path = tmp_path / "warren.toml"
+    path.write_text(text)
+    return load_settings(str(path), {})
+
+
+def test_defaults_are_rabbitmqs(tmp_path):
+    settings = settings_from(tmp_path, "")
+    assert settings.limits.max_message_size == 128 * 1024 * 1024
+    assert settings.alarms.memory_high_watermark_absolute is None
+
+
+def test_sizes_are_read_from_the_file(tmp_path):
+    settings = settings_from(tmp_path, "[limits]\nmax_message_size = 1000\n"
+                                       "[alarms]\nmemory_high_watermark_absolute = 5000000\n")
+    assert settings.limits.max_message_size == 1000
+    assert settings.alarms.memory_limit() == 5_000_000
+
+
+@pytest.mark.parametrize("text, name", [
+    ('[limits]\nmax_message_size = "128MB"\n', "max_message_size"),
+    ("[limits]\nmax_message_size = 0\n", "max_message_size"),
+    ("[alarms]\nmemory_high_watermark_absolute = -1\n", "memory_high_watermark_absolute"),
+    ("[alarms]\nmemory_high_watermark_absolute = 0.5\n", "memory_high_watermark_absolute"),
+])
+def test_a_size_that_is_not_a_positive_number_of_bytes_is_refused(tmp_path, text, name):
+    with pytest.raises(ConfigError, match=f"'{name}' .* must be a positive number of bytes"):
+        settings_from(tmp_path, text)
