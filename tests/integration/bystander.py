@@ -31,6 +31,7 @@ class RunningBystander:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
+        self._progress = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="bystander", daemon=True)
 
     def __enter__(self) -> "RunningBystander":
@@ -43,11 +44,21 @@ class RunningBystander:
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is None:
+            self._wait_for_a_round_after(len(self.received))
         self._stop.set()
         self._thread.join(OPERATION_TIMEOUT * 2)
         if exc_type is not None:
             return
         self.check()
+
+    def _wait_for_a_round_after(self, received: int) -> None:
+        """Let the bystander finish one more round than it had when the test's block
+        ended, so every check covers traffic after the attack too."""
+        with self._progress:
+            self._progress.wait_for(
+                lambda: len(self.received) > received or self.error is not None
+                or not self._thread.is_alive(), OPERATION_TIMEOUT)
 
     def check(self) -> None:
         assert not self._thread.is_alive(), "the bystander hung"
@@ -73,6 +84,8 @@ class RunningBystander:
             self.error = error
         finally:
             self._ready.set()
+            with self._progress:
+                self._progress.notify_all()
             if connection is not None and connection.is_open:
                 try:
                     connection.close()
@@ -91,9 +104,12 @@ class RunningBystander:
                 raise AssertionError("a confirmed message was not delivered within "
                                      f"{OPERATION_TIMEOUT} s")
             channel.basic_ack(method.delivery_tag)
-            self.received.append(body)
-            if len(self.received) == len(self.confirmed):
+            if len(self.received) + 1 == len(self.confirmed):
+                with self._progress:
+                    self.received.append(body)
+                    self._progress.notify_all()
                 break
+            self.received.append(body)
         channel.cancel()
 
 
