@@ -124,6 +124,21 @@ def _fsync_directory(path: str) -> None:
         os.close(fd)
 
 
+def create_segment_file(path: str, header: bytes) -> int:
+    """Create a segment file holding just `header`; its descriptor, open for writing.
+    When the header cannot be written whole (ENOSPC...), no file is left behind: a
+    header-less file would only confuse recovery."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
+    try:
+        if os.pwrite(fd, header, 0) != len(header):
+            raise OSError(errno.ENOSPC, "short write of a segment header", path)
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    return fd
+
+
 def _make_directory(path: str) -> None:
     """Create `path` (and missing parents) durably: each new entry's parent is fsynced."""
     path = os.path.abspath(path)
@@ -521,16 +536,8 @@ class QueueFile:
         segment = _Segment(self._next_segment)
         self._next_segment += 1
         path = self._path(segment.number)
-        segment.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC,
-                             0o644)
         header = encode_segment_header(self._high_seq)
-        try:
-            if os.pwrite(segment.fd, header, 0) != len(header):
-                raise OSError(errno.ENOSPC, "short write of a segment header", path)
-        except OSError:
-            os.close(segment.fd)
-            os.unlink(path)         # a header-less file would only confuse recovery
-            raise
+        segment.fd = create_segment_file(path, header)
         segment.dir_dirty = True
         self._collect_due = True        # the previous newest segment may be deletable now
         self.written_bytes += len(header)

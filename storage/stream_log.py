@@ -19,7 +19,6 @@ and the properties may run on any thread; `read` does its file I/O outside the l
 """
 
 import bisect
-import errno
 import logging
 import math
 import os
@@ -32,8 +31,8 @@ import zlib
 from array import array
 from typing import NamedTuple
 
-from .queue_file import (StorageError, _fsync_directory, _make_directory, segment_name,
-                         segment_numbers)
+from .queue_file import (StorageError, _fsync_directory, _make_directory,
+                         create_segment_file, segment_name, segment_numbers)
 from .record import (CRC_START, KIND_STREAM, MIN_STREAM_PAYLOAD, RECORD_HEADER_SIZE,
                      RECORD_MAGIC, SEGMENT_HEADER_SIZE, STREAM_HEAD, STREAM_KINDS,
                      STREAM_SEGMENT_MAGIC, append_stream_record, decode_segment_header,
@@ -854,16 +853,8 @@ class StreamLog:
         segment = _Segment(self._next_segment, base)
         self._next_segment += 1
         path = self._path(segment.number)
-        segment.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC,
-                             0o644)
-        try:
-            header = encode_segment_header(base, STREAM_SEGMENT_MAGIC)
-            if os.pwrite(segment.fd, header, 0) != len(header):
-                raise OSError(errno.ENOSPC, "short write of a segment header", path)
-        except OSError:
-            os.close(segment.fd)
-            os.unlink(path)         # a header-less file would only confuse recovery
-            raise
+        segment.fd = create_segment_file(
+            path, encode_segment_header(base, STREAM_SEGMENT_MAGIC))
         self._dir_dirty = True
         self._total_bytes += SEGMENT_HEADER_SIZE
         self.written_bytes += SEGMENT_HEADER_SIZE

@@ -5,6 +5,9 @@ from pamqp import commands, frame as pamqp_frame, header, body as pamqp_body
 from amqp_codec import InboundMethod, InboundPublish, encode_properties
 from broker.core.broker import Broker
 from broker.core.connection import Connection
+from broker.core.durable_store import DurableQueueStore
+from broker.core.persistence import Persistence
+from storage.queue_file import QueueFile
 
 
 class RecordingTransport:
@@ -86,6 +89,20 @@ class Client:
         replies = self.method(channel, commands.Queue.Declare(queue=name, **kwargs))
         (_, ok), = replies
         return ok.queue
+
+
+def paging_client(tmp_path, window: int):
+    """A Client whose broker keeps durable queues in queue files under tmp_path, and its
+    durable queue "long" that keeps only `window` ready bodies in memory."""
+    persistence = Persistence()
+    persistence.store_factory = lambda vhost, queue: DurableQueueStore(
+        QueueFile(str(tmp_path / queue)), persistence, queue)
+    client = Client(Broker(persistence=persistence))
+    client.open_channel()
+    client.declare_queue(1, "long", durable=True)
+    queue = client.broker.vhosts["/"].queues["long"]
+    queue.page_window = window
+    return client, queue
 
 
 def kinds(replies: list) -> list:

@@ -2,23 +2,7 @@
 
 from pamqp import commands
 
-from broker.core.broker import Broker
-from broker.core.durable_store import DurableQueueStore
-from broker.core.persistence import Persistence
-from core_harness import Client, deliveries
-from storage.queue_file import QueueFile
-
-
-def paging_client(tmp_path, window):
-    persistence = Persistence()
-    persistence.store_factory = lambda vhost, queue: DurableQueueStore(
-        QueueFile(str(tmp_path / queue)), persistence, queue)
-    client = Client(Broker(persistence=persistence))
-    client.open_channel()
-    client.declare_queue(1, "long", durable=True)
-    queue = client.broker.vhosts["/"].queues["long"]
-    queue.page_window = window
-    return client, queue
+from core_harness import deliveries, paging_client
 
 
 def publish(client, count, mode=2, start=0):

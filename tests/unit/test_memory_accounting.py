@@ -6,12 +6,9 @@ from pamqp import commands
 
 from amqp_codec import InboundPublish, encode_properties
 from broker.core.broker import Broker
-from broker.core.durable_store import DurableQueueStore
-from broker.core.persistence import Persistence
 from broker.core.queue import ENTRY_COST
 from broker.server.alarms import held_memory
-from core_harness import Client, close_code
-from storage.queue_file import QueueFile
+from core_harness import Client, close_code, paging_client
 
 
 def cost(entry) -> int:
@@ -112,14 +109,7 @@ def test_the_alarm_reading_sums_the_queues_and_forgets_deleted_ones():
 
 
 def test_paged_out_bodies_are_not_charged_until_read_back(tmp_path):
-    persistence = Persistence()
-    persistence.store_factory = lambda vhost, queue: DurableQueueStore(
-        QueueFile(str(tmp_path / queue)), persistence, queue)
-    client = Client(Broker(persistence=persistence))
-    client.open_channel()
-    client.declare_queue(1, "long", durable=True)
-    queue = client.broker.vhosts["/"].queues["long"]
-    queue.page_window = 2
+    client, queue = paging_client(tmp_path, window=2)
     for _ in range(5):
         client.publish(1, "", "long", bytes(1000),
                        properties=commands.Basic.Properties(delivery_mode=2))
