@@ -1,0 +1,189 @@
+"""The in-process fuzz target: one client session through the codec and the core.
+
+`run_session` feeds a session's bytes, cut at the given points, to a `Decoder` and the
+decoded items to a `Connection` on a fresh `Broker`, exactly as broker/server/transport.py
+does (protocol errors close the connection with their reply code; commands decoded
+before the bad frame still count), then ends the input, fires every timer (TTL, expiry,
+dead-lettering) on a virtual clock, drops the socket, and lets a well-behaved client
+publish, get and ack on the same broker. It returns a `Failure` for anything the
+broker must never do:
+
+- `Decoder.feed` raising anything but ProtocolError / ProtocolHeaderMismatch;
+- the core (`handle`, `end_of_batch`, `input_ended`, timers, `lost`) raising at all;
+- a Connection.Close or Channel.Close with 541 INTERNAL_ERROR (an exception caught by
+  the safety net is still a bug);
+- output that is not well-formed frames;
+- the well-behaved client not getting its message back afterwards.
+"""
+
+import struct
+import traceback
+from dataclasses import dataclass
+
+from pamqp import commands
+
+from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
+from broker.core.broker import Broker
+from broker.core.connection import Connection
+from core_harness import Client
+
+INTERNAL_ERROR = 541
+_CLOSE_INDEXES = (commands.Connection.Close.index, commands.Channel.Close.index)
+_TIMER_ADVANCE = 10.0 ** 9     # seconds: past any TTL or expiry a session can set
+
+
+@dataclass
+class Failure:
+    """Something the broker must never do, with where it happened."""
+
+    component: str      # "decoder", "core", "timers", "541", "output", "bystander"
+    summary: str        # exception type and message, or what was wrong
+    detail: str         # traceback or evidence
+
+    @property
+    def signature(self) -> str:
+        """What makes two failures the same bug: the component, the exception type and
+        the innermost line of Warren's own code in the last traceback (libraries and
+        the fuzz target left out), or the summary."""
+        last = self.detail.split("During handling of the above exception")[-1]
+        frames = [line.strip() for line in last.splitlines()
+                  if line.strip().startswith("File ") and "site-packages" not in line
+                  and "core_fuzz_target" not in line]
+        where = frames[-1].split("/")[-1] if frames else self.summary
+        return f"{self.component}: {self.summary.split(':')[0]} at {where}"
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FuzzTransport:
+    """The Transport the core writes to: collects output and applies tuning to the
+    decoder, as the socket transport does."""
+
+    def __init__(self, decoder: Decoder):
+        self.decoder = decoder
+        self.writable = True
+        self.closed = False
+        self.output = bytearray()
+
+    def write(self, data) -> None:
+        self.output += b"".join(data) if type(data) is tuple else data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def tuned(self, frame_max: int, heartbeat: int) -> None:
+        self.decoder.frame_max = frame_max
+
+
+def run_session(stream: bytes, cuts: list) -> Failure | None:
+    """Feed `stream` in reads cut at the offsets `cuts`; the first Failure, or None."""
+    clock = _Clock()
+    broker = Broker(clock=clock)
+    decoder = Decoder()
+    transport = FuzzTransport(decoder)
+    connection = Connection(broker, transport, "fuzz")
+    failure = _feed(stream, cuts, decoder, connection, transport)
+    if failure is None:
+        failure = _guarded("core", connection.input_ended)
+    if failure is None:
+        clock.now += _TIMER_ADVANCE
+        failure = _guarded("timers", broker.scheduler.run_due)
+    if failure is None:
+        failure = _guarded("core", connection.lost)
+    return (failure or _check_output(bytes(transport.output))
+            or _guarded("bystander", _bystander_round_trip, broker))
+
+
+def _feed(stream, cuts, decoder, connection, transport) -> Failure | None:
+    started = False
+    previous = 0
+    for cut in sorted(set(cuts)) + [len(stream)]:
+        chunk = stream[previous:cut]
+        previous = max(previous, cut)
+        if not chunk:
+            continue
+        try:
+            items = decoder.feed(chunk)
+        except ProtocolHeaderMismatch:
+            return None
+        except ProtocolError as error:
+            return _guarded("core", _protocol_error, connection, error)
+        except Exception as error:  # the decoder's contract allows nothing else
+            return _failure("decoder", error)
+        if not started and decoder.header_received:
+            started = True
+            connection.start()
+        failure = _guarded("core", _handle_batch, connection, items)
+        if failure is not None or transport.closed:
+            return failure
+    return None
+
+
+def _handle_batch(connection: Connection, items: list) -> None:
+    for item in items:
+        connection.handle(item)
+    connection.end_of_batch()
+    persistence = connection.broker.persistence
+    persistence.committed([], persistence.writes)
+
+
+def _protocol_error(connection: Connection, error: ProtocolError) -> None:
+    """What the socket transport does with a ProtocolError."""
+    for item in error.decoded:
+        connection.handle(item)
+    connection.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
+
+
+def _guarded(component: str, function, *args) -> Failure | None:
+    try:
+        function(*args)
+    except Exception as error:
+        return _failure(component, error)
+    return None
+
+
+def _failure(component: str, error: BaseException) -> Failure:
+    return Failure(component, f"{type(error).__name__}: {str(error)[:200]}",
+                   "".join(traceback.format_exception(error)))
+
+
+def _check_output(output: bytes) -> Failure | None:
+    """The broker's output must be whole frames; no close may carry 541."""
+    position = 0
+    while position < len(output):
+        if output.startswith(b"AMQP", position):
+            position += 8
+            continue
+        if len(output) - position < 8:
+            return Failure("output", "truncated frame in the output", repr(output[position:]))
+        frame_type, channel, size = struct.unpack_from(">BHI", output, position)
+        end = position + 7 + size
+        if end >= len(output) or output[end] != 0xCE:
+            return Failure("output", "malformed frame in the output",
+                           repr(output[position:position + 64]))
+        if frame_type == 1 and size >= 6:
+            index, code = struct.unpack_from(">IH", output, position + 7)
+            if index in _CLOSE_INDEXES and code == INTERNAL_ERROR:
+                return Failure("541", "541 INTERNAL_ERROR sent to the client",
+                               repr(output[position:end + 1]))
+        position = end + 1
+    return None
+
+
+def _bystander_round_trip(broker: Broker) -> None:
+    """A well-behaved client on the same broker: declare, publish, get, ack."""
+    client = Client(broker)
+    client.open_channel()
+    queue = client.declare_queue(1, "", exclusive=True)
+    client.publish(1, "", queue, b"bystander")
+    replies = client.method(1, commands.Basic.Get(queue=queue))
+    got = [frame for _, frame in replies if isinstance(frame, commands.Basic.GetOk)]
+    assert got, f"the bystander's Basic.Get returned {replies!r}"
+    client.method(1, commands.Basic.Ack(delivery_tag=got[0].delivery_tag))
+    client.method(0, commands.Connection.Close())

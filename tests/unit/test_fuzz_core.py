@@ -1,0 +1,101 @@
+"""In-process fuzzing of the frame decoder and the connection state machine.
+
+Hypothesis drives the grammar of tests/amqp_grammar.py (every draw is a hypothesis
+choice, so a failure shrinks to a small session) and the mutations of
+tests/amqp_mutation.py, over the recorded seed sessions of tests/fuzz_seed_sessions/.
+Runs are derandomized: the same code gives the same examples, so a failure in the
+suite reproduces. The long, random run is bench/fuzz_core.py (docs/fuzzing.md).
+"""
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
+from amqp_grammar import (PROTOCOL_HEADER, Choices, field_table, handshake_frames,
+                          session_frames)
+from amqp_mutation import fuzz_session, mutate_frame
+from core_fuzz_target import run_session
+from fuzz_seeds import SEED_DIR, load_seed_sessions
+
+SEEDS = load_seed_sessions()
+FUZZ_SETTINGS = settings(derandomize=True, database=None, deadline=None,
+                         suppress_health_check=list(HealthCheck))
+
+
+class DrawnChoices(Choices):
+    """The grammar's decisions as hypothesis draws."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def integer(self, low: int, high: int) -> int:
+        return self.data.draw(st.integers(low, high))
+
+    def raw(self, size: int) -> bytes:
+        return self.data.draw(st.binary(min_size=size, max_size=size))
+
+
+def _cuts(data, stream: bytes) -> list:
+    return data.draw(st.lists(st.integers(0, len(stream)), max_size=4))
+
+
+def _assert_no_failure(stream: bytes, cuts: list) -> None:
+    failure = run_session(stream, cuts)
+    assert failure is None, (f"{failure.signature}\n{failure.summary}\n{failure.detail}\n"
+                             f"input ({len(stream)} bytes, reads cut at {cuts}): {stream!r}")
+
+
+def test_seed_sessions_are_recorded_from_every_client():
+    names = {path.name.split("-")[0] for path in SEED_DIR.glob("*.bin")}
+    assert {"pika", "java", "raw"} <= names
+    for frames in SEEDS:
+        assert frames[0] == PROTOCOL_HEADER and len(frames) > 4
+
+
+@FUZZ_SETTINGS
+@given(st.data())
+def test_decoder_raises_only_protocol_errors(data):
+    """Any bytes in any split: complete commands or ProtocolError/HeaderMismatch."""
+    choices = DrawnChoices(data)
+    frames, _ = fuzz_session(choices, SEEDS)
+    stream = b"".join(frames)
+    decoder = Decoder(frame_max=data.draw(st.sampled_from((0, 4096, 131072))))
+    previous = 0
+    for cut in sorted(_cuts(data, stream)) + [len(stream)]:
+        try:
+            decoder.feed(stream[previous:cut])
+        except (ProtocolError, ProtocolHeaderMismatch):
+            return
+        previous = max(previous, cut)
+
+
+@settings(FUZZ_SETTINGS, max_examples=300)
+@given(st.data())
+def test_mutated_sessions_never_break_the_broker(data):
+    """A seed or grammar session, mutated, read in random pieces: the decoder raises
+    only protocol errors, the core never raises or closes with 541, its output is well
+    formed, and the next client on the same broker is served."""
+    frames, _ = fuzz_session(DrawnChoices(data), SEEDS)
+    stream = b"".join(frames)
+    _assert_no_failure(stream, _cuts(data, stream))
+
+
+@settings(FUZZ_SETTINGS, max_examples=200)
+@given(st.data())
+def test_hostile_frames_after_a_valid_handshake_never_break_the_broker(data):
+    """The handshake and channel open are valid, every later frame is mutated once."""
+    choices = DrawnChoices(data)
+    frames = session_frames(choices)
+    tail = [mutate_frame(choices, frame) for frame in frames[5:]]
+    stream = b"".join(frames[:5] + tail)
+    _assert_no_failure(stream, _cuts(data, stream))
+
+
+@settings(FUZZ_SETTINGS, max_examples=100)
+@given(st.data())
+def test_start_ok_client_properties_of_any_shape_never_break_the_broker(data):
+    """Before login: Start-Ok's client properties table of every type tag, unknown
+    tags, truncation and nesting thousands deep."""
+    choices = DrawnChoices(data)
+    properties = field_table(choices, 0, ("capabilities", "product"))
+    handshake = handshake_frames(choices, properties)
+    _assert_no_failure(b"".join([PROTOCOL_HEADER, *handshake]), [])
