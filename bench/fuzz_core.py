@@ -33,10 +33,10 @@ from fuzz_seeds import load_seed_sessions  # noqa: E402
 def session_input(seed: int, index: int, seeds: list) -> tuple:
     """Session `index` of the run with `seed`: (bytes, read cuts, frames changed)."""
     choices = RandomChoices(random.Random(f"{seed}:{index}"))
-    frames, changed = fuzz_session(choices, seeds)
+    frames, mutated = fuzz_session(choices, seeds)
     stream = b"".join(frames)
     cuts = sorted(choices.integer(0, len(stream)) for _ in range(choices.integer(0, 4)))
-    return stream, cuts, changed, len(frames)
+    return stream, cuts, sum(mutated), len(frames)
 
 
 def save_failure(out: Path, name: str, stream: bytes, cuts: list) -> Path:

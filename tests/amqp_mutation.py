@@ -158,7 +158,8 @@ def mutate_frame(choices: Choices, data: bytes) -> bytes:
 # -- session-level mutations -----------------------------------------------------------
 
 def mutate_session(choices: Choices, frames: list, donors: list, mutations: int) -> tuple:
-    """Apply `mutations` mutations to a session; returns (frames, frames changed).
+    """Apply `mutations` mutations to a session; returns (frames, a flag per frame:
+    whether the mutations changed or added it).
 
     `donors` are other sessions whose frames can be spliced in. The protocol header is
     left alone by all but a few mutations, so most sessions reach the core.
@@ -194,13 +195,12 @@ def mutate_session(choices: Choices, frames: list, donors: list, mutations: int)
                                            choices.raw(choices.integer(0, 12))))
         else:
             frames[at] = truncate(choices, frames[at])      # cut mid-frame
-    changed = sum(1 for data in frames if data not in originals)
-    return frames, changed
+    return frames, [data not in originals for data in frames]
 
 
 def fuzz_session(choices: Choices, seeds: list) -> tuple:
     """One hostile session: a recorded seed session or a grammar session, mutated.
-    Returns (frames, frames changed from the unmutated session)."""
+    Returns (frames, a flag per frame: whether it differs from the unmutated session)."""
     if seeds and choices.chance(50):
         base = choices.choice(seeds)
     else:
