@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import collections
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,10 +34,8 @@ sys.path[:0] = [str(ROOT), str(TESTS), str(TESTS / "integration")]
 from broker_process import BrokerProcess  # noqa: E402
 from bystander import assert_broker_serves  # noqa: E402
 from fuzz_seeds import SEED_DIR, load_seed_sessions  # noqa: E402
-from wire_fuzz import (FuzzTotals, SessionRunner, run_session, session_bytes,  # noqa: E402
-                       session_writes)
-
-EXIT_WAIT = 10.0
+from wire_fuzz import (FuzzTotals, SessionRunner, broker_accepts, run_session,  # noqa: E402
+                       session_bytes, session_writes)
 
 
 class Target:
@@ -61,21 +58,8 @@ class Target:
         self.host, self.port = self.process.host, self.process.port
 
     def alive(self) -> bool:
-        """Running and accepting connections. A broker that stopped accepting is given
-        EXIT_WAIT seconds to exit (a stopping broker closes its listener first)."""
         process = self.process.process if self.process is not None else None
-        if process is not None and process.poll() is not None:
-            return False
-        try:
-            socket.create_connection((self.host, self.port), timeout=5).close()
-            return True
-        except OSError:
-            if process is not None:
-                try:
-                    process.wait(EXIT_WAIT)
-                except subprocess.TimeoutExpired:
-                    pass
-            return False
+        return broker_accepts(self.host, self.port, process)
 
     def log_tail(self) -> str:
         """The last lines the broker wrote (after an exit: once its stderr is read)."""

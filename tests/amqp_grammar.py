@@ -359,6 +359,96 @@ _SESSION_METHODS = (
 )
 
 
+def _table(entries: list) -> bytes:
+    return long_string(b"".join(short_string(key.encode()) + value for key, value in entries))
+
+
+def _string_value(value: str) -> bytes:
+    return b"S" + long_string(value.encode())
+
+
+def _method(channel: int, method_class, **fields) -> bytes:
+    """A method frame built with pamqp from valid field values."""
+    return method_frame(channel, method_class.index, method_class(**fields).marshal())
+
+
+def _hostile_publish(choices: Choices, channel: int, exchange: str, routing_key: str,
+                     headers: list) -> list:
+    """A publish with the given header entries and, from the grammar, the properties
+    the broker interprets: delivery_mode, priority, expiration, timestamp, user_id."""
+    arguments = struct.pack(">H", 0) + short_string(exchange.encode()) + \
+        short_string(routing_key.encode()) + b"\0"
+    flags = 0x2000
+    values = _table(headers)
+    if choices.chance(50):
+        flags |= 0x1000 | 0x0800
+        values += bytes([choices.choice((1, 2, 0, 3, 255)), choices.integer(0, 255)])
+    if choices.chance(50):
+        flags |= 0x0100
+        values += short_string(choices.choice((b"0", b"1", b"-1", b"abc", b"1e3",
+                                               b"99999999999999999999", b"")))
+    if choices.chance(30):
+        flags |= 0x0040
+        values += struct.pack(">Q", boundary_integer(choices, 64, False))
+    if choices.chance(30):
+        flags |= 0x0010
+        values += short_string(choices.choice((b"guest", b"other", b"\xff", b"")))
+    body = b"dead letter me"
+    return [method_frame(channel, commands.Basic.Publish.index, arguments),
+            frame(FRAME_HEADER, channel, struct.pack(">HHQH", 60, 0, len(body), flags)
+                  + values),
+            frame(FRAME_BODY, channel, body)]
+
+
+def dead_letter_scenario(choices: Choices, channel: int) -> list:
+    """A queue that dead-letters (reject and TTL) messages whose x-death and other
+    headers come from the grammar, into a second queue that is read."""
+    arguments = [("x-dead-letter-exchange", _string_value("")),
+                 ("x-dead-letter-routing-key", _string_value("fuzz-dead")),
+                 ("x-message-ttl", typed_argument(choices) if choices.chance(50) else
+                  b"I" + struct.pack(">i", 0))]
+    declare = method_frame(channel, commands.Queue.Declare.index, struct.pack(">H", 0)
+                           + short_string(b"fuzz-dl") + b"\0" + _table(arguments))
+    headers = [("x-death", typed_argument(choices)),
+               (choices.choice(HEADER_KEYS), field_value(choices))]
+    return [declare, _method(channel, commands.Queue.Declare, queue="fuzz-dead"),
+            *_hostile_publish(choices, channel, "", "fuzz-dl", headers),
+            _method(channel, commands.Basic.Get, queue="fuzz-dl"),
+            _method(channel, commands.Basic.Reject, delivery_tag=1, requeue=False),
+            _method(channel, commands.Basic.Get, queue="fuzz-dead", no_ack=True)]
+
+
+def routing_scenario(choices: Choices, channel: int) -> list:
+    """A headers binding with an x-match of any type, then publishes with CC/BCC and
+    headers of any type through the headers and direct exchanges."""
+    bind = method_frame(channel, commands.Queue.Bind.index, struct.pack(">H", 0)
+                        + short_string(b"fuzz-q") + short_string(b"amq.headers")
+                        + short_string(b"") + b"\0"
+                        + _table([("x-match", typed_argument(choices)),
+                                  ("h1", field_value(choices))]))
+    headers = [(choices.choice(("CC", "BCC", "h1", "x-match")), typed_argument(choices))
+               for _ in range(choices.integer(1, 3))]
+    return [_method(channel, commands.Queue.Declare, queue="fuzz-q"), bind,
+            *_hostile_publish(choices, channel, "amq.headers", "", headers),
+            *_hostile_publish(choices, channel, "amq.direct", "fuzz-q", headers),
+            _method(channel, commands.Basic.Get, queue="fuzz-q", no_ack=True)]
+
+
+def stream_scenario(choices: Choices, channel: int) -> list:
+    """A stream queue consumed from an x-stream-offset of any type."""
+    declare = method_frame(channel, commands.Queue.Declare.index, struct.pack(">H", 0)
+                           + short_string(b"fuzz-stream") + b"\2"
+                           + _table([("x-queue-type", _string_value("stream"))]))
+    consume = method_frame(channel, commands.Basic.Consume.index, struct.pack(">H", 0)
+                           + short_string(b"fuzz-stream") + short_string(b"") + b"\0"
+                           + _table([("x-stream-offset", typed_argument(choices))]))
+    return [declare, _method(channel, commands.Basic.Qos, prefetch_count=10),
+            *_hostile_publish(choices, channel, "", "fuzz-stream", []), consume]
+
+
+SCENARIOS = (dead_letter_scenario, routing_scenario, stream_scenario)
+
+
 def session_frames(choices: Choices, steps: int | None = None) -> list:
     """A whole client session as a list of frames (the protocol header first): a
     handshake, then `steps` operations on a few channels, mostly well formed."""
@@ -379,6 +469,8 @@ def session_frames(choices: Choices, steps: int | None = None) -> list:
             frames.append(random_method(choices, channel))
         elif kind == 5 and choices.chance(20):
             frames.append(frame(FRAME_HEARTBEAT, 0, b""))
+        elif kind == 6:
+            frames += choices.choice(SCENARIOS)(choices, channel)
         else:
             frames.append(random_method(choices, channel, _SESSION_METHODS))
     if choices.chance(50):

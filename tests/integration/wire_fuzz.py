@@ -21,7 +21,9 @@ publish and consume (tests/integration/bystander.py `assert_broker_serves`).
 import asyncio
 import multiprocessing
 import random
+import socket
 import struct
+import subprocess
 import time
 from dataclasses import dataclass, field
 
@@ -32,6 +34,7 @@ from fuzz_seeds import load_seed_sessions
 INTERNAL_ERROR = 541
 CONNECT_TIMEOUT = 10.0
 HANG_DEADLINE = 20.0
+EXIT_WAIT = 10.0
 _CLOSE_INDEXES = {0x000A0032: "connection", 0x00140028: "channel"}
 _SEEDS: list = []
 
@@ -180,6 +183,24 @@ async def _run_many(host, port, seed, indexes, connections, hang_deadline) -> li
 
     await asyncio.gather(*(worker() for _ in range(connections)))
     return results
+
+
+def broker_accepts(host: str, port: int, process=None, exit_wait: float = EXIT_WAIT) -> bool:
+    """Whether the broker runs and accepts connections. A broker subprocess (`process`,
+    a Popen) that stopped accepting is given `exit_wait` seconds to exit (a stopping
+    broker closes its listener first, and its log is complete once it exited)."""
+    if process is not None and process.poll() is not None:
+        return False
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT).close()
+        return True
+    except OSError:
+        if process is not None:
+            try:
+                process.wait(exit_wait)
+            except subprocess.TimeoutExpired:
+                pass
+        return False
 
 
 def _seeds() -> list:
