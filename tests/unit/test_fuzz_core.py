@@ -7,7 +7,7 @@ Runs are derandomized: the same code gives the same examples, so a failure in th
 suite reproduces. The long, random run is bench/fuzz_core.py (docs/fuzzing.md).
 """
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
 from amqp_grammar import (PROTOCOL_HEADER, Choices, field_table, handshake_frames,
@@ -17,7 +17,10 @@ from core_fuzz_target import run_session
 from fuzz_seeds import SEED_DIR, load_seed_sessions
 
 SEEDS = load_seed_sessions()
+# No shrinking in the suite: it can take minutes on these inputs, and the failure
+# message already names the bug (component, exception, traceback) and gives the input.
 FUZZ_SETTINGS = settings(derandomize=True, database=None, deadline=None,
+                         phases=(Phase.explicit, Phase.generate),
                          suppress_health_check=list(HealthCheck))
 
 
