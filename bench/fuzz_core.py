@@ -26,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "unit")]
 
 from amqp_grammar import RandomChoices  # noqa: E402
 from amqp_mutation import fuzz_session  # noqa: E402
-from core_fuzz_target import run_session  # noqa: E402
+from core_fuzz_target import new_broker, run_session  # noqa: E402
 from fuzz_seeds import load_seed_sessions  # noqa: E402
 
 
@@ -48,6 +48,8 @@ def save_failure(out: Path, name: str, stream: bytes, cuts: list) -> Path:
 
 
 def replay(path: Path) -> int:
+    """Run one saved session on a fresh broker (a failure that needed the state left by
+    earlier sessions on a shared broker may not show again on its own)."""
     cuts_file = path.with_suffix(".cuts")
     cuts = [int(value) for value in cuts_file.read_text().split()] if cuts_file.exists() else []
     failure = run_session(path.read_bytes(), cuts)
@@ -60,6 +62,7 @@ def replay(path: Path) -> int:
 
 def run(args) -> int:
     seeds = load_seed_sessions()
+    broker = None
     signatures: dict[str, int] = {}
     frames_total = changed_total = 0
     started = time.monotonic()
@@ -67,9 +70,12 @@ def run(args) -> int:
         stream, cuts, changed, frames = session_input(args.seed, index, seeds)
         frames_total += frames
         changed_total += changed
-        failure = run_session(stream, cuts)
+        if index % args.shared_broker == 0:
+            broker = new_broker()
+        failure = run_session(stream, cuts, broker)
         if failure is None:
             continue
+        broker = new_broker()      # the failure may have left it inconsistent
         count = signatures.get(failure.signature, 0)
         signatures[failure.signature] = count + 1
         if count == 0:
@@ -124,6 +130,9 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=10000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="fuzz-core-failures")
+    parser.add_argument("--shared-broker", type=int, default=1, metavar="N",
+                        help="run N sessions in a row on one broker (default 1: a fresh "
+                             "broker per session)")
     parser.add_argument("--replay", type=Path)
     parser.add_argument("--atheris", action="store_true")
     args, rest = parser.parse_known_args()

@@ -331,8 +331,9 @@ def handshake_frames(choices: Choices, properties: bytes | None = None) -> list:
                             + short_string(b"en_US"))
     channel_max = 2047 if choices.chance(90) else boundary_integer(choices, 16, False)
     frame_max = 131072 if choices.chance(90) else boundary_integer(choices, 32, False)
+    heartbeat = 0 if choices.chance(90) else choices.choice((1, 2, 60, 65535))
     tune_ok = method_frame(0, commands.Connection.TuneOk.index,
-                           struct.pack(">HIH", channel_max, frame_max, 0))
+                           struct.pack(">HIH", channel_max, frame_max, heartbeat))
     vhost = b"/" if choices.chance(90) else text(choices)
     open_frame = method_frame(0, commands.Connection.Open.index,
                               short_string(vhost) + short_string(b"") + b"\0")

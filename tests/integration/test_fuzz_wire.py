@@ -9,12 +9,15 @@ stopped sending and the broker neither answered nor closed within the deadline),
 fresh pika client must publish and consume.
 """
 
+import multiprocessing
+
 from bystander import RunningBystander, assert_broker_serves
-from wire_fuzz import SessionRunner, broker_accepts
+from fuzz_seeds import load_seed_sessions
+from wire_fuzz import SessionRunner, broker_accepts, session_bytes
 
 SEED = 20261123
-BATCHES = 4
-BATCH_SIZE = 75
+BATCHES = 8
+BATCH_SIZE = 250
 WORKERS = 2
 CONNECTIONS_PER_WORKER = 6
 
@@ -48,3 +51,17 @@ def test_mutated_sessions_over_many_connections_never_stop_the_broker(broker_fac
     finally:
         runner.close()
     assert broker.process.poll() is None
+
+
+def _session_digest(index: int) -> bytes:
+    return session_bytes(SEED, index, load_seed_sessions())
+
+
+def test_a_session_is_the_same_bytes_in_another_process():
+    """What makes `--seed S --only N` a reproducer: generation depends on nothing but
+    the seed, the session number and the seed files (not on hash randomization)."""
+    indexes = list(range(20))
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        there = pool.map(_session_digest, indexes)
+    assert there == [_session_digest(index) for index in indexes]
+    assert len(set(there)) == len(there)

@@ -81,10 +81,17 @@ class FuzzTransport:
         self.decoder.frame_max = frame_max
 
 
-def run_session(stream: bytes, cuts: list) -> Failure | None:
-    """Feed `stream` in reads cut at the offsets `cuts`; the first Failure, or None."""
-    clock = _Clock()
-    broker = Broker(clock=clock)
+def new_broker() -> Broker:
+    """A broker on a virtual clock, for one session or several in a row."""
+    return Broker(clock=_Clock())
+
+
+def run_session(stream: bytes, cuts: list, broker: Broker | None = None) -> Failure | None:
+    """Feed `stream` in reads cut at the offsets `cuts` to a connection on `broker` (a
+    new one unless given: sessions in a row on one broker meet each other's queues,
+    exchanges and messages); the first Failure, or None."""
+    broker = broker or new_broker()
+    clock = broker.scheduler.clock
     decoder = Decoder()
     transport = FuzzTransport(decoder)
     connection = Connection(broker, transport, "fuzz")

@@ -9,6 +9,10 @@ suite reproduces. The long, random run is bench/fuzz_core.py (docs/fuzzing.md).
 
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
+from pamqp import commands
+
+import amqp_codec.decoder as decoder_module
+import broker.core.connection as connection_module
 from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
 from amqp_grammar import (PROTOCOL_HEADER, Choices, field_table, handshake_frames,
                           session_frames)
@@ -52,6 +56,47 @@ def test_seed_sessions_are_recorded_from_every_client():
     assert {"pika", "java", "raw"} <= names
     for frames in SEEDS:
         assert frames[0] == PROTOCOL_HEADER and len(frames) > 4
+
+
+def _pika_session() -> bytes:
+    return (SEED_DIR / "pika-publish-consume-0.bin").read_bytes()
+
+
+def test_the_target_reports_an_exception_from_the_core(monkeypatch):
+    """The property is not vacuous: an exception in a core handler is a failure."""
+    def broken_open(connection, method):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(connection_module._CONNECTION_HANDLERS,
+                        ("awaiting-open", commands.Connection.Open), broken_open)
+    failure = run_session(_pika_session(), [100])
+    assert failure.component == "core" and failure.summary == "RuntimeError: boom"
+    assert failure.signature.endswith("in broken_open")   # where it was raised
+
+
+def test_the_target_reports_an_exception_from_the_decoder(monkeypatch):
+    def broken_decode(data, start, end):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(decoder_module, "decode_publish", broken_decode)
+    failure = run_session(_pika_session(), [])
+    assert failure.component == "decoder" and failure.summary == "RuntimeError: boom"
+
+
+def test_the_target_reports_a_541_close(monkeypatch):
+    def failing_open(connection, method):
+        connection.close(541, "INTERNAL_ERROR - caught by the safety net")
+
+    monkeypatch.setitem(connection_module._CONNECTION_HANDLERS,
+                        ("awaiting-open", commands.Connection.Open), failing_open)
+    failure = run_session(_pika_session(), [])
+    assert failure.component == "541"
+
+
+def test_a_recorded_session_runs_cleanly_whatever_the_reads():
+    stream = _pika_session()
+    for cuts in ([], [1], [3, 8, 9], list(range(0, len(stream), 7))):
+        _assert_no_failure(stream, cuts)
 
 
 @FUZZ_SETTINGS
