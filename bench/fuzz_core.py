@@ -18,6 +18,7 @@ under libFuzzer's coverage guidance, the input bytes driving the grammar's choic
 import argparse
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,8 +61,25 @@ def replay(path: Path) -> int:
     return 1
 
 
+class DataDirectories:
+    """One temporary directory per broker; the previous one is removed."""
+
+    def __init__(self):
+        self._current = None
+
+    def new(self) -> str:
+        self.close()
+        self._current = tempfile.TemporaryDirectory(prefix="warren-fuzz-")
+        return self._current.name
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._current.cleanup()
+
+
 def run(args) -> int:
     seeds = load_seed_sessions()
+    data = DataDirectories()
     broker = None
     signatures: dict[str, int] = {}
     frames_total = changed_total = 0
@@ -70,12 +88,12 @@ def run(args) -> int:
         stream, cuts, changed, frames = session_input(args.seed, index, seeds)
         frames_total += frames
         changed_total += changed
-        if index % args.shared_broker == 0:
-            broker = new_broker()
+        if broker is None or index % args.shared_broker == 0:
+            broker = new_broker(data.new())
         failure = run_session(stream, cuts, broker)
         if failure is None:
             continue
-        broker = new_broker()      # the failure may have left it inconsistent
+        broker = None              # the failure may have left it inconsistent
         count = signatures.get(failure.signature, 0)
         signatures[failure.signature] = count + 1
         if count == 0:
@@ -84,6 +102,7 @@ def run(args) -> int:
                   f"python3 bench/fuzz_core.py --replay {path}\n  {failure.summary}\n"
                   + "".join("    " + line + "\n" for line in failure.detail.splitlines()[-8:]),
                   flush=True)
+    data.close()
     elapsed = time.monotonic() - started
     print(f"{args.sessions} sessions, {frames_total} frames ({changed_total} mutated) in "
           f"{elapsed:.1f} s: {args.sessions / elapsed:.0f} sessions/s, "

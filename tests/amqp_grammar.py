@@ -394,6 +394,8 @@ def _hostile_publish(choices: Choices, channel: int, exchange: str, routing_key:
     if choices.chance(30):
         flags |= 0x0010
         values += short_string(choices.choice((b"guest", b"other", b"\xff", b"")))
+    if choices.chance(15):          # the flags promise values that are cut short
+        values = values[:choices.integer(0, max(len(values) - 1, 0))]
     body = b"dead letter me"
     return [method_frame(channel, commands.Basic.Publish.index, arguments),
             frame(FRAME_HEADER, channel, struct.pack(">HHQH", 60, 0, len(body), flags)
@@ -401,22 +403,34 @@ def _hostile_publish(choices: Choices, channel: int, exchange: str, routing_key:
             frame(FRAME_BODY, channel, body)]
 
 
+# Scenario queues expire when a session leaves them behind (long runs would pile up).
+EXPIRES = b"I" + struct.pack(">i", 10000)
+
+
+def _scenario_queue(choices: Choices, prefix: str) -> str:
+    """A name of its own for a scenario's queue: its arguments differ from session to
+    session, and redeclaring a queue with other arguments is only a 406."""
+    return f"{prefix}-{choices.integer(0, 1 << 30)}"
+
+
 def dead_letter_scenario(choices: Choices, channel: int) -> list:
     """A queue that dead-letters (reject and TTL) messages whose x-death and other
     headers come from the grammar, into a second queue that is read."""
-    arguments = [("x-dead-letter-exchange", _string_value("")),
+    name = _scenario_queue(choices, "fuzz-dl")
+    arguments = [("x-expires", EXPIRES), ("x-dead-letter-exchange", _string_value("")),
                  ("x-dead-letter-routing-key", _string_value("fuzz-dead")),
                  ("x-message-ttl", typed_argument(choices) if choices.chance(50) else
                   b"I" + struct.pack(">i", 0))]
     declare = method_frame(channel, commands.Queue.Declare.index, struct.pack(">H", 0)
-                           + short_string(b"fuzz-dl") + b"\0" + _table(arguments))
+                           + short_string(name.encode()) + b"\0" + _table(arguments))
     headers = [("x-death", typed_argument(choices)),
                (choices.choice(HEADER_KEYS), field_value(choices))]
     return [declare, _method(channel, commands.Queue.Declare, queue="fuzz-dead"),
-            *_hostile_publish(choices, channel, "", "fuzz-dl", headers),
-            _method(channel, commands.Basic.Get, queue="fuzz-dl"),
+            *_hostile_publish(choices, channel, "", name, headers),
+            _method(channel, commands.Basic.Get, queue=name),
             _method(channel, commands.Basic.Reject, delivery_tag=1, requeue=False),
-            _method(channel, commands.Basic.Get, queue="fuzz-dead", no_ack=True)]
+            _method(channel, commands.Basic.Get, queue="fuzz-dead", no_ack=True),
+            _method(channel, commands.Queue.Delete, queue=name)]
 
 
 def routing_scenario(choices: Choices, channel: int) -> list:
@@ -447,7 +461,30 @@ def stream_scenario(choices: Choices, channel: int) -> list:
             *_hostile_publish(choices, channel, "", "fuzz-stream", []), consume]
 
 
-SCENARIOS = (dead_letter_scenario, routing_scenario, stream_scenario)
+def durable_scenario(choices: Choices, channel: int) -> list:
+    """Persistent publishes (properties sometimes cut short) to a durable queue, in
+    confirm or tx mode, then get, ack, purge."""
+    mode = choices.choice((commands.Confirm.Select, commands.Tx.Select, None))
+    name = _scenario_queue(choices, "fuzz-durable")
+    arguments = [("x-expires", EXPIRES)]
+    if choices.chance(30):
+        arguments.append(("x-max-length", typed_argument(choices)))
+    frames = [method_frame(channel, commands.Queue.Declare.index, struct.pack(">H", 0)
+                           + short_string(name.encode()) + b"\2" + _table(arguments))]
+    if mode is not None:
+        frames.append(_method(channel, mode))
+    for _ in range(choices.integer(1, 3)):
+        frames += _hostile_publish(choices, channel, "", name,
+                                   [("h", field_value(choices))])
+    if mode is commands.Tx.Select:
+        frames.append(_method(channel, commands.Tx.Commit))
+    return frames + [_method(channel, commands.Basic.Get, queue=name),
+                     _method(channel, commands.Basic.Ack, delivery_tag=1, multiple=True),
+                     _method(channel, commands.Queue.Purge, queue=name),
+                     _method(channel, commands.Queue.Delete, queue=name)]
+
+
+SCENARIOS = (dead_letter_scenario, routing_scenario, stream_scenario, durable_scenario)
 
 
 def session_frames(choices: Choices, steps: int | None = None) -> list:

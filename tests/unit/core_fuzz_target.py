@@ -16,7 +16,10 @@ broker must never do:
 - the well-behaved client not getting its message back afterwards.
 """
 
+import itertools
+import os
 import struct
+import tempfile
 import traceback
 from dataclasses import dataclass
 
@@ -25,7 +28,12 @@ from pamqp import commands
 from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
 from broker.core.broker import Broker
 from broker.core.connection import Connection
+from broker.core.durable_store import DurableQueueStore
+from broker.core.persistence import Persistence
+from broker.core.stream_store import DurableStreamStore
 from core_harness import Client
+from storage.queue_file import QueueFile
+from storage.stream_log import StreamLog
 
 INTERNAL_ERROR = 541
 _CLOSE_INDEXES = (commands.Connection.Close.index, commands.Channel.Close.index)
@@ -81,16 +89,36 @@ class FuzzTransport:
         self.decoder.frame_max = frame_max
 
 
-def new_broker() -> Broker:
-    """A broker on a virtual clock, for one session or several in a row."""
-    return Broker(clock=_Clock())
+def new_broker(data_dir: str) -> Broker:
+    """A broker on a virtual clock whose durable queues and streams keep their files in
+    `data_dir` (queue files, stream logs: what persistent messages go through), for one
+    session or several in a row."""
+    persistence = Persistence()
+    files = itertools.count()
+
+    def queue_store(vhost: str, queue: str) -> DurableQueueStore:
+        number = next(files)
+        return DurableQueueStore(QueueFile(os.path.join(data_dir, f"q{number}")),
+                                 persistence, f"q{number}")
+
+    def stream_store(vhost: str, queue: str, retention) -> DurableStreamStore:
+        number = next(files)
+        return DurableStreamStore(StreamLog(os.path.join(data_dir, f"s{number}")),
+                                  persistence, f"s{number}")
+
+    persistence.store_factory = queue_store
+    persistence.stream_factory = stream_store
+    return Broker(clock=_Clock(), persistence=persistence)
 
 
 def run_session(stream: bytes, cuts: list, broker: Broker | None = None) -> Failure | None:
-    """Feed `stream` in reads cut at the offsets `cuts` to a connection on `broker` (a
-    new one unless given: sessions in a row on one broker meet each other's queues,
-    exchanges and messages); the first Failure, or None."""
-    broker = broker or new_broker()
+    """Feed `stream` in reads cut at the offsets `cuts` to a connection on `broker`
+    (sessions in a row on one broker meet each other's queues, exchanges and messages),
+    or on a new broker with its files in a temporary directory; the first Failure, or
+    None."""
+    if broker is None:
+        with tempfile.TemporaryDirectory(prefix="warren-fuzz-") as data_dir:
+            return run_session(stream, cuts, new_broker(data_dir))
     clock = broker.scheduler.clock
     decoder = Decoder()
     transport = FuzzTransport(decoder)
