@@ -1,11 +1,17 @@
 """In-process fuzzing of the frame decoder and the connection state machine.
 
-Hypothesis drives the grammar of tests/amqp_grammar.py (every draw is a hypothesis
-choice, so a failure shrinks to a small session) and the mutations of
-tests/amqp_mutation.py, over the recorded seed sessions of tests/fuzz_seed_sessions/.
-Runs are derandomized: the same code gives the same examples, so a failure in the
-suite reproduces. The long, random run is bench/fuzz_core.py (docs/fuzzing.md).
+Hypothesis drives the grammar of tests/amqp_grammar.py (every decision is a hypothesis
+draw) and the mutations of tests/amqp_mutation.py, over the recorded seed sessions of
+tests/fuzz_seed_sessions/. Runs are derandomized: the same code gives the same examples,
+so a failure in the suite reproduces; its input is saved for
+`bench/fuzz_core.py --replay`. The long, random run is bench/fuzz_core.py
+(docs/fuzzing.md).
 """
+
+import hashlib
+import tempfile
+from pathlib import Path
+
 
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
@@ -47,8 +53,14 @@ def _cuts(data, stream: bytes) -> list:
 
 def _assert_no_failure(stream: bytes, cuts: list) -> None:
     failure = run_session(stream, cuts)
-    assert failure is None, (f"{failure.signature}\n{failure.summary}\n{failure.detail}\n"
-                             f"input ({len(stream)} bytes, reads cut at {cuts}): {stream!r}")
+    if failure is None:
+        return
+    saved = Path(tempfile.gettempdir()) / \
+        f"warren-fuzz-{hashlib.sha256(stream).hexdigest()[:12]}.bin"
+    saved.write_bytes(stream)
+    saved.with_suffix(".cuts").write_text(" ".join(map(str, cuts)) + "\n")
+    raise AssertionError(f"{failure.signature}\n{failure.summary}\n{failure.detail}\n"
+                         f"input saved: python3 bench/fuzz_core.py --replay {saved}")
 
 
 def test_seed_sessions_are_recorded_from_every_client():
@@ -99,7 +111,7 @@ def test_a_recorded_session_runs_cleanly_whatever_the_reads():
         _assert_no_failure(stream, cuts)
 
 
-@FUZZ_SETTINGS
+@settings(FUZZ_SETTINGS, max_examples=300)
 @given(st.data())
 def test_decoder_raises_only_protocol_errors(data):
     """Any bytes in any split: complete commands or ProtocolError/HeaderMismatch."""
@@ -116,7 +128,7 @@ def test_decoder_raises_only_protocol_errors(data):
         previous = max(previous, cut)
 
 
-@settings(FUZZ_SETTINGS, max_examples=300)
+@settings(FUZZ_SETTINGS, max_examples=800)
 @given(st.data())
 def test_mutated_sessions_never_break_the_broker(data):
     """A seed or grammar session, mutated, read in random pieces: the decoder raises
@@ -127,7 +139,7 @@ def test_mutated_sessions_never_break_the_broker(data):
     _assert_no_failure(stream, _cuts(data, stream))
 
 
-@settings(FUZZ_SETTINGS, max_examples=200)
+@settings(FUZZ_SETTINGS, max_examples=300)
 @given(st.data())
 def test_hostile_frames_after_a_valid_handshake_never_break_the_broker(data):
     """The handshake and channel open are valid, every later frame is mutated once."""
@@ -138,7 +150,7 @@ def test_hostile_frames_after_a_valid_handshake_never_break_the_broker(data):
     _assert_no_failure(stream, _cuts(data, stream))
 
 
-@settings(FUZZ_SETTINGS, max_examples=100)
+@settings(FUZZ_SETTINGS, max_examples=200)
 @given(st.data())
 def test_start_ok_client_properties_of_any_shape_never_break_the_broker(data):
     """Before login: Start-Ok's client properties table of every type tag, unknown
