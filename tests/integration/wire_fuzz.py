@@ -12,7 +12,7 @@ socket. Per session it reports:
 - frames and mutated frames written before the broker's Connection.Close arrived;
 - the reply codes of every Connection.Close / Channel.Close received (541 is a bug);
 - a hang: the broker neither closed the socket within `hang_deadline` seconds after the
-  client stopped sending.
+  client stopped sending (or stopped reading for that long while the client sent).
 
 After each batch the caller checks the broker process is alive and a pika client can
 publish and consume (tests/integration/bystander.py `assert_broker_serves`).
@@ -53,8 +53,8 @@ class SessionResult:
 
 
 def session_writes(seed: int, index: int, seeds: list) -> tuple:
-    """Session `index` of run `seed`: (writes, mutated frames per write), each write a
-    byte string sent at once."""
+    """Session `index` of run `seed`: (writes, counts): each write a byte string sent
+    at once, each count (frames, mutated frames) that the write completes."""
     choices = RandomChoices(random.Random(f"{seed}:{index}"))
     frames, mutated = fuzz_session(choices, seeds)
     return _cut_into_writes(choices, frames, mutated)
@@ -63,7 +63,7 @@ def session_writes(seed: int, index: int, seeds: list) -> tuple:
 def _cut_into_writes(choices, frames: list, mutated: list) -> tuple:
     """Group frames into writes of 1-8 frames; now and then split a write mid-frame
     (its frames count with the second part)."""
-    writes, frame_counts, mutated_counts = [], [], []
+    writes, frame_counts = [], []
     position = 0
     while position < len(frames):
         count = choices.integer(1, 8)
@@ -154,13 +154,12 @@ async def run_session(host: str, port: int, seed: int, index: int, seeds: list,
             writer.write(chunk)
             result.frames += frames
             result.mutated += mutated
-            await writer.drain()
+            await asyncio.wait_for(writer.drain(), hang_deadline)   # it must keep reading
         if writer.can_write_eof():
             writer.write_eof()
-        try:
-            await asyncio.wait_for(watcher.eof.wait(), hang_deadline)
-        except asyncio.TimeoutError:
-            result.outcome = "hang"
+        await asyncio.wait_for(watcher.eof.wait(), hang_deadline)
+    except asyncio.TimeoutError:
+        result.outcome = "hang"
     except OSError:      # reset, broken pipe, not connected: the broker dropped us
         result.outcome = "reset"
     finally:
