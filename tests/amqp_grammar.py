@@ -167,7 +167,8 @@ def _tagged_value(choices: Choices, tag: bytes, depth: int) -> bytes:
 def field_table(choices: Choices, depth: int = 0, keys=()) -> bytes:
     """A field table with its 4-byte length; sometimes nested thousands deep."""
     if depth == 0 and choices.chance(3):
-        return deeply_nested_table(choices.choice(DEEP_NESTING), choices.choice(b"FA"))
+        return deeply_nested_table(choices.choice(DEEP_NESTING),
+                                   choices.choice((b"F", b"A")))
     entries = []
     for _ in range(choices.integer(0, 5)):
         key = choices.choice(keys).encode() if keys and choices.chance(70) else text(choices)
@@ -195,14 +196,15 @@ def typed_argument(choices: Choices) -> bytes:
 
 
 def deeply_nested_table(depth: int, tag: bytes) -> bytes:
-    """A table (tag F) or array (tag A) nested `depth` deep, built without recursion."""
+    """A field table holding tables (tag F) or arrays (tag A) nested `depth` deep, built
+    without recursion."""
     inner = long_string(b"")
-    for _ in range(depth):
+    for _ in range(depth - 1):
         if tag == b"F":
             inner = long_string(short_string(b"k") + b"F" + inner)
         else:
             inner = long_string(b"A" + inner)
-    return inner
+    return long_string(short_string(b"k") + tag + inner)
 
 
 # -- methods, properties, frames -----------------------------------------------------

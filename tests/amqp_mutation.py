@@ -73,7 +73,8 @@ def replace_arguments_tail(choices: Choices, data: bytes) -> bytes:
     payload = _payload(data)
     cut = choices.integer(min(4, len(payload)), len(payload))
     if choices.chance(30):
-        tail = deeply_nested_table(choices.choice((100, 1000, 5000)), choices.choice(b"FA"))
+        tail = deeply_nested_table(choices.choice((100, 1000, 5000)),
+                                   choices.choice((b"F", b"A")))
     elif choices.chance(50):
         tail = field_table(choices)
     else:
