@@ -11,15 +11,17 @@ or grammar sessions, mutated frame-aware and byte-level (tests/amqp_mutation.py)
 in batches over workers x connections concurrent sockets (tests/integration/wire_fuzz.py).
 After each batch the broker must be running and a pika client must publish and consume.
 When the broker exits, it is restarted and the batch's sessions are replayed one at a
-time on it to find the ones that stop it. Each broker exit, hang and 541 close is saved
-in --out as the session's bytes (.bin) and a report (.txt) with a one-line reproducer.
-The run goes on until both --sessions and --frames (mutated frames) are reached. Exit
-status 1 if the broker exited, hung a connection or answered a client check wrongly.
+time on it to find the ones that stop it. Every ERROR the broker logs is a bug too (its
+safety net logs the exception behind each 541 it sends): the first session of each
+kind is found by the client port the error names. Each broker exit, hang and logged
+error (with an external broker: each 541 close) is saved in --out as the session's
+bytes (.bin) and a report (.txt) with a one-line reproducer. The run goes on until both
+--sessions and --frames (mutated frames) are reached. Exit status 1 if the broker
+exited, hung a connection, logged an error or failed a client check.
 """
 
 import argparse
 import asyncio
-import collections
 import socket
 import sys
 import tempfile
@@ -34,8 +36,9 @@ sys.path[:0] = [str(ROOT), str(TESTS), str(TESTS / "integration")]
 from broker_process import BrokerProcess  # noqa: E402
 from bystander import assert_broker_serves  # noqa: E402
 from fuzz_seeds import SEED_DIR, load_seed_sessions  # noqa: E402
-from wire_fuzz import (FuzzTotals, SessionRunner, broker_accepts, run_session,  # noqa: E402
-                       session_bytes, session_writes)
+from wire_fuzz import (BrokerLog, FuzzTotals, SessionRunner, broker_accepts,  # noqa: E402
+                       error_peer_port, error_signature, run_session, session_bytes,
+                       session_writes)
 
 
 class Target:
@@ -53,8 +56,9 @@ class Target:
 
     def start(self) -> None:
         self._data_dir = tempfile.TemporaryDirectory(prefix="warren-fuzz-")
+        self.errors_seen = 0
         self.process = BrokerProcess(data_dir=self._data_dir.name,
-                                     log_lines=collections.deque(maxlen=300)).start()
+                                     log_lines=BrokerLog()).start()
         self.host, self.port = self.process.host, self.process.port
 
     def alive(self) -> bool:
@@ -111,6 +115,33 @@ def isolate(target: Target, seed: int, indexes: list, seeds: list, out: Path,
     return culprits
 
 
+def save_logged_errors(target: Target, results: list, seed: int, seeds: list, out: Path,
+                       totals: FuzzTotals, signatures: dict) -> None:
+    """Every ERROR our broker logged (the safety net's 541s among them) is a bug: save
+    the first session of each kind, found by the client port the error names."""
+    if target.external:
+        return
+    log = target.process.log_lines
+    totals.errors_logged += log.error_count - target.errors_seen
+    target.errors_seen = log.error_count
+    by_port = {result.local_port: result for result in results}
+    for error in log.take_errors():
+        signature = error_signature(error)
+        signatures[signature] = signatures.get(signature, 0) + 1
+        if signatures[signature] > 1:
+            continue
+        result = by_port.get(error_peer_port(error))
+        if result is None:
+            out.mkdir(parents=True, exist_ok=True)
+            path = out / f"error-seed{seed}-{len(signatures)}.txt"
+            path.write_text(f"{signature}\n(no session named: a timer or another task)\n"
+                            f"{error}")
+            print(f"ERROR LOGGED: {signature} -> {path}", flush=True)
+        else:
+            save(out, "error", seed, result.index, seeds,
+                 f"{signature}\nthe broker logged:\n{error}\nsession result: {result}")
+
+
 def fuzz(args) -> int:
     seeds = load_seed_sessions()
     out = Path(args.out)
@@ -118,6 +149,7 @@ def fuzz(args) -> int:
     runner = SessionRunner(args.workers, args.connections, args.hang_deadline)
     totals = FuzzTotals()
     next_index, retry, failed_checks = 0, [], 0
+    signatures: dict[str, int] = {}
     try:
         while totals.sessions < args.sessions or totals.mutated < args.frames:
             batch = retry + list(range(next_index, next_index + args.batch - len(retry)))
@@ -129,10 +161,11 @@ def fuzz(args) -> int:
                 if result.index in retry:
                     continue
                 totals.add(result)
-                if result.outcome == "hang" or result.internal_errors:
+                if result.outcome == "hang" or (result.internal_errors and target.external):
                     kind = "hang" if result.outcome == "hang" else "541"
                     save(out, kind, args.seed, result.index, seeds,
                          f"{result}\nbroker log:\n{target.log_tail()}")
+            save_logged_errors(target, results, args.seed, seeds, out, totals, signatures)
             if not alive:
                 totals.broker_exits += 1
                 print(f"BROKER EXIT in the batch of sessions {batch[0]}..{batch[-1]}:\n"
@@ -155,7 +188,10 @@ def fuzz(args) -> int:
         runner.close()
         target.stop()
     print("done: " + totals.summary())
-    return 1 if totals.broker_exits or totals.hangs or failed_checks else 0
+    for signature, count in sorted(signatures.items(), key=lambda item: -item[1]):
+        print(f"  {count:6d} logged  {signature}")
+    failed = totals.broker_exits or totals.hangs or totals.errors_logged or failed_checks
+    return 1 if failed else 0
 
 
 def replay_one(args, writes=None) -> int:
@@ -165,7 +201,8 @@ def replay_one(args, writes=None) -> int:
                                          load_seed_sessions(), args.hang_deadline, writes))
         alive = target.alive()
         print(f"{result}\nbroker {'running' if alive else 'EXITED'}")
-        if not alive or result.outcome == "hang" or result.internal_errors:
+        errors = target.process.log_lines.error_count if target.process else 0
+        if not alive or result.outcome == "hang" or result.internal_errors or errors:
             print(target.log_tail())
             return 1
         return 0

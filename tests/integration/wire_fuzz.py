@@ -19,8 +19,10 @@ publish and consume (tests/integration/bystander.py `assert_broker_serves`).
 """
 
 import asyncio
+import collections
 import multiprocessing
 import random
+import re
 import socket
 import struct
 import subprocess
@@ -35,7 +37,10 @@ INTERNAL_ERROR = 541
 CONNECT_TIMEOUT = 10.0
 HANG_DEADLINE = 20.0
 EXIT_WAIT = 10.0
+MAX_KEPT_ERRORS = 1000
 _CLOSE_INDEXES = {0x000A0032: "connection", 0x00140028: "channel"}
+_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\S+ level=")
+_PEER = re.compile(r"peer=[^\s:]+:(\d+)")
 _SEEDS: list = []
 
 
@@ -46,6 +51,7 @@ class SessionResult:
     frames: int = 0         # frames written before the broker's Connection.Close
     mutated: int = 0        # of those, frames the mutations changed
     close_codes: list = field(default_factory=list)    # ("connection"|"channel", code)
+    local_port: int = 0     # the client's port: the broker's log names it as peer=...
 
     @property
     def internal_errors(self) -> int:
@@ -145,6 +151,7 @@ async def run_session(host: str, port: int, seed: int, index: int, seeds: list,
         result.outcome = "refused" if isinstance(error, ConnectionRefusedError) else \
             f"error: connect: {error!r}"
         return result
+    result.local_port = writer.get_extra_info("sockname")[1]
     watcher = _Reader(reader)
     reading = asyncio.ensure_future(watcher.run())
     try:
@@ -239,6 +246,49 @@ class SessionRunner:
             self._pool.join()
 
 
+class BrokerLog(collections.deque):
+    """A broker subprocess's stderr lines (the last `maxlen`), plus every ERROR it
+    logged with the traceback lines that follow it, kept until `take_errors`."""
+
+    def __init__(self, maxlen: int = 300):
+        super().__init__(maxlen=maxlen)
+        self.errors: list[str] = []
+        self.error_count = 0
+        self._in_error = False
+
+    def append(self, line: str) -> None:
+        super().append(line)
+        if _LOG_LINE.match(line):
+            self._in_error = " level=ERROR " in line or " level=CRITICAL " in line
+            if self._in_error:
+                self.error_count += 1
+                if len(self.errors) < MAX_KEPT_ERRORS:
+                    self.errors.append(line)
+        elif self._in_error and self.errors:
+            self.errors[-1] += line
+
+    def take_errors(self) -> list[str]:
+        taken, self.errors = self.errors, []
+        return taken
+
+
+def error_signature(error: str) -> str:
+    """What makes two logged errors the same bug: the exception (last line of the
+    traceback) and the innermost line of Warren's code it went through."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    frames = [line for line in lines if line.startswith("File ")
+              and "site-packages" not in line and "/lib/python" not in line]
+    exception = lines[-1].split(":")[0] if len(lines) > 1 else lines[0][:120]
+    where = frames[-1].split("/")[-1] if frames else "?"
+    return f"{exception} at {where}"
+
+
+def error_peer_port(error: str) -> int | None:
+    """The client port in an error's `peer=host:port`, if it names one."""
+    match = _PEER.search(error)
+    return int(match.group(1)) if match else None
+
+
 @dataclass
 class FuzzTotals:
     sessions: int = 0
@@ -247,6 +297,7 @@ class FuzzTotals:
     broker_exits: int = 0
     hangs: int = 0
     internal_errors: int = 0
+    errors_logged: int = 0
     client_checks: int = 0
     started: float = field(default_factory=time.monotonic)
 
@@ -263,5 +314,5 @@ class FuzzTotals:
                 f"in {elapsed:.0f} s: {self.sessions / elapsed:.1f} sessions/s, "
                 f"{self.frames / elapsed:.0f} frames/s, {self.mutated / elapsed:.0f} "
                 f"mutated frames/s; broker exits {self.broker_exits}, hangs {self.hangs}, "
-                f"541 closes {self.internal_errors}, client checks passed "
-                f"{self.client_checks}")
+                f"errors logged {self.errors_logged}, 541 closes {self.internal_errors}, "
+                f"client checks passed {self.client_checks}")
