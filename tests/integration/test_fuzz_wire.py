@@ -5,8 +5,9 @@ Mutated pika, Java-client, raw-frame and grammar sessions (fixed seed: the same 
 every run) go to a dedicated broker over a dozen concurrent connections, in batches,
 while a bystander client publishes and consumes throughout. After every batch the
 broker process must still run, no connection may have been left hanging (the client
-stopped sending and the broker neither answered nor closed within the deadline), and a
-fresh pika client must publish and consume.
+stopped sending and the broker neither answered nor closed within the deadline), the
+broker must have logged no error (its 541 safety net logs every exception it catches),
+and a fresh pika client must publish and consume.
 """
 
 import multiprocessing
@@ -47,6 +48,10 @@ def test_mutated_sessions_over_many_connections_never_stop_the_broker(broker_fac
                                if result.outcome == "hang")
                 assert not hangs, (f"the broker left sessions {hangs} hanging; "
                                    f"{_reproduce(first, last)}")
+                errors = [line for line in broker.log_lines if " level=ERROR " in line]
+                assert not errors, (f"the broker logged errors (a 541 safety net caught "
+                                    f"an exception?) during sessions {first}..{last}; "
+                                    f"{_reproduce(first, last)}\n{log}")
                 assert_broker_serves(broker)
     finally:
         runner.close()
