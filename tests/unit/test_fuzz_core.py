@@ -1,0 +1,173 @@
+"""In-process fuzzing of the frame decoder and the connection state machine.
+
+Hypothesis drives the grammar of tests/amqp_grammar.py (every decision is a hypothesis
+draw) and the mutations of tests/amqp_mutation.py, over the recorded seed sessions of
+tests/fuzz_seed_sessions/. Runs are derandomized: the same code gives the same examples,
+so a failure in the suite reproduces; its input is saved for
+`bench/fuzz_core.py --replay`. The long, random run is bench/fuzz_core.py
+(docs/fuzzing.md).
+"""
+
+import hashlib
+import logging
+import tempfile
+from pathlib import Path
+
+
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+
+from pamqp import commands
+
+import amqp_codec.decoder as decoder_module
+import broker.core.connection as connection_module
+from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
+from amqp_grammar import (PROTOCOL_HEADER, Choices, field_table, handshake_frames,
+                          session_frames)
+from amqp_mutation import fuzz_session, mutate_frame, split_frames
+from core_fuzz_target import run_session
+from fuzz_seeds import SEED_DIR, load_seed_sessions
+
+SEEDS = load_seed_sessions()
+# No shrinking in the suite: it can take minutes on these inputs, and the failure
+# message already names the bug (component, exception, traceback) and gives the input.
+FUZZ_SETTINGS = settings(derandomize=True, database=None, deadline=None,
+                         phases=(Phase.explicit, Phase.generate),
+                         suppress_health_check=list(HealthCheck))
+
+
+class DrawnChoices(Choices):
+    """The grammar's decisions as hypothesis draws."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def integer(self, low: int, high: int) -> int:
+        return self.data.draw(st.integers(low, high))
+
+    def raw(self, size: int) -> bytes:
+        return self.data.draw(st.binary(min_size=size, max_size=size))
+
+
+def _cuts(data, stream: bytes) -> list:
+    return data.draw(st.lists(st.integers(0, len(stream)), max_size=4))
+
+
+def _assert_no_failure(stream: bytes, cuts: list) -> None:
+    failure = run_session(stream, cuts)
+    if failure is None:
+        return
+    saved = Path(tempfile.gettempdir()) / \
+        f"warren-fuzz-{hashlib.sha256(stream).hexdigest()[:12]}.bin"
+    saved.write_bytes(stream)
+    saved.with_suffix(".cuts").write_text(" ".join(map(str, cuts)) + "\n")
+    raise AssertionError(f"{failure.signature}\n{failure.summary}\n{failure.detail}\n"
+                         f"input saved: python3 bench/fuzz_core.py --replay {saved}")
+
+
+def test_seed_sessions_are_recorded_from_every_client():
+    names = {path.name.split("-")[0] for path in SEED_DIR.glob("*.bin")}
+    assert {"pika", "java", "raw"} <= names
+    for frames in SEEDS:
+        assert frames[0] == PROTOCOL_HEADER and len(frames) > 4
+
+
+def _pika_session() -> bytes:
+    return (SEED_DIR / "pika-publish-consume-0.bin").read_bytes()
+
+
+def test_the_target_reports_an_exception_from_the_core(monkeypatch):
+    """The property is not vacuous: an exception in a core handler is a failure."""
+    def broken_open(connection, method):
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(connection_module._CONNECTION_HANDLERS,
+                        ("awaiting-open", commands.Connection.Open), broken_open)
+    failure = run_session(_pika_session(), [100])
+    # Raised out of the core, or caught by a safety net that logged it.
+    assert failure.component in ("core", "logged")
+    assert failure.summary == "RuntimeError: boom"
+    assert failure.signature.endswith("in broken_open")   # where it was raised
+
+
+def test_the_target_reports_an_exception_from_the_decoder(monkeypatch):
+    def broken_decode(data, start, end):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(decoder_module, "decode_publish", broken_decode)
+    failure = run_session(_pika_session(), [])
+    assert failure.component == "decoder" and failure.summary == "RuntimeError: boom"
+
+
+def test_the_target_reports_an_error_the_safety_net_logged(monkeypatch):
+    """A broker that catches the exception, logs it and closes with 541 still fails."""
+    def failing_open(connection, method):
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError as error:
+            logging.getLogger("warren.connection").error("event=internal_error",
+                                                         exc_info=error)
+        connection.close(541, "INTERNAL_ERROR - caught by the safety net")
+
+    monkeypatch.setitem(connection_module._CONNECTION_HANDLERS,
+                        ("awaiting-open", commands.Connection.Open), failing_open)
+    failure = run_session(_pika_session(), [])
+    assert failure.component == "logged" and failure.summary == "RuntimeError: boom"
+
+
+def test_a_recorded_session_runs_cleanly_whatever_the_reads():
+    stream = _pika_session()
+    for cuts in ([], [1], [3, 8, 9], list(range(0, len(stream), 7))):
+        _assert_no_failure(stream, cuts)
+
+
+@settings(FUZZ_SETTINGS, max_examples=300)
+@given(st.data())
+def test_decoder_raises_only_protocol_errors(data):
+    """Any bytes in any split: complete commands or ProtocolError/HeaderMismatch."""
+    choices = DrawnChoices(data)
+    frames, _ = fuzz_session(choices, SEEDS)
+    stream = b"".join(frames)
+    decoder = Decoder(frame_max=data.draw(st.sampled_from((0, 4096, 131072))))
+    previous = 0
+    for cut in sorted(_cuts(data, stream)) + [len(stream)]:
+        try:
+            decoder.feed(stream[previous:cut])
+        except (ProtocolError, ProtocolHeaderMismatch):
+            return
+        previous = max(previous, cut)
+
+
+@settings(FUZZ_SETTINGS, max_examples=800)
+@given(st.data())
+def test_mutated_sessions_never_break_the_broker(data):
+    """A seed or grammar session, mutated, read in random pieces: the decoder raises
+    only protocol errors, the core never raises or logs an error, its output is well
+    formed, and the next client on the same broker is served."""
+    frames, _ = fuzz_session(DrawnChoices(data), SEEDS)
+    stream = b"".join(frames)
+    _assert_no_failure(stream, _cuts(data, stream))
+
+
+@settings(FUZZ_SETTINGS, max_examples=300)
+@given(st.data())
+def test_hostile_frames_after_a_valid_handshake_never_break_the_broker(data):
+    """pika's handshake and channel open, then a grammar session's operations with about
+    one frame in five mutated (the others keep the connection going past channel
+    errors)."""
+    choices = DrawnChoices(data)
+    handshake = split_frames(_pika_session())[:5]
+    operations = [mutate_frame(choices, frame) if choices.chance(20) else frame
+                  for frame in session_frames(choices)[5:]]
+    stream = b"".join(handshake + operations)
+    _assert_no_failure(stream, _cuts(data, stream))
+
+
+@settings(FUZZ_SETTINGS, max_examples=200)
+@given(st.data())
+def test_start_ok_client_properties_of_any_shape_never_break_the_broker(data):
+    """Before login: Start-Ok's client properties table of every type tag, unknown
+    tags, truncation and nesting thousands deep."""
+    choices = DrawnChoices(data)
+    properties = field_table(choices, 0, ("capabilities", "product"))
+    handshake = handshake_frames(choices, properties)
+    _assert_no_failure(b"".join([PROTOCOL_HEADER, *handshake]), [])
