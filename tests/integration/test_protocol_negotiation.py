@@ -11,6 +11,7 @@ import uuid
 import pytest
 from pamqp import commands, frame
 
+from bystander import RunningBystander
 from raw_amqp import (
     FRAME_BODY,
     PROTOCOL_HEADER,
@@ -359,17 +360,19 @@ def test_channel_number_above_channel_max_is_a_530_connection_error(broker_facto
     channel_max=10, channel 10 opens and channel 11 closes the connection with 530.
     (RabbitMQ 3.10 limits only how many channels are open; Warren follows the spec.)"""
     warren = broker_factory()
-    with connect(warren.host, warren.port, channel_max=10) as client:
-        client.open_channel(10)
-        client.send_method(11, commands.Channel.Open())
-        close = client.wait_for_connection_close()
-        assert close.reply_code == 530
-        assert close.reply_text == ("NOT_ALLOWED - channel number 11 is above the "
-                                    "negotiated channel_max (10); use channels 1..10")
-        assert (close.class_id, close.method_id) == (20, 10)
-    with connect(warren.host, warren.port) as client:   # negotiated 2047, the default
-        client.send_method(65535, commands.Channel.Open())
-        assert client.wait_for_connection_close().reply_code == 530
+    with RunningBystander(warren):
+        with connect(warren.host, warren.port, channel_max=10) as client:
+            client.open_channel(10)
+            client.send_method(11, commands.Channel.Open())
+            close = client.wait_for_connection_close()
+            assert close.reply_code == 530
+            assert close.reply_text == ("NOT_ALLOWED - channel number 11 is above the "
+                                        "negotiated channel_max (10); use channels 1..10")
+            assert (close.class_id, close.method_id) == (20, 10)
+        with connect(warren.host, warren.port) as client:   # negotiated 2047, the default
+            client.send_method(65535, commands.Channel.Open())
+            assert client.wait_for_connection_close().reply_code == 530
+    assert warren.process.poll() is None
 
 
 def test_closed_channel_number_can_be_opened_again(broker):
