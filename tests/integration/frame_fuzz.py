@@ -61,6 +61,7 @@ CHANNELS = 16                 # channels 1..CHANNELS carry the fuzz
 SYNC_CHANNEL = CHANNELS + 1   # carries the Basic.Qos that closes each chunk
 CHUNK_UNITS = 32              # units per write, then a sync
 IN_FLIGHT = 2                 # chunks written and not yet answered
+STALL = 3.0                   # seconds without an answer: stop sending (EOF), await the close
 CONNECTION_FRAMES = 20_000    # then a clean Connection.Close and a new connection
 POOL_SIZE = 1500
 BREAKING_SHARE = 0.002        # of units: end the connection (or were made to)
@@ -363,7 +364,8 @@ HEARTBEAT = frame(FRAME_HEARTBEAT, 0, b"")
 @dataclass
 class ConnectionResult:
     outcome: str = "ours"   # "ours" (our clean close), "closed" (the broker's Close),
-    frames: int = 0         # "dropped" (no Close: EOF or reset), "hang", "refused"
+    frames: int = 0         # "stalled" (no answer for STALL s: we sent EOF, it closed),
+    #                         "dropped" (no Close: EOF or reset), "hang", "refused"
     mutated: int = 0
     frames_read: int = 0
     mutated_read: int = 0
@@ -493,6 +495,7 @@ async def stream_connection(host: str, port: int, pool: FramePool, budget: list,
     watcher = _Watcher(reader)
     reading = asyncio.ensure_future(watcher.run())
     chunks = _Chunks(login_frames())
+    stalled = False
     try:
         writer.write(chunks.login)
         while budget[0] > 0 and result.frames < CONNECTION_FRAMES and not (
@@ -506,8 +509,14 @@ async def stream_connection(host: str, port: int, pool: FramePool, budget: list,
             budget[0] -= mutated[1]
             chunks.add(data, (result.frames, result.mutated), by_channel)
             await asyncio.wait_for(writer.drain(), deadline)
-            await _wait_for_answers(watcher, chunks, deadline)
-        if watcher.connection_closed:
+            try:
+                await _wait_for_answers(watcher, chunks, STALL)
+            except asyncio.TimeoutError:
+                stalled = True   # e.g. a length field promised more than follows
+                break
+        if stalled:
+            writer.write_eof()   # the broker must close the connection within deadline
+        elif watcher.connection_closed:
             writer.write(CLOSE_OK)
         elif not watcher.eof.is_set():
             writer.write(CLOSE)
@@ -523,7 +532,7 @@ async def stream_connection(host: str, port: int, pool: FramePool, budget: list,
     result.close_codes = watcher.close_codes
     if result.outcome != "hang":
         result.outcome = "ours" if watcher.close_ok else \
-            "closed" if watcher.connection_closed else "dropped"
+            "closed" if watcher.connection_closed else "stalled" if stalled else "dropped"
     chunks.note_reads(result, len(chunks.totals) if result.outcome == "ours" else
                       min(watcher.answered, len(chunks.totals)))
     if result.worth_keeping:
@@ -587,6 +596,7 @@ class FrameTotals:
     mutated_processed: int = 0
     channel_closes: int = 0
     hangs: int = 0
+    stalled: int = 0
     dropped: int = 0
     internal_errors: int = 0
     close_codes: collections.Counter = field(default_factory=collections.Counter)
@@ -604,13 +614,15 @@ class FrameTotals:
         self.channel_closes += result.channel_closes
         self.hangs += result.outcome == "hang"
         self.dropped += result.outcome == "dropped"
+        self.stalled += result.outcome == "stalled"
         self.internal_errors += result.internal_errors
         self.close_codes.update(result.close_codes)
 
     def summary(self, elapsed: float) -> str:
         elapsed = max(elapsed, 1e-9)
         return (f"{self.connections} connections ({self.closed_by_broker} closed by the "
-                f"broker, {self.dropped} dropped), {self.frames} frames written "
+                f"broker, {self.stalled} stalled, {self.dropped} dropped), {self.frames} "
+                f"frames written "
                 f"({self.mutated} mutated), read {self.frames_read} ({self.mutated_read} "
                 f"mutated, {self.mutated_processed} not on a closing channel): "
                 f"{self.mutated_processed / elapsed:.0f} mutated frames processed/s; "
