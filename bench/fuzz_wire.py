@@ -1,6 +1,7 @@
 """Wire-level mutation fuzzer: hostile sessions against a running broker.
 
-    python3 bench/fuzz_wire.py --sessions 100000 --frames 10000000 --seed 1 --workers 2
+    python3 bench/fuzz_wire.py --mode both --sessions 100000 --frames 10000000 --seed 1
+    python3 bench/fuzz_wire.py --mode frames --frames 1000000 --seed 1     # frames only
     python3 bench/fuzz_wire.py --broker 127.0.0.1:5672 --sessions 1000     # an external broker
     python3 bench/fuzz_wire.py --seed 1 --only 4242          # one session again (reproducer)
     python3 bench/fuzz_wire.py --replay fuzz-wire-failures/exit-seed1-4242.bin

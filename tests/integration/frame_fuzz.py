@@ -3,36 +3,39 @@
 Session mode (wire_fuzz.py) spends most of its time generating whole sessions in
 Python and logging in, and the broker closes a session after ~3.5 mutated frames. Frame
 mode logs in once per connection, opens channels, declares what it needs, then streams
-mutated frames until the broker closes the connection (it reconnects and counts it) or
-the connection's share of the batch's budget is used.
+chunks of mutated frames until the broker closes the connection (it reconnects and
+counts it), the connection's frame cap, or the end of the batch's budget.
 
 Frames are cheap because each worker process builds a `FramePool` once, from the seed
 sessions' post-handshake frames and from grammar frames, with the grammar's and the
 mutation module's generators; while streaming, a unit (one or a few frames) is a pick
-from the pool put on an open channel, and a publish is assembled from a publish method,
+from the pool put on a fuzz channel, and a publish is assembled from a publish method,
 a property block and a body, each picked on its own, with a body_size that matches and
-the body split at a picked size. Most mutations keep the connection open (property
-blocks and header tables, bodies and their splits, routing keys and exchange names,
-table values inside method arguments, delivery tags, channel numbers among the open
-channels, heartbeats); a small share breaks the framing or the connection state (bit
-flips, length fields, frame types, end octets, truncation, a body_size that does not
-match its bodies, a method on a channel that is not open), and the connection ends.
+the body split at a picked size. Warren's decoder sorts the pool once: what it reads
+makes up almost all units (property blocks and header tables, bodies and their splits,
+routing keys and exchange names, table values inside method arguments, channel numbers
+among the open channels, heartbeats); what is sure to close its channel (delivery tags,
+user_id, expiration) is sent 1 % of the time; what breaks the framing or the connection
+(what the decoder refuses, bit flips, length fields, frame types, end octets,
+truncation, a body_size its bodies do not match, a method on a channel that is not
+open) 0.2 % of the time. The sorting decides how often a piece is sent, never what
+counts as a failure.
 
-Counts (per connection, summed in `FrameTotals`):
-- frames / mutated frames written;
-- frames / mutated frames the broker is known to have read: every chunk of frames
-  ends with a Basic.Qos on a channel of its own, and the Qos-Ok that answers it says
-  the broker has read everything before it; when the connection ends with our own
-  Connection.Close answered by Close-Ok, everything was read. Frames on a channel the
-  broker is closing are read and dropped (AMQP 0-9-1 §2.3.5.2): they count as read;
-- connections, those the broker closed (with the reply codes), channel closes;
-- hangs: no Qos-Ok, Close-Ok or close within the deadline.
+Counts (per connection, summed in `FrameTotals`; docs/fuzzing.md says more):
+- frames / mutated frames written (mutated: differs from the seed or grammar frame it
+  was made from; setup, seed frames as they were, syncs and heartbeats do not count);
+- read: every chunk ends with a Basic.Qos on a channel of its own, and the Qos-Ok that
+  answers it says the broker has read everything before it; after our Connection.Close
+  answered by Close-Ok, everything was read;
+- processed: mutated frames read less those the broker may have dropped because it was
+  closing their channel (AMQP 0-9-1 §2.3.5.2), counted conservatively;
+- connections (closed by the broker, stalled, dropped), channel closes, 541 closes;
+- hangs: the broker stopped reading, or did not close the connection in time after our
+  Close or EOF.
 
-A mutated frame is one whose bytes differ from the seed or grammar frame it was made
-from: the valid setup, seed frames left as they were, sync frames and heartbeats are not
-counted. Connections that end with a 541, a hang, or without any Connection.Close
-(the broker exited or dropped the socket) keep their bytes (the login and the last
-256 KiB) as a reproducer, sent again with `bench/fuzz_wire.py --replay FILE`.
+Connections that end with a 541, a hang, or without any Connection.Close (the broker
+exited or dropped the socket) keep their bytes (the login and the last 256 KiB) as a
+reproducer, sent again with `bench/fuzz_wire.py --replay FILE`.
 """
 
 import asyncio
