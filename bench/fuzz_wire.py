@@ -1,6 +1,7 @@
 """Wire-level mutation fuzzer: hostile sessions against a running broker.
 
-    python3 bench/fuzz_wire.py --sessions 100000 --frames 10000000 --seed 1 --workers 2
+    python3 bench/fuzz_wire.py --mode both --sessions 100000 --frames 10000000 --seed 1
+    python3 bench/fuzz_wire.py --mode frames --frames 1000000 --seed 1     # frames only
     python3 bench/fuzz_wire.py --broker 127.0.0.1:5672 --sessions 1000     # an external broker
     python3 bench/fuzz_wire.py --seed 1 --only 4242          # one session again (reproducer)
     python3 bench/fuzz_wire.py --replay fuzz-wire-failures/exit-seed1-4242.bin
@@ -18,6 +19,14 @@ error (with an external broker: each 541 close) is saved in --out as the session
 bytes (.bin) and a report (.txt) with a one-line reproducer. The run goes on until both
 --sessions and --frames (mutated frames) are reached. Exit status 1 if the broker
 exited, hung a connection, logged an error or failed a client check.
+
+--mode frames streams long runs of mutated frames on logged-in connections instead
+(tests/integration/frame_fuzz.py), --frame-batch mutated frames between two checks;
+--mode both alternates a batch of sessions and a batch of frames until both targets
+are reached. Mutated frames the broker is known to have read, less those on a
+channel it was closing, count toward --frames.
+A frame connection that ended with a 541, a hang or no Connection.Close is saved as
+the bytes it sent (--replay sends them again).
 """
 
 import argparse
@@ -35,6 +44,7 @@ sys.path[:0] = [str(ROOT), str(TESTS), str(TESTS / "integration")]
 
 from broker_process import BrokerProcess  # noqa: E402
 from bystander import assert_broker_serves  # noqa: E402
+from frame_fuzz import FrameRunner, FrameTotals  # noqa: E402
 from fuzz_seeds import SEED_DIR, load_seed_sessions  # noqa: E402
 from wire_fuzz import (BrokerLog, FuzzTotals, SessionRunner, broker_accepts,  # noqa: E402
                        error_peer_port, error_signature, run_session, session_bytes,
@@ -88,13 +98,20 @@ class Target:
 
 
 def save(out: Path, kind: str, seed: int, index: int, seeds: list, report: str) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{kind}-seed{seed}-session{index}.bin"
-    path.write_bytes(session_bytes(seed, index, seeds))
     command = f"python3 bench/fuzz_wire.py --seed {seed} --only {index}"
-    path.with_suffix(".txt").write_text(f"reproduce: {command}\n(or: python3 bench/fuzz_wire."
-                                        f"py --replay {path})\n\n{report}\n")
-    print(f"{kind.upper()}: session {index} -> {path}\n  reproduce: {command}", flush=True)
+    return save_bytes(out, f"{kind}-seed{seed}-session{index}",
+                      session_bytes(seed, index, seeds), report, command)
+
+
+def save_bytes(out: Path, name: str, data: bytes, report: str, command: str = "") -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.bin"
+    path.write_bytes(data)
+    replay = f"python3 bench/fuzz_wire.py --replay {path}"
+    path.with_suffix(".txt").write_text(f"reproduce: {command or replay}\n"
+                                        f"(or: {replay})\n\n{report}\n")
+    print(f"{name.split('-')[0].upper()}: -> {path}\n  reproduce: {command or replay}",
+          flush=True)
     return path
 
 
@@ -115,83 +132,169 @@ def isolate(target: Target, seed: int, indexes: list, seeds: list, out: Path,
     return culprits
 
 
-def save_logged_errors(target: Target, results: list, seed: int, seeds: list, out: Path,
-                       totals: FuzzTotals, signatures: dict) -> None:
-    """Every ERROR our broker logged (the safety net's 541s among them) is a bug: save
-    the first session of each kind, found by the client port the error names."""
-    if target.external:
-        return
-    log = target.process.log_lines
-    totals.errors_logged += log.error_count - target.errors_seen
-    target.errors_seen = log.error_count
-    by_port = {result.local_port: result for result in results}
-    for error in log.take_errors():
-        signature = error_signature(error)
-        signatures[signature] = signatures.get(signature, 0) + 1
-        if signatures[signature] > 1:
-            continue
-        result = by_port.get(error_peer_port(error))
-        if result is None:
-            out.mkdir(parents=True, exist_ok=True)
-            path = out / f"error-seed{seed}-{len(signatures)}.txt"
-            path.write_text(f"{signature}\n(no session named: a timer or another task)\n"
-                            f"{error}")
-            print(f"ERROR LOGGED: {signature} -> {path}", flush=True)
-        else:
-            save(out, "error", seed, result.index, seeds,
-                 f"{signature}\nthe broker logged:\n{error}\nsession result: {result}")
+class Run:
+    """A fuzz run's state: the target, the runners, the totals, what was saved."""
+
+    def __init__(self, args):
+        self.args = args
+        self.seeds = load_seed_sessions()
+        self.out = Path(args.out)
+        self.target = Target(args.broker)
+        self.sessions = SessionRunner(args.workers, args.connections, args.hang_deadline) \
+            if args.mode != "frames" else None
+        self.frames = FrameRunner(args.workers, args.connections, args.hang_deadline) \
+            if args.mode != "sessions" else None
+        self.totals = FuzzTotals()
+        self.frame_totals = FrameTotals()
+        self.signatures: dict[str, int] = {}
+        self.failed_checks = 0
+        self.next_index, self.retry, self.frame_batches = 0, [], 0
+
+    def mutated(self) -> int:
+        return self.totals.mutated + self.frame_totals.mutated_processed
+
+    def done(self) -> bool:
+        sessions_left = self.sessions is not None and \
+            self.totals.sessions < self.args.sessions
+        return not sessions_left and self.mutated() >= self.args.frames
+
+    def session_batch(self) -> None:
+        args, target = self.args, self.target
+        batch = self.retry + list(range(self.next_index,
+                                        self.next_index + args.batch - len(self.retry)))
+        self.next_index += args.batch - len(self.retry)
+        results = self.sessions.run_batch(target.host, target.port, args.seed, batch)
+        alive = target.alive()
+        self.retry = [r.index for r in results if r.outcome == "refused" and not alive]
+        for result in results:
+            if result.index in self.retry:
+                continue
+            self.totals.add(result)
+            if result.outcome == "hang" or (result.internal_errors and target.external):
+                kind = "hang" if result.outcome == "hang" else "541"
+                save(self.out, kind, args.seed, result.index, self.seeds,
+                     f"{result}\nbroker log:\n{target.log_tail()}")
+        by_port = {result.local_port: result for result in results}
+        self.save_logged_errors(lambda port, report: by_port.get(port) and save(
+            self.out, "error", args.seed, by_port[port].index, self.seeds, report))
+        if not alive:
+            self.broker_exited(f"the batch of sessions {batch[0]}..{batch[-1]}")
+            suspects = [r.index for r in results if r.index not in self.retry]
+            isolate(target, args.seed, suspects, self.seeds, self.out, args.hang_deadline)
+            return
+        self.check_client(f"sessions {batch[0]}..{batch[-1]}")
+
+    def frame_batch(self) -> None:
+        args, target = self.args, self.target
+        batch = self.frame_batches
+        self.frame_batches += 1
+        results = self.frames.run_batch(target.host, target.port, args.seed, batch,
+                                        args.frame_batch)
+        alive = target.alive()
+        name = f"seed{args.seed}-frames{batch}"
+        for result in results:
+            self.frame_totals.add(result)
+            self.totals.hangs += result.outcome == "hang"
+            if result.sent and (result.outcome == "hang" or target.external):
+                save_bytes(self.out, f"{result.outcome}-{name}-port{result.local_port}",
+                           result.sent, f"{result}\nbroker log:\n{target.log_tail()}")
+        by_port = {result.local_port: result for result in results if result.sent}
+        self.save_logged_errors(lambda port, report: port in by_port and save_bytes(
+            self.out, f"error-{name}-port{port}", by_port[port].sent, report))
+        if not alive:
+            self.broker_exited(f"frame batch {batch}")
+            suspects = [result.sent for result in results if result.sent]
+            isolate_streams(target, suspects, self.out, name, args.hang_deadline)
+            return
+        self.check_client(f"frame batch {batch}")
+
+    def save_logged_errors(self, save_for_port) -> None:
+        """Every ERROR our broker logged (the safety net's 541s among them) is a bug:
+        save the first input of each kind, found by the client port the error names."""
+        target = self.target
+        if target.external:
+            return
+        log = target.process.log_lines
+        self.totals.errors_logged += log.error_count - target.errors_seen
+        target.errors_seen = log.error_count
+        for error in log.take_errors():
+            signature = error_signature(error)
+            self.signatures[signature] = self.signatures.get(signature, 0) + 1
+            if self.signatures[signature] > 1:
+                continue
+            if not save_for_port(error_peer_port(error),
+                                 f"{signature}\nthe broker logged:\n{error}"):
+                self.out.mkdir(parents=True, exist_ok=True)
+                path = self.out / f"error-seed{self.args.seed}-{len(self.signatures)}.txt"
+                path.write_text(f"{signature}\n(no input kept for it: a timer, another "
+                                f"task, or more than the kept connections)\n{error}")
+                print(f"ERROR LOGGED: {signature} -> {path}", flush=True)
+
+    def broker_exited(self, where: str) -> None:
+        self.totals.broker_exits += 1
+        print(f"BROKER EXIT in {where}:\n{self.target.log_tail()}", flush=True)
+        if self.target.external:
+            raise SystemExit(1)
+        self.target.restart()
+
+    def check_client(self, after: str) -> None:
+        try:
+            assert_broker_serves(self.target)
+            self.totals.client_checks += 1
+        except Exception as error:
+            self.failed_checks += 1
+            print(f"CLIENT CHECK FAILED after {after}: {error!r}", flush=True)
+        print(self.summary(), flush=True)
+
+    def summary(self) -> str:
+        line = self.totals.summary()
+        if self.frames is not None:
+            elapsed = time.monotonic() - self.totals.started
+            line += "\n  frame mode: " + self.frame_totals.summary(elapsed)
+        return line
+
+    def close(self) -> None:
+        for runner in (self.sessions, self.frames):
+            if runner is not None:
+                runner.close()
+        self.target.stop()
 
 
 def fuzz(args) -> int:
-    seeds = load_seed_sessions()
-    out = Path(args.out)
-    target = Target(args.broker)
-    runner = SessionRunner(args.workers, args.connections, args.hang_deadline)
-    totals = FuzzTotals()
-    next_index, retry, failed_checks = 0, [], 0
-    signatures: dict[str, int] = {}
+    run = Run(args)
     try:
-        while totals.sessions < args.sessions or totals.mutated < args.frames:
-            batch = retry + list(range(next_index, next_index + args.batch - len(retry)))
-            next_index += args.batch - len(retry)
-            results = runner.run_batch(target.host, target.port, args.seed, batch)
-            alive = target.alive()
-            retry = [r.index for r in results if r.outcome == "refused" and not alive]
-            for result in results:
-                if result.index in retry:
-                    continue
-                totals.add(result)
-                if result.outcome == "hang" or (result.internal_errors and target.external):
-                    kind = "hang" if result.outcome == "hang" else "541"
-                    save(out, kind, args.seed, result.index, seeds,
-                         f"{result}\nbroker log:\n{target.log_tail()}")
-            save_logged_errors(target, results, args.seed, seeds, out, totals, signatures)
-            if not alive:
-                totals.broker_exits += 1
-                print(f"BROKER EXIT in the batch of sessions {batch[0]}..{batch[-1]}:\n"
-                      f"{target.log_tail()}", flush=True)
-                if target.external:
-                    return 1
-                target.restart()
-                suspects = [r.index for r in results if r.index not in retry]
-                isolate(target, args.seed, suspects, seeds, out, args.hang_deadline)
-                continue
-            try:
-                assert_broker_serves(target)
-                totals.client_checks += 1
-            except Exception as error:
-                failed_checks += 1
-                print(f"CLIENT CHECK FAILED after sessions {batch[0]}..{batch[-1]}: "
-                      f"{error!r}", flush=True)
-            print(totals.summary(), flush=True)
+        while not run.done():
+            frames_left = run.mutated() < args.frames
+            if run.sessions is not None and (run.totals.sessions < args.sessions
+                                             or (frames_left and run.frames is None)):
+                run.session_batch()
+            if run.frames is not None and run.mutated() < args.frames:
+                run.frame_batch()
     finally:
-        runner.close()
-        target.stop()
-    print("done: " + totals.summary())
-    for signature, count in sorted(signatures.items(), key=lambda item: -item[1]):
+        run.close()
+    print("done: " + run.summary())
+    for signature, count in sorted(run.signatures.items(), key=lambda item: -item[1]):
         print(f"  {count:6d} logged  {signature}")
-    failed = totals.broker_exits or totals.hangs or totals.errors_logged or failed_checks
+    totals = run.totals
+    failed = totals.broker_exits or totals.hangs or totals.errors_logged or run.failed_checks
     return 1 if failed else 0
+
+
+def isolate_streams(target: Target, streams: list, out: Path, name: str,
+                    hang_deadline: float) -> int:
+    """Send the kept frame streams of a batch that stopped the broker one at a time to a
+    fresh broker; save and count the ones that stop it again."""
+    culprits = 0
+    for number, data in enumerate(streams):
+        result = asyncio.run(run_session(target.host, target.port, 0, 0, [], hang_deadline,
+                                         ([data], [(0, 0)])))
+        if target.alive():
+            continue
+        culprits += 1
+        save_bytes(out, f"exit-{name}-{number}", data, f"broker exited; its log:\n"
+                   f"{target.log_tail()}\nsession result: {result}")
+        target.restart()
+    return culprits
 
 
 def replay_one(args, writes=None) -> int:
@@ -276,6 +379,11 @@ def main() -> int:
                         help="run at least this many mutated sessions")
     parser.add_argument("--frames", type=int, default=0,
                         help="and at least this many mutated frames")
+    parser.add_argument("--mode", choices=("sessions", "frames", "both"), default="sessions",
+                        help="mutated sessions, long runs of mutated frames on logged-in "
+                             "connections, or both in turn")
+    parser.add_argument("--frame-batch", type=int, default=500_000,
+                        help="frame mode: mutated frames between two checks of the broker")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2, help="client processes")
     parser.add_argument("--connections", type=int, default=8,
