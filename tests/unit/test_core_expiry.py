@@ -1,7 +1,11 @@
 """Message TTL, expiry timers and dead-lettering in the core, on a fake clock."""
 
+import logging
+import struct
+
 from pamqp import commands
 
+from amqp_codec import InboundPublish
 from broker.core.broker import Broker
 from core_harness import Client, close_code, deliveries
 
@@ -143,3 +147,26 @@ def test_x_expires_never_deletes_a_queue_with_consumers():
     clock.now += 0.2
     client.broker.scheduler.run_due()
     assert "busy" not in client.broker.vhosts["/"].queues
+
+
+def test_an_x_death_that_cannot_be_written_back_drops_the_message_quietly(caplog):
+    """Found by the in-process fuzzer: an earlier x-death holding a double that pamqp
+    can only write back as a single float. The message is dropped with a warning (as
+    the dead_letter module documents); the broker logs no error and carries on."""
+    client, _ = client_with_clock()
+    client.declare_queue(1, "dead")
+    client.declare_queue(1, "work", arguments={"x-dead-letter-exchange": "",
+                                               "x-dead-letter-routing-key": "dead"})
+    death = b"\x01v" + b"d" + struct.pack(">d", 1e300)                # {"v": 1e300}
+    array = b"F" + struct.pack(">I", len(death)) + death
+    table = b"\x07x-death" + b"A" + struct.pack(">I", len(array)) + array
+    properties = struct.pack(">H", 0x2000) + struct.pack(">I", len(table)) + table
+    client.connection.handle(InboundPublish(1, "", "work", False, False, properties, b"m"))
+    client.end_batch()
+    client.method(1, commands.Basic.Get(queue="work"))
+    with caplog.at_level(logging.WARNING):
+        replies = client.method(1, commands.Basic.Reject(delivery_tag=1, requeue=False))
+    assert close_code(replies) is None
+    assert not queue(client, "dead").ready
+    assert "event=dead_letter_dropped" in caplog.text
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
