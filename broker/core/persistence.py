@@ -9,7 +9,7 @@ that promise durability (confirms, Tx.CommitOk, Declare-Ok of durable entities).
 from dataclasses import dataclass, field
 from typing import Callable
 
-from storage.message_store import MEMORY_STORE, QueueStore
+from .message_store import MEMORY_STORE, QueueStore
 
 from .errors import precondition_failed
 

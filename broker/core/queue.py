@@ -6,7 +6,7 @@ from collections import deque
 
 from amqp_codec.field_table import text_value
 
-from storage.message_store import MEMORY_STORE, QueueStore
+from .message_store import MEMORY_STORE, QueueStore
 
 from .dead_letter import dead_letter_message
 from .message import Message, QueueEntry

@@ -7,7 +7,7 @@ from amqp_codec.reply_codes import ReplyCode
 
 from .errors import (ConnectionFailure, access_refused, not_found, precondition_failed,
                      resource_locked)
-from storage.message_store import MEMORY_STORE
+from .message_store import MEMORY_STORE
 
 from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
 from .message import Message

@@ -7,10 +7,10 @@ import shutil
 import uuid
 
 from broker.core.broker import Broker
-from broker.core.durable_store import DurableQueueStore
+from .durable_store import DurableQueueStore
 from broker.core.persistence import MetadataChange, Persistence
 from broker.core.stream_arguments import StreamRetention, is_stream
-from broker.core.stream_store import DurableStreamStore
+from .stream_store import DurableStreamStore
 from storage.metadata import MetadataStore
 from storage.queue_file import QueueFile
 from storage.stream_log import DEFAULT_MAX_SEGMENT_BYTES, StreamLog

@@ -31,9 +31,9 @@ from pamqp import commands
 from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
 from broker.core.broker import Broker
 from broker.core.connection import Connection
-from broker.core.durable_store import DurableQueueStore
+from broker.server.durable_store import DurableQueueStore
 from broker.core.persistence import Persistence
-from broker.core.stream_store import DurableStreamStore
+from broker.server.stream_store import DurableStreamStore
 from core_harness import Client
 from storage.queue_file import QueueFile
 from storage.stream_log import StreamLog

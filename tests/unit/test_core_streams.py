@@ -8,7 +8,7 @@ from pamqp import commands, header
 
 from broker.core.broker import Broker
 from broker.core.persistence import Persistence
-from broker.core.stream_store import DurableStreamStore
+from broker.server.stream_store import DurableStreamStore
 from core_harness import Client, close_code, deliveries, kinds
 from storage.stream_log import StreamLog
 

@@ -4,9 +4,8 @@ then calls `synced`, which lets consumers read what became durable)."""
 
 import time
 
+from broker.core.persistence import Persistence
 from storage.stream_log import StreamLog
-
-from .persistence import Persistence
 
 
 class DurableStreamStore:

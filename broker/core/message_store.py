@@ -2,7 +2,8 @@
 
 A queue hands every message it accepts to its store and tells the store when a message
 is settled (acked, or dropped). The in-memory store keeps nothing beyond the queue's own
-deque; the queue-file store (durable queues) will persist persistent messages here.
+deque. This is the core's port: the adapters over storage (queue files, stream logs)
+live in broker/server (durable_store.py, stream_store.py).
 """
 
 from typing import Protocol

@@ -6,9 +6,8 @@ the event loop before the confirms that depend on it, and `drop_files` after the
 deletion is committed to the metadata store.
 """
 
+from broker.core.persistence import Persistence
 from storage.queue_file import QueueFile
-
-from .persistence import Persistence
 
 
 class DurableQueueStore:
