@@ -31,10 +31,10 @@ from pamqp import commands
 from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
 from broker.core.broker import Broker
 from broker.core.connection import Connection
-from broker.server.durable_store import DurableQueueStore
 from broker.core.persistence import Persistence
+from broker.server.durable_store import DurableQueueStore
 from broker.server.stream_store import DurableStreamStore
-from core_harness import Client
+from core_harness import Client, RecordingTransport
 from storage.queue_file import QueueFile
 from storage.stream_log import StreamLog
 
@@ -70,24 +70,21 @@ class _Clock:
         return self.now
 
 
-class FuzzTransport:
+class FuzzTransport(RecordingTransport):
     """The Transport the core writes to: collects output and applies tuning to the
     decoder, as the socket transport does."""
 
     def __init__(self, decoder: Decoder):
+        super().__init__()
         self.decoder = decoder
-        self.writable = True
-        self.closed = False
-        self.output = bytearray()
-
-    def write(self, data) -> None:
-        self.output += b"".join(data) if type(data) is tuple else data
-
-    def close(self) -> None:
-        self.closed = True
 
     def tuned(self, frame_max: int, heartbeat: int) -> None:
+        super().tuned(frame_max, heartbeat)
         self.decoder.frame_max = frame_max
+
+    @property
+    def output(self) -> bytearray:
+        return self._data
 
 
 def new_broker(data_dir: str) -> Broker:

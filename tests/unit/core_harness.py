@@ -5,8 +5,8 @@ from pamqp import commands, frame as pamqp_frame, header, body as pamqp_body
 from amqp_codec import InboundMethod, InboundPublish, encode_properties
 from broker.core.broker import Broker
 from broker.core.connection import Connection
-from broker.server.durable_store import DurableQueueStore
 from broker.core.persistence import Persistence
+from broker.server.durable_store import DurableQueueStore
 from storage.queue_file import QueueFile
 
 
