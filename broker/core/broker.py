@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from amqp_codec.decoder import MAX_BODY_SIZE
 from broker import __version__
 
 from .auth import UserDatabase
@@ -36,7 +37,7 @@ class BrokerConfig:
     channel_max: int = 2047
     frame_max: int = 131072
     heartbeat: int = 60
-    max_message_size: int = 128 * 1024 * 1024
+    max_message_size: int = MAX_BODY_SIZE   # RabbitMQ's default, 128 MiB
     connection_max: int = 0                 # open connections (refused at Connection.Open)
     unauthenticated_connection_max: int = 0   # sockets still in the handshake
     handshake_timeout: float = 10.0         # seconds from accept to Connection.Open
