@@ -8,7 +8,9 @@ import uuid
 
 from broker.core.broker import Broker
 from .durable_store import DurableQueueStore
-from broker.core.persistence import MetadataChange, Persistence
+from broker.core.persistence import Persistence
+from broker.core.ports import (DeleteBinding, DeleteExchange, DeleteQueue, DropStoreFiles,
+                               JournalEntry, SaveBinding, SaveExchange, SaveQueue)
 from broker.core.stream_arguments import StreamRetention, is_stream
 from .stream_store import DurableStreamStore
 from storage.metadata import MetadataStore
@@ -44,19 +46,44 @@ class DurableStorage:
 
     # -- committing (worker thread) ---------------------------------------------------
 
-    def apply_changes(self, changes: list[MetadataChange]) -> None:
+    def apply_changes(self, changes: list[JournalEntry]) -> None:
         """Apply `changes` in order, each in its own transaction, removing each from the
         list once applied: if one fails, the list holds it and those after it."""
         applied = 0
         try:
             for change in changes:
-                if change.operation == "drop_queue_files":
-                    change.fields["store"].drop_files()
-                else:
-                    getattr(self.metadata, change.operation)(**change.fields)
+                self._apply(change)
                 applied += 1
         finally:
             del changes[:applied]
+
+    def _apply(self, entry: JournalEntry) -> None:
+        metadata = self.metadata
+        match entry:
+            case SaveExchange():
+                metadata.save_exchange(entry.vhost, entry.name, entry.type,
+                                       entry.auto_delete, entry.internal, entry.arguments)
+            case DeleteExchange():
+                metadata.delete_exchange(entry.vhost, entry.name)
+            case SaveQueue():
+                metadata.save_queue(entry.vhost, entry.name, entry.auto_delete,
+                                    entry.arguments, entry.queue_id)
+            case DeleteQueue():
+                metadata.delete_queue(entry.vhost, entry.name)
+            case SaveBinding():
+                metadata.save_binding(entry.vhost, entry.source, entry.destination_kind,
+                                      entry.destination, entry.routing_key,
+                                      entry.arguments)
+            case DeleteBinding():
+                metadata.delete_binding(entry.vhost, entry.source, entry.destination_kind,
+                                        entry.destination, entry.routing_key,
+                                        entry.arguments)
+            case DropStoreFiles():
+                entry.store.drop_files()
+            case _:
+                raise TypeError(
+                    f"no case for journal entry {entry!r} in DurableStorage._apply: "
+                    "every entry type of broker/core/ports.py needs one")
 
     @staticmethod
     def sync_stores(stores: list) -> int:
