@@ -7,19 +7,21 @@ import shutil
 import uuid
 
 from broker.core.broker import Broker
+from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from .durable_store import DurableQueueStore
 from broker.core.persistence import Persistence
 from broker.core.ports import (DeleteBinding, DeleteExchange, DeleteQueue, DropStoreFiles,
                                JournalEntry, SaveBinding, SaveExchange, SaveQueue)
 from broker.core.stream_arguments import StreamRetention, is_stream
 from .stream_store import DurableStreamStore
-from storage.metadata import MetadataStore
+from storage.metadata import MetadataStore, PasswordHash
 from storage.queue_file import QueueFile
 from storage.stream_log import DEFAULT_MAX_SEGMENT_BYTES, StreamLog
 
 log = logging.getLogger("warren.storage")
 
 QUEUES_DIRECTORY = "queues"
+GUEST_PASSWORD = "guest"   # RabbitMQ's default user, guest/guest, in a new metadata store
 MIN_SEGMENT_BYTES = 1024   # smaller x-stream-max-segment-size-bytes values are raised
 
 
@@ -29,7 +31,8 @@ class DurableStorage:
     def __init__(self, data_dir: str, metadata_url: str | None = None):
         self.queues_dir = os.path.join(data_dir, QUEUES_DIRECTORY)
         os.makedirs(self.queues_dir, exist_ok=True)
-        self.metadata = MetadataStore.open(metadata_url, data_dir)
+        guest_password = PasswordHash(hash_password(GUEST_PASSWORD), SHA256_ALGORITHM)
+        self.metadata = MetadataStore.open(metadata_url, data_dir, guest_password)
         self.persistence = Persistence(self.new_queue_store, self.new_stream_store)
 
     def new_queue_store(self, vhost: str, queue: str) -> DurableQueueStore:
