@@ -17,10 +17,8 @@ from typing import Protocol
 class JournalEntry:
     """One pending change to durable metadata (the base of the entries below)."""
 
-    __slots__ = ()
 
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SaveExchange(JournalEntry):
     vhost: str
     name: str
@@ -30,7 +28,7 @@ class SaveExchange(JournalEntry):
     arguments: dict
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DeleteExchange(JournalEntry):
     """Also deletes the bindings the exchange is the source or destination of."""
 
@@ -38,7 +36,7 @@ class DeleteExchange(JournalEntry):
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SaveQueue(JournalEntry):
     vhost: str
     name: str
@@ -47,7 +45,7 @@ class SaveQueue(JournalEntry):
     queue_id: str       # the store's id: names the queue's directory of files
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DeleteQueue(JournalEntry):
     """Also deletes the bindings to the queue."""
 
@@ -55,7 +53,7 @@ class DeleteQueue(JournalEntry):
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SaveBinding(JournalEntry):
     vhost: str
     source: str
@@ -65,7 +63,7 @@ class SaveBinding(JournalEntry):
     arguments: dict
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DeleteBinding(JournalEntry):
     vhost: str
     source: str
@@ -82,7 +80,7 @@ class StoreFiles(Protocol):
         """Remove the store's files (blocking: runs in the commit's worker thread)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DropStoreFiles(JournalEntry):
     """Recorded after the DeleteQueue of the queue whose store it is."""
 
