@@ -8,6 +8,7 @@ import time
 
 import trio
 
+from broker import __version__
 from broker.config import ConfigError, load_settings
 from broker.core.broker import Broker
 from broker.server.admission import default_connection_caps, raise_file_limit
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     _fill_connection_caps(settings.limits)
     os.makedirs(settings.data_dir, exist_ok=True)
     storage = DurableStorage(settings.data_dir, settings.metadata_url)
-    broker = Broker(settings.limits, persistence=storage.persistence)
+    broker = Broker(settings.limits, persistence=storage.persistence, version=__version__)
     storage.restore(broker)
     committer = GroupCommitter(storage.persistence, storage.apply_changes,
                                storage.sync_stores, storage.maintain_stores)

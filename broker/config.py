@@ -25,7 +25,22 @@ import tomllib
 from dataclasses import dataclass, field, fields
 
 from broker.core.broker import BrokerConfig
-from broker.server.alarms import AlarmLimits
+
+
+@dataclass
+class AlarmLimits:
+    """The `[alarms]` settings (the server's ResourceAlarm applies them)."""
+
+    memory_high_watermark: float = 0.4      # fraction of the machine's RAM
+    memory_high_watermark_absolute: int | None = None   # bytes; replaces the fraction
+    disk_free_limit: int = 50_000_000       # bytes that must stay free (RabbitMQ: 50 MB)
+    disk_reserve: int = 16 * 1024 * 1024    # bytes set aside for acks on a full disk
+
+    def memory_limit(self, total_memory: int) -> int:
+        """Bytes the broker may hold on a machine with `total_memory` bytes of RAM."""
+        if self.memory_high_watermark_absolute is not None:
+            return self.memory_high_watermark_absolute
+        return int(self.memory_high_watermark * total_memory)
 
 
 @dataclass

@@ -8,6 +8,8 @@ SQLite (the default, `<data_dir>/metadata.sqlite3`) or any SQLAlchemy URL, for e
 postgresql+psycopg://user@host/db. Conventions: `add_*` raises AlreadyExists for a name
 in use; naming a vhost or user that does not exist raises NotFound; `save_*` of
 something already saved is a no-op; `delete_*` returns whether something was deleted.
+Password hashes are made and checked by the broker (broker/core/passwords.py) and kept
+here as given (`PasswordHash`).
 """
 
 import json
@@ -21,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import URL, make_url
 
-from storage import migrations, passwords
+from storage import migrations
 from storage.schema import (
     DESTINATION_KINDS, arguments_digest, bindings, decode_arguments, encode_arguments,
     exchanges, queues, users, vhosts,
@@ -33,7 +35,6 @@ SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
                   "busy_timeout=5000")
 DEFAULT_VHOST = "/"
 DEFAULT_USER = "guest"
-DEFAULT_PASSWORD = "guest"
 FULL_ACCESS = ".*"
 
 
@@ -47,6 +48,17 @@ class NotFound(MetadataError, LookupError):
 
 class AlreadyExists(MetadataError):
     """A vhost or user of that name exists already."""
+
+
+@dataclass(frozen=True)
+class PasswordHash:
+    """A salted password hash and the name of its algorithm, made by the broker: the
+    store keeps it as given and never reads it."""
+    text: str
+    algorithm: str
+
+
+NO_PASSWORD = PasswordHash("", "")   # stored for a user without one: no password login
 
 
 @dataclass(frozen=True)
@@ -152,14 +164,16 @@ class MetadataStore:
         self._engine = engine
 
     @classmethod
-    def open(cls, url: str | None, data_dir: str) -> "MetadataStore":
+    def open(cls, url: str | None, data_dir: str,
+             guest_password: PasswordHash) -> "MetadataStore":
         """Open (creating or upgrading) the database; a new one gets RabbitMQ's
-        defaults: vhost "/" and user guest/guest (administrator) with full access."""
+        defaults: vhost "/" and user guest (administrator) with full access, whose
+        password is `guest_password` (the broker's hash of "guest")."""
         engine = create_metadata_engine(url, data_dir)
         try:
             with engine.begin() as connection:
                 if migrations.upgrade_connection(connection) == 0:
-                    _seed_defaults(connection)
+                    _seed_defaults(connection, guest_password)
         except BaseException:
             engine.dispose()
             raise
@@ -196,7 +210,8 @@ class MetadataStore:
 
     # --- users and permissions ----------------------------------------------------------
 
-    def add_user(self, name: str, password: str | None, tags: Iterable[str] = ()) -> None:
+    def add_user(self, name: str, password: PasswordHash | None,
+                 tags: Iterable[str] = ()) -> None:
         """Add a user; password None means the user cannot log in with a password."""
         with self._engine.begin() as connection:
             _insert_user(connection, name, password, tags)
@@ -205,15 +220,6 @@ class MetadataStore:
         """Delete the user with its permissions."""
         with self._engine.begin() as connection:
             return _deleted(connection.execute(delete(users).where(users.c.name == name)))
-
-    def check_password(self, name: str, password: str) -> bool:
-        with self._engine.begin() as connection:
-            row = connection.execute(
-                select(users.c.password_hash, users.c.hashing_algorithm)
-                .where(users.c.name == name)).first()
-        if row is None:
-            return False
-        return passwords.verify_password(password, row.password_hash, row.hashing_algorithm)
 
     def list_users(self) -> list[UserRecord]:
         with self._engine.begin() as connection:
@@ -372,9 +378,9 @@ class MetadataStore:
 
 # --- statements shared by the methods (each runs inside the caller's transaction) ------
 
-def _seed_defaults(connection: Connection) -> None:
+def _seed_defaults(connection: Connection, guest_password: PasswordHash) -> None:
     vhost_id = _insert_vhost(connection, DEFAULT_VHOST)
-    user_id = _insert_user(connection, DEFAULT_USER, DEFAULT_PASSWORD, ("administrator",))
+    user_id = _insert_user(connection, DEFAULT_USER, guest_password, ("administrator",))
     _set_permissions(connection, user_id, vhost_id, FULL_ACCESS, FULL_ACCESS, FULL_ACCESS)
 
 
@@ -384,16 +390,16 @@ def _insert_vhost(connection: Connection, name: str) -> int:
     return connection.execute(insert(vhosts).values(name=name)).inserted_primary_key[0]
 
 
-def _insert_user(connection: Connection, name: str, password: str | None,
+def _insert_user(connection: Connection, name: str, password: PasswordHash | None,
                  tags: Iterable[str]) -> int:
     if isinstance(tags, str):
         raise TypeError("tags must be an iterable of str, not one str")
     if connection.scalar(select(users.c.id).where(users.c.name == name)) is not None:
         raise AlreadyExists(f"user '{name}' already exists")
-    password_hash = "" if password is None else passwords.hash_password(password)
+    if password is None:
+        password = NO_PASSWORD
     return connection.execute(insert(users).values(
-        name=name, password_hash=password_hash,
-        hashing_algorithm=passwords.SHA256_ALGORITHM,
+        name=name, password_hash=password.text, hashing_algorithm=password.algorithm,
         tags_json=json.dumps(list(tags)))).inserted_primary_key[0]
 
 

@@ -24,6 +24,7 @@ import shutil
 import threading
 from dataclasses import dataclass
 
+from .names import decode_name, encode_name
 from .record import (FLAG_PERSISTENT, FLAG_REDELIVERED, KIND_ACK, KIND_DELIVERED,
                      KIND_MESSAGE, RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, append_marker,
                      append_message, decode_message, decode_segment_header,
@@ -102,18 +103,6 @@ def segment_numbers(directory: str) -> list[int]:
         if suffix == SEGMENT_SUFFIX and stem.isdigit():
             numbers.append(int(stem))
     return sorted(numbers)
-
-
-def _encode_name(value) -> bytes:
-    if isinstance(value, str):
-        value = value.encode("utf-8", "surrogateescape")
-    if len(value) > 255:
-        raise ValueError(f"exchange and routing key are at most 255 bytes, got {len(value)}")
-    return value
-
-
-def _decode_name(value: bytes) -> str:
-    return value.decode("utf-8", "surrogateescape")
 
 
 def _fsync_directory(path: str) -> None:
@@ -228,8 +217,8 @@ class QueueFile:
 
         `persistent=False` writes the record for paging only: recovery discards it.
         """
-        exchange = _encode_name(exchange)
-        routing_key = _encode_name(routing_key)
+        exchange = encode_name(exchange)
+        routing_key = encode_name(routing_key)
         flags = (FLAG_REDELIVERED if redelivered else 0) | (FLAG_PERSISTENT if persistent else 0)
         with self._lock:
             if self._dropped:
@@ -809,8 +798,8 @@ class QueueFile:
             if redelivered:
                 self._delivered.add(seq)
             exchange, routing_key, properties, body = fields[seq]
-            messages.append(RecoveredMessage(seq, _decode_name(exchange),
-                                             _decode_name(routing_key), properties, body,
+            messages.append(RecoveredMessage(seq, decode_name(exchange),
+                                             decode_name(routing_key), properties, body,
                                              redelivered))
         for number, seqs in acks_in.items():
             segment = self._segments[number]

@@ -31,6 +31,7 @@ import zlib
 from array import array
 from typing import NamedTuple
 
+from .names import decode_name, encode_name
 from .queue_file import (StorageError, _fsync_directory, _make_directory,
                          create_segment_file, segment_name, segment_numbers)
 from .record import (CRC_START, KIND_STREAM, MIN_STREAM_PAYLOAD, RECORD_HEADER_SIZE,
@@ -76,18 +77,6 @@ class StreamRecord(NamedTuple):
     routing_key: str
     properties: bytes
     body: bytes
-
-
-def _encode_name(value) -> bytes:
-    if isinstance(value, str):
-        value = value.encode("utf-8", "surrogateescape")
-    if len(value) > 255:
-        raise ValueError(f"names are at most 255 bytes, got {len(value)}")
-    return bytes(value)
-
-
-def _decode_name(value) -> str:
-    return bytes(value).decode("utf-8", "surrogateescape")
 
 
 def _pack_int64s(values: array) -> bytes:
@@ -413,12 +402,12 @@ class StreamLog:
         if exchange == cached[0]:
             exchange = cached[1]
         else:
-            self._exchange_cache = (exchange, exchange := _encode_name(exchange))
+            self._exchange_cache = (exchange, exchange := encode_name(exchange))
         cached = self._routing_key_cache
         if routing_key == cached[0]:
             routing_key = cached[1]
         else:
-            self._routing_key_cache = (routing_key, routing_key := _encode_name(routing_key))
+            self._routing_key_cache = (routing_key, routing_key := encode_name(routing_key))
         with self._lock:
             if self._dropped:
                 return -1
@@ -438,7 +427,7 @@ class StreamLog:
         with the next `sync`. Memory only."""
         if not isinstance(name, str):
             raise TypeError("a consumer name is a str")
-        if len(_encode_name(name)) == 0:
+        if len(encode_name(name)) == 0:
             raise ValueError("a consumer name must not be empty")
         with self._lock:
             if not 0 <= offset < self._next_offset:
@@ -665,10 +654,10 @@ class StreamLog:
                     exchange, routing_key, properties, body = fields
                     exchange_name = names.get(exchange)
                     if exchange_name is None:
-                        exchange_name = names[exchange] = _decode_name(exchange)
+                        exchange_name = names[exchange] = decode_name(exchange)
                     key_name = names.get(routing_key)
                     if key_name is None:
-                        key_name = names[routing_key] = _decode_name(routing_key)
+                        key_name = names[routing_key] = decode_name(routing_key)
                     out.append(_new_tuple(StreamRecord, (
                         record_offset, timestamp / 1000, exchange_name, key_name,
                         properties, body)))
@@ -940,7 +929,7 @@ class StreamLog:
             self._directory_exists = True
         parts = [_OFFSETS_HEAD.pack(OFFSETS_MAGIC, _FILE_VERSION, 0, len(consumers))]
         for name, offset in consumers.items():
-            encoded = _encode_name(name)
+            encoded = encode_name(name)
             parts += (len(encoded).to_bytes(1, "big"), encoded, _OFFSET_ENTRY.pack(offset))
         data = b"".join(parts)
         data += _U32.pack(zlib.crc32(data))
@@ -964,7 +953,7 @@ class StreamLog:
             position = _OFFSETS_HEAD.size
             for _ in range(entries):
                 length = data[position]
-                name = _decode_name(data[position + 1:position + 1 + length])
+                name = decode_name(data[position + 1:position + 1 + length])
                 (offset,) = _OFFSET_ENTRY.unpack_from(data, position + 1 + length)
                 consumers[name] = offset
                 position += 1 + length + _OFFSET_ENTRY.size
@@ -1144,5 +1133,5 @@ def _timestamp_of(record: tuple) -> int:
 def _cached_name(names: dict, value) -> str:
     text = names.get(value)
     if text is None:
-        text = names[value] = _decode_name(value)
+        text = names[value] = decode_name(value)
     return text

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Warren broker subprocess on an ephemeral loopback port.
+"""Shared fixtures: a real Warren broker subprocess on an ephemeral loopback port, and a
+throwaway PostgreSQL server (`postgres_server`, tests/postgres_support.py).
 
 Set WARREN_TEST_BROKER=host:port to run the integration tests against another broker
 (for example RabbitMQ on 127.0.0.1:5673) and compare behaviour.
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import settings
 
 from broker_process import BrokerProcess
+from postgres_support import postgres_server  # noqa: F401  (session fixture)
 
 settings.register_profile("warren", deadline=None)
 settings.load_profile("warren")

@@ -1,10 +1,11 @@
 """Users and SASL mechanisms (PLAIN, AMQPLAIN). Passwords are kept as salted hashes
-in RabbitMQ's format (storage.passwords); plain passwords are never stored."""
+in RabbitMQ's format (passwords.py); plain passwords are never stored."""
 
 import struct
 
 from amqp_codec.field_table import TableError, decode_table
-from storage.passwords import SHA256_ALGORITHM, hash_password, verify_password
+
+from .passwords import SHA256_ALGORITHM, hash_password, verify_password
 
 MECHANISMS = ("PLAIN", "AMQPLAIN")
 

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from amqp_codec.decoder import MAX_BODY_SIZE
-from broker import __version__
 
 from .auth import UserDatabase
 from .direct_reply import DirectReplies
@@ -48,8 +47,9 @@ class Broker:
 
     def __init__(self, config: BrokerConfig | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 persistence: Persistence | None = None):
+                 persistence: Persistence | None = None, version: str = "unknown"):
         self.config = config or BrokerConfig()
+        self.version = version   # advertised in Connection.Start (the package's version)
         self.scheduler = Scheduler(clock)
         self.persistence = persistence or Persistence()
         self.vhosts: dict[str, VirtualHost] = {}
@@ -68,7 +68,7 @@ class Broker:
     def server_properties(self) -> dict:
         return {
             "product": "Warren",
-            "version": __version__,
+            "version": self.version,
             "platform": f"Python {platform.python_version()}",
             "copyright": "Warren contributors",
             "information": "An AMQP 0-9-1 broker in Python",

@@ -15,7 +15,6 @@ become Basic.Nack, and a durable reply becomes a Channel.Close (406) of its chan
 
 import logging
 from collections import deque
-from typing import Protocol
 
 from pamqp import commands
 
@@ -28,6 +27,7 @@ from .auth import (MECHANISMS, AuthenticationFailure, UndecodableCredentials,
 from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
+from .ports import Transport
 from .queue import FLOW_RESUME
 
 log = logging.getLogger("warren.connection")
@@ -36,22 +36,6 @@ FRAME_MIN_SIZE = 4096
 _LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For details see "
                   "the broker logfile.")
 PUBLISH_IDS = (60, 40)
-
-
-class Transport(Protocol):
-    """What the core needs from the socket side."""
-
-    writable: bool   # False while the outgoing buffer is above its high-water mark
-
-    def write(self, data: bytes | tuple) -> None:
-        """Send bytes, or a tuple of bytes-like parts in order (large message bodies,
-        written without being copied)."""
-
-    def close(self) -> None:
-        """Flush what was written, then close the socket."""
-
-    def tuned(self, frame_max: int, heartbeat: int) -> None:
-        """Negotiation finished: enforce frame_max on input, start heartbeats."""
 
 
 class Connection:

@@ -1,25 +1,17 @@
 """What the core asks of durable storage, without doing any I/O itself.
 
 Durable queues get their QueueStore from `store_factory`. Changes to durable metadata
-(exchanges, queues, bindings) are recorded as `MetadataChange`s. Both count as writes:
-the server commits them (SQL, fsync) off the event loop, and only then sends the replies
-that promise durability (confirms, Tx.CommitOk, Declare-Ok of durable entities).
+(exchanges, queues, bindings) are recorded as journal entries (ports.py). Both count as
+writes: the server commits them (SQL, fsync) off the event loop, and only then sends the
+replies that promise durability (confirms, Tx.CommitOk, Declare-Ok of durable entities).
 """
 
-from dataclasses import dataclass, field
 from typing import Callable
 
 from .message_store import MEMORY_STORE, QueueStore
 
 from .errors import precondition_failed
-
-
-@dataclass(frozen=True)
-class MetadataChange:
-    """One call to make on the metadata store, e.g. ("save_queue", {...})."""
-
-    operation: str
-    fields: dict = field(default_factory=dict)
+from .ports import JournalEntry
 
 
 def _memory_store(vhost: str, queue: str) -> QueueStore:
@@ -43,11 +35,12 @@ class Persistence:
         self.writes = 0                  # ever-increasing count of pending-or-done writes
         self.durable = 0                 # how many of them are on disk
         self._waiting: dict = {}         # connections holding output for later writes
-        self._changes: list[MetadataChange] = []
+        self._changes: list[JournalEntry] = []
         self._dirty_stores: dict = {}
 
-    def record(self, operation: str, **fields) -> None:
-        self._changes.append(MetadataChange(operation, fields))
+    def record(self, entry: JournalEntry) -> None:
+        """A change to durable metadata, applied by the next commit."""
+        self._changes.append(entry)
         self.writes += 1
 
     def store_written(self, store) -> None:
@@ -92,10 +85,10 @@ class Persistence:
                 except Exception as error:   # that connection fails, the commit stands
                     connection.fail(error)
 
-    def failed(self, changes: list[MetadataChange], stores: list, writes: int,
+    def failed(self, changes: list[JournalEntry], stores: list, writes: int,
                reason: str) -> None:
         """A commit of the first `writes` writes failed (called on the event loop):
-        `changes` are the metadata changes it did not apply, `stores` those it tried to
+        `changes` are the journal entries it did not apply, `stores` those it tried to
         sync. Both go back into the journal for the next commit (the stores buffered
         what they could not write again); connections waiting for these writes get
         their output released refused (nacks, channel errors)."""
@@ -114,7 +107,7 @@ class Persistence:
     def has_pending(self) -> bool:
         return bool(self._changes or self._dirty_stores)
 
-    def take_pending(self) -> tuple[list[MetadataChange], list, int]:
+    def take_pending(self) -> tuple[list[JournalEntry], list, int]:
         """Everything written so far, for one commit: (changes, stores, writes)."""
         changes, self._changes = self._changes, []
         stores, self._dirty_stores = list(self._dirty_stores), {}

@@ -16,6 +16,8 @@ from .queue_arguments import validate_queue_arguments
 from .stream_arguments import StreamRetention, is_stream, validate_stream_declaration
 from .stream_queue import StreamQueue
 from .persistence import Persistence
+from .ports import (DeleteBinding, DeleteExchange, DeleteQueue, SaveBinding,
+                    SaveExchange, SaveQueue)
 from .scheduler import Scheduler
 
 QUEUE_CLASSES = (Queue, StreamQueue)
@@ -98,9 +100,9 @@ class VirtualHost:
         exchange = exchange_class(name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = exchange
         if durable:
-            self.persistence.record("save_exchange", vhost=self.name, name=name, type=kind,
-                                    auto_delete=auto_delete, internal=internal,
-                                    arguments=dict(arguments or {}))
+            self.persistence.record(SaveExchange(
+                vhost=self.name, name=name, type=kind, auto_delete=auto_delete,
+                internal=internal, arguments=dict(arguments or {})))
         return exchange
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
@@ -125,25 +127,27 @@ class VirtualHost:
             other.unbind_destination(exchange)
         del self.exchanges[exchange.name]
         if exchange.durable:
-            self.persistence.record("delete_exchange", vhost=self.name, name=exchange.name)
+            self.persistence.record(DeleteExchange(vhost=self.name, name=exchange.name))
 
     def bind(self, destination, exchange_name: str, routing_key: str,
              arguments: dict) -> None:
         exchange = self._bindable(exchange_name)
         exchange.validate_binding(arguments)
         if exchange.bind(destination, routing_key, arguments):
-            self._record_binding("save_binding", exchange, destination, routing_key,
+            self._record_binding(SaveBinding, exchange, destination, routing_key,
                                  arguments)
 
-    def _record_binding(self, operation: str, exchange: Exchange, destination,
+    def _record_binding(self, entry_type: type, exchange: Exchange, destination,
                         routing_key: str, arguments: dict) -> None:
-        """Durable bindings (durable source and destination) go to the metadata store."""
+        """Durable bindings (durable source and destination) go to the metadata store,
+        as an `entry_type` (SaveBinding or DeleteBinding) journal entry."""
         if not (exchange.durable and _persisted(destination)):
             return
         kind = "queue" if isinstance(destination, QUEUE_CLASSES) else "exchange"
-        self.persistence.record(operation, vhost=self.name, source=exchange.name,
-                                destination_kind=kind, destination=destination.name,
-                                routing_key=routing_key, arguments=dict(arguments or {}))
+        self.persistence.record(entry_type(
+            vhost=self.name, source=exchange.name, destination_kind=kind,
+            destination=destination.name, routing_key=routing_key,
+            arguments=dict(arguments or {})))
 
     def unbind(self, destination, exchange_name: str, routing_key: str,
                arguments: dict) -> None:
@@ -152,7 +156,7 @@ class VirtualHost:
         exchange = self.exchanges.get(exchange_name)
         if exchange is None or not exchange.unbind(destination, routing_key, arguments):
             return   # unbinding what is not bound succeeds, as in RabbitMQ 3.x
-        self._record_binding("delete_binding", exchange, destination, routing_key,
+        self._record_binding(DeleteBinding, exchange, destination, routing_key,
                              arguments)
         if exchange.auto_delete and not exchange.bindings:
             self._remove_exchange(exchange)
@@ -205,10 +209,9 @@ class VirtualHost:
         self.default_exchange.bind(queue, name, None)
         queue.touch()
         if persisted:
-            self.persistence.record("save_queue", vhost=self.name, name=name,
-                                    auto_delete=auto_delete,
-                                    arguments=dict(arguments),
-                                    queue_id=store.store_id)
+            self.persistence.record(SaveQueue(
+                vhost=self.name, name=name, auto_delete=auto_delete,
+                arguments=dict(arguments), queue_id=store.store_id))
         return queue
 
     def _check_queue_equivalent(self, queue: Queue, durable: bool, exclusive: bool,
@@ -246,7 +249,7 @@ class VirtualHost:
             if exchange.auto_delete and not exchange.bindings and exchange.name:
                 self._remove_exchange(exchange)
         if _persisted(queue):
-            self.persistence.record("delete_queue", vhost=self.name, name=queue.name)
+            self.persistence.record(DeleteQueue(vhost=self.name, name=queue.name))
         for consumer in list(queue.consumers):
             consumer.channel.consumer_cancelled_by_broker(consumer)
         queue.consumers.clear()

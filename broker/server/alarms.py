@@ -12,28 +12,15 @@ the disk; a failed write raises it at once."""
 import logging
 import os
 import threading
-from dataclasses import dataclass
 
 import trio
 
+from broker.config import AlarmLimits
 from storage.disk_reserve import DiskReserve
 
 log = logging.getLogger("warren.server")
 
 CHECK_INTERVAL = 1.0
-
-
-@dataclass
-class AlarmLimits:
-    memory_high_watermark: float = 0.4      # fraction of the machine's RAM
-    memory_high_watermark_absolute: int | None = None   # bytes; replaces the fraction
-    disk_free_limit: int = 50_000_000       # bytes that must stay free (RabbitMQ: 50 MB)
-    disk_reserve: int = 16 * 1024 * 1024    # bytes set aside for acks on a full disk
-
-    def memory_limit(self) -> int:
-        if self.memory_high_watermark_absolute is not None:
-            return self.memory_high_watermark_absolute
-        return int(self.memory_high_watermark * total_memory())
 
 
 def held_memory(broker, transports) -> int:
@@ -128,7 +115,7 @@ class ResourceAlarm:
 
     def __init__(self, limits: AlarmLimits, data_dir: str, on_change, read_memory,
                  read_disk=free_disk):
-        self.memory_limit = limits.memory_limit()
+        self.memory_limit = limits.memory_limit(total_memory())
         reserve = None
         if limits.disk_reserve:
             reserve = DiskReserve(data_dir, limits.disk_reserve)

@@ -26,7 +26,7 @@ class GroupCommitter:
     def __init__(self, persistence: Persistence, apply_changes, sync_stores,
                  maintain_stores):
         self.persistence = persistence
-        self._apply_changes = apply_changes   # blocking: list[MetadataChange] -> None
+        self._apply_changes = apply_changes   # blocking: list[JournalEntry] -> None
         self._sync_stores = sync_stores       # blocking: list[store] -> None
         self._maintain_stores = maintain_stores  # blocking: list[store] -> unfinished
         self._synced_since_maintenance: dict = {}

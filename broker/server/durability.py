@@ -7,17 +7,21 @@ import shutil
 import uuid
 
 from broker.core.broker import Broker
+from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from .durable_store import DurableQueueStore
-from broker.core.persistence import MetadataChange, Persistence
+from broker.core.persistence import Persistence
+from broker.core.ports import (DeleteBinding, DeleteExchange, DeleteQueue, DropStoreFiles,
+                               JournalEntry, SaveBinding, SaveExchange, SaveQueue)
 from broker.core.stream_arguments import StreamRetention, is_stream
 from .stream_store import DurableStreamStore
-from storage.metadata import MetadataStore
+from storage.metadata import MetadataStore, PasswordHash
 from storage.queue_file import QueueFile
 from storage.stream_log import DEFAULT_MAX_SEGMENT_BYTES, StreamLog
 
 log = logging.getLogger("warren.storage")
 
 QUEUES_DIRECTORY = "queues"
+GUEST_PASSWORD = "guest"   # RabbitMQ's default user, guest/guest, in a new metadata store
 MIN_SEGMENT_BYTES = 1024   # smaller x-stream-max-segment-size-bytes values are raised
 
 
@@ -27,7 +31,8 @@ class DurableStorage:
     def __init__(self, data_dir: str, metadata_url: str | None = None):
         self.queues_dir = os.path.join(data_dir, QUEUES_DIRECTORY)
         os.makedirs(self.queues_dir, exist_ok=True)
-        self.metadata = MetadataStore.open(metadata_url, data_dir)
+        guest_password = PasswordHash(hash_password(GUEST_PASSWORD), SHA256_ALGORITHM)
+        self.metadata = MetadataStore.open(metadata_url, data_dir, guest_password)
         self.persistence = Persistence(self.new_queue_store, self.new_stream_store)
 
     def new_queue_store(self, vhost: str, queue: str) -> DurableQueueStore:
@@ -44,19 +49,44 @@ class DurableStorage:
 
     # -- committing (worker thread) ---------------------------------------------------
 
-    def apply_changes(self, changes: list[MetadataChange]) -> None:
+    def apply_changes(self, changes: list[JournalEntry]) -> None:
         """Apply `changes` in order, each in its own transaction, removing each from the
         list once applied: if one fails, the list holds it and those after it."""
         applied = 0
         try:
             for change in changes:
-                if change.operation == "drop_queue_files":
-                    change.fields["store"].drop_files()
-                else:
-                    getattr(self.metadata, change.operation)(**change.fields)
+                self._apply(change)
                 applied += 1
         finally:
             del changes[:applied]
+
+    def _apply(self, entry: JournalEntry) -> None:
+        metadata = self.metadata
+        match entry:
+            case SaveExchange():
+                metadata.save_exchange(entry.vhost, entry.name, entry.type,
+                                       entry.auto_delete, entry.internal, entry.arguments)
+            case DeleteExchange():
+                metadata.delete_exchange(entry.vhost, entry.name)
+            case SaveQueue():
+                metadata.save_queue(entry.vhost, entry.name, entry.auto_delete,
+                                    entry.arguments, entry.queue_id)
+            case DeleteQueue():
+                metadata.delete_queue(entry.vhost, entry.name)
+            case SaveBinding():
+                metadata.save_binding(entry.vhost, entry.source, entry.destination_kind,
+                                      entry.destination, entry.routing_key,
+                                      entry.arguments)
+            case DeleteBinding():
+                metadata.delete_binding(entry.vhost, entry.source, entry.destination_kind,
+                                        entry.destination, entry.routing_key,
+                                        entry.arguments)
+            case DropStoreFiles():
+                entry.store.drop_files()
+            case _:
+                raise TypeError(
+                    f"no case for journal entry {entry!r} in DurableStorage._apply: "
+                    "every entry type of broker/core/ports.py needs one")
 
     @staticmethod
     def sync_stores(stores: list) -> int:

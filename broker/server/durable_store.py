@@ -7,6 +7,7 @@ deletion is committed to the metadata store.
 """
 
 from broker.core.persistence import Persistence
+from broker.core.ports import DropStoreFiles
 from storage.queue_file import QueueFile
 
 
@@ -52,7 +53,7 @@ class DurableQueueStore:
     def drop(self) -> None:
         """The queue is deleted: its files go once the deletion is committed."""
         self.dropped = True
-        self.persistence.record("drop_queue_files", store=self)
+        self.persistence.record(DropStoreFiles(self))
 
     def synced(self) -> None:
         """After a commit: nothing waits on the event loop for a queue file's sync."""

@@ -7,10 +7,11 @@ import signal
 import trio
 
 from amqp_codec.reply_codes import ReplyCode
+from broker.config import AlarmLimits
 from broker.core.broker import Broker
 
 from .admission import SUMMARY_INTERVAL, Admission
-from .alarms import AlarmLimits, ResourceAlarm, held_memory
+from .alarms import ResourceAlarm, held_memory
 from .committer import GroupCommitter
 from .transport import DrainSignal, SocketTransport
 

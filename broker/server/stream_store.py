@@ -5,6 +5,7 @@ then calls `synced`, which lets consumers read what became durable)."""
 import time
 
 from broker.core.persistence import Persistence
+from broker.core.ports import DropStoreFiles
 from storage.stream_log import StreamLog
 
 
@@ -44,7 +45,7 @@ class DurableStreamStore:
     def drop(self) -> None:
         """The stream is deleted: its files go once the deletion is committed."""
         self.dropped = True
-        self.persistence.record("drop_queue_files", store=self)
+        self.persistence.record(DropStoreFiles(self))
 
     # -- blocking, in the committer's worker thread -----------------------------------
 

@@ -5,6 +5,7 @@ import sys
 
 import pika
 
+from broker import __version__
 from broker_process import BrokerProcess
 
 SERVE = [sys.executable, "-m", "broker", "serve"]
@@ -46,3 +47,14 @@ def test_configuration_file_sets_the_tune_limits(tmp_path):
     finally:
         broker.kill()
     assert (tmp_path / "data").is_dir()
+
+
+def test_the_broker_advertises_its_package_version(broker_factory):
+    running = broker_factory()
+    connection = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", running.port))
+    try:
+        properties = connection._impl.server_properties
+    finally:
+        connection.close()
+    assert (properties["product"], properties["version"]) == ("Warren", __version__)

@@ -3,7 +3,8 @@
 import trio
 import trio.testing
 
-from broker.server.alarms import AlarmLimits, ResourceAlarm, total_memory
+from broker.config import AlarmLimits
+from broker.server.alarms import ResourceAlarm, total_memory
 
 
 def make_alarm(readings):
@@ -68,7 +69,10 @@ def test_a_failing_reading_keeps_the_alarm_running_and_is_logged_once(caplog):
                       "event=alarm_reading_recovered", "event=resource_alarm"]
 
 
-def test_the_absolute_watermark_replaces_the_fraction_of_ram():
-    assert AlarmLimits(memory_high_watermark_absolute=5_000_000).memory_limit() == 5_000_000
-    fraction = AlarmLimits(memory_high_watermark=0.5).memory_limit()
-    assert fraction == int(0.5 * total_memory())
+def test_the_absolute_watermark_replaces_the_fraction_of_ram(tmp_path):
+    absolute = AlarmLimits(memory_high_watermark_absolute=5_000_000)
+    assert absolute.memory_limit(total_memory=64_000_000) == 5_000_000
+    assert AlarmLimits(memory_high_watermark=0.5).memory_limit(64_000_000) == 32_000_000
+    alarm = ResourceAlarm(AlarmLimits(memory_high_watermark=0.5), str(tmp_path),
+                          lambda raised: None, read_memory=lambda: 0)
+    assert alarm.memory_limit == int(0.5 * total_memory())      # of this machine

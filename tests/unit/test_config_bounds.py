@@ -21,7 +21,7 @@ def test_sizes_are_read_from_the_file(tmp_path):
     settings = settings_from(tmp_path, "[limits]\nmax_message_size = 1000\n"
                                        "[alarms]\nmemory_high_watermark_absolute = 5000000\n")
     assert settings.limits.max_message_size == 1000
-    assert settings.alarms.memory_limit() == 5_000_000
+    assert settings.alarms.memory_limit(total_memory=64_000_000) == 5_000_000
 
 
 @pytest.mark.parametrize("text, name", [

@@ -7,6 +7,7 @@ from amqp_codec import InboundMethod, InboundPublish, encode_properties
 from amqp_codec.properties import delivery_mode
 from broker.core.broker import Broker
 from broker.core.persistence import Persistence
+from broker.core.ports import SaveBinding, SaveQueue
 from core_harness import Client, kinds
 
 
@@ -60,7 +61,7 @@ def test_durable_declare_ok_is_held_until_the_commit():
     client.connection.end_of_batch()
     assert client.transport.frames() == []
     changes, _, writes = persistence.take_pending()
-    assert [change.operation for change in changes] == ["save_queue"]
+    assert [type(change) for change in changes] == [SaveQueue]
     persistence.committed([], writes)
     assert kinds(client.transport.frames()) == [(1, commands.Queue.DeclareOk)]
 
@@ -104,8 +105,8 @@ def test_durable_bindings_are_recorded_and_transient_ones_are_not():
     client.method(1, commands.Queue.Bind(queue="d", exchange="dx", routing_key="k"))
     client.method(1, commands.Queue.Bind(queue="t", exchange="dx", routing_key="k"))
     changes, _, _ = persistence.take_pending()
-    assert [(change.operation, change.fields["destination"]) for change in changes] == [
-        ("save_binding", "d")]
+    assert [(type(change), change.destination) for change in changes] == [
+        (SaveBinding, "d")]
 
 
 def test_replies_after_a_held_one_wait_behind_it():
@@ -238,7 +239,7 @@ def test_a_failed_commit_refuses_a_durable_declare_and_closes_only_its_channel()
     assert (close.reply_code, close.class_id, close.method_id) == (406, 50, 10)
     assert "disk" in close.reply_text and "No space left on device" in close.reply_text
     assert 1 not in client.connection.channels and 2 in client.connection.channels
-    assert [c.operation for c in persistence.take_pending()[0]] == ["save_queue"]
+    assert [type(c) for c in persistence.take_pending()[0]] == [SaveQueue]
     assert handle(client, 1, commands.Channel.CloseOk()) == []
     client.open_channel(1)                  # the number can be used again
 

@@ -8,6 +8,7 @@ from pamqp import commands, header
 
 from broker.core.broker import Broker
 from broker.core.persistence import Persistence
+from broker.core.ports import DeleteQueue, DropStoreFiles
 from broker.server.stream_store import DurableStreamStore
 from core_harness import Client, close_code, deliveries, kinds
 from storage.stream_log import StreamLog
@@ -240,5 +241,4 @@ def test_deleting_a_stream_drops_its_log(streams):
     (_, ok), = client.method(1, commands.Queue.Delete(queue="s"))
     assert ok.message_count == 0                # as RabbitMQ reports for streams
     changes, _, _ = streams.persistence.take_pending()
-    assert [change.operation for change in changes] == ["delete_queue",
-                                                        "drop_queue_files"]
+    assert [type(change) for change in changes] == [DeleteQueue, DropStoreFiles]

@@ -10,12 +10,13 @@ import trio
 from pamqp import commands, frame as pamqp_frame
 
 from amqp_codec import PROTOCOL_HEADER
+from broker.config import AlarmLimits
 from broker.core import channel as channel_module
 from broker.core import dispatch, queue as queue_module
 from broker.core.broker import Broker
 from broker.core.scheduler import Scheduler
 from broker.server.admission import Admission
-from broker.server.alarms import AlarmLimits, ResourceAlarm
+from broker.server.alarms import ResourceAlarm
 from broker.server.transport import DrainSignal, SocketTransport
 from core_harness import Client, close_code
 

@@ -6,6 +6,7 @@ import threading
 import trio
 
 from broker.core.persistence import Persistence
+from broker.core.ports import DeleteExchange, DeleteQueue
 from broker.server.committer import GroupCommitter
 
 
@@ -158,21 +159,21 @@ def test_metadata_changes_a_failed_commit_did_not_apply_are_applied_next_in_orde
 
     def apply_changes(changes):         # as DurableStorage: removes what it applied
         while changes:
-            if changes[0].operation == "save_queue" and full[0]:
+            if isinstance(changes[0], DeleteQueue) and full[0]:
                 full[0] = False
                 raise OSError(28, "database or disk is full")
-            applied.append(changes.pop(0).fields["name"])
+            applied.append(changes.pop(0).name)
 
     committer = GroupCommitter(persistence, apply_changes, lambda stores: 0,
                                lambda stores: [])
 
     async def main():
-        persistence.record("save_exchange", name="x")
-        persistence.record("save_queue", name="q")
-        persistence.record("save_binding", name="b")
+        persistence.record(DeleteExchange("/", "x"))
+        persistence.record(DeleteQueue("/", "q"))
+        persistence.record(DeleteExchange("/", "b"))
         await committer.flush()
         assert applied == ["x"]
-        persistence.record("save_exchange", name="y")
+        persistence.record(DeleteExchange("/", "y"))
         await committer.flush()
 
     trio.run(main)

@@ -17,9 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import inspect, select, text
 
-from storage import migrations, passwords, schema
+from broker.core import passwords
+from storage import migrations, schema
 from storage.metadata import (
-    AlreadyExists, BindingRecord, ExchangeRecord, MetadataStore, NotFound,
+    AlreadyExists, BindingRecord, ExchangeRecord, MetadataStore, NotFound, PasswordHash,
     PermissionRecord, QueueRecord, UserRecord, VhostRecord, create_metadata_engine,
 )
 
@@ -40,7 +41,20 @@ class StoreTarget:
     data_dir: str
 
     def open(self) -> MetadataStore:
-        return MetadataStore.open(self.url, self.data_dir)
+        return MetadataStore.open(self.url, self.data_dir, hashed("guest"))
+
+
+def hashed(password: str) -> PasswordHash:
+    """`password` hashed as the broker hashes it (the store only keeps hashes)."""
+    return PasswordHash(passwords.hash_password(password), passwords.SHA256_ALGORITHM)
+
+
+def logs_in(store: MetadataStore, name: str, password: str) -> bool:
+    """Whether the broker, loading the store's credentials, lets `name` log in with
+    `password`."""
+    return any(passwords.verify_password(password, credential.password_hash,
+                                         credential.hashing_algorithm)
+               for credential in store.credentials() if credential.name == name)
 
 
 def typed(value):
@@ -76,7 +90,7 @@ class TestMetadataStore:
     def test_fresh_database_has_rabbitmq_defaults(self, store):
         assert store.list_vhosts() == [VhostRecord("/")]
         assert store.list_users() == [UserRecord("guest", ("administrator",))]
-        assert store.check_password("guest", "guest")
+        assert logs_in(store, "guest", "guest")
         assert store.permissions("guest", "/") == PermissionRecord("guest", "/", ".*", ".*",
                                                                    ".*")
         assert store.schema_version() == migrations.LATEST_VERSION
@@ -84,14 +98,14 @@ class TestMetadataStore:
     def test_reopened_store_sees_persisted_data(self, target):
         with target.open() as store:
             store.add_vhost("v")
-            store.add_user("alice", "secret", ["monitoring"])
+            store.add_user("alice", hashed("secret"), ["monitoring"])
             store.set_permissions("alice", "v", "^a", "^b", "^c")
             store.save_exchange("v", "x", "topic", False, True, {"alternate-exchange": "ae"})
             queue_id = store.save_queue("v", "q", False, {"x-max-length": 10})
             store.save_binding("v", "x", "queue", "q", "a.#", {"k": b"v"})
         with target.open() as store:
             assert store.list_vhosts() == [VhostRecord("/"), VhostRecord("v")]
-            assert store.check_password("alice", "secret")
+            assert logs_in(store, "alice", "secret")
             assert store.permissions("alice", "v") == PermissionRecord("alice", "v", "^a",
                                                                        "^b", "^c")
             assert store.list_exchanges("v") == [
@@ -147,32 +161,32 @@ class TestMetadataStore:
 
     # --- users and permissions -----------------------------------------------------------
 
-    def test_add_user_and_check_password(self, store):
-        store.add_user("alice", "s3cret ünïcode", ("management", "policymaker"))
-        assert store.check_password("alice", "s3cret ünïcode")
-        assert not store.check_password("alice", "wrong")
-        assert not store.check_password("alice", "")
-        assert not store.check_password("nobody", "s3cret ünïcode")
+    def test_added_user_logs_in_with_its_password(self, store):
+        store.add_user("alice", hashed("s3cret ünïcode"), ("management", "policymaker"))
+        assert logs_in(store, "alice", "s3cret ünïcode")
+        assert not logs_in(store, "alice", "wrong")
+        assert not logs_in(store, "alice", "")
+        assert not logs_in(store, "nobody", "s3cret ünïcode")
         assert UserRecord("alice", ("management", "policymaker")) in store.list_users()
 
     def test_user_without_password_cannot_log_in_with_one(self, store):
         store.add_user("certificate-only", None)
-        assert not store.check_password("certificate-only", "")
+        assert not logs_in(store, "certificate-only", "")
         assert UserRecord("certificate-only", ()) in store.list_users()
 
     def test_user_tags_are_a_collection_of_strings(self, store):
         with pytest.raises(TypeError):
-            store.add_user("bob", "pw", "administrator")
+            store.add_user("bob", hashed("pw"), "administrator")
         assert [user.name for user in store.list_users()] == ["guest"]
 
     def test_adding_an_existing_user_raises(self, store):
         with pytest.raises(AlreadyExists):
-            store.add_user("guest", "other")
-        assert store.check_password("guest", "guest")
+            store.add_user("guest", hashed("other"))
+        assert logs_in(store, "guest", "guest")
 
     def test_passwords_are_stored_as_salted_rabbitmq_hashes(self, store, target):
-        store.add_user("alice", "secret")
-        store.add_user("bob", "secret")
+        store.add_user("alice", hashed("secret"))
+        store.add_user("bob", hashed("secret"))
         engine = create_metadata_engine(target.url, target.data_dir)
         try:
             with engine.connect() as connection:
@@ -189,21 +203,21 @@ class TestMetadataStore:
             assert raw[4:] == hashlib.sha256(raw[:4] + b"secret").digest()
 
     def test_listed_users_carry_no_password_hash(self, store):
-        store.add_user("alice", "secret")
+        store.add_user("alice", hashed("secret"))
         assert [field.name for field in fields(UserRecord)] == ["name", "tags"]
         assert "secret" not in repr(store.list_users())
 
     def test_delete_user_removes_its_permissions(self, store):
-        store.add_user("alice", "pw")
+        store.add_user("alice", hashed("pw"))
         store.set_permissions("alice", "/")
         assert store.delete_user("alice") is True
         assert store.delete_user("alice") is False
-        assert not store.check_password("alice", "pw")
-        store.add_user("alice", "pw")
+        assert not logs_in(store, "alice", "pw")
+        store.add_user("alice", hashed("pw"))
         assert store.permissions("alice", "/") is None
 
     def test_set_permissions_replaces_the_previous_ones(self, store):
-        store.add_user("alice", "pw")
+        store.add_user("alice", hashed("pw"))
         assert store.permissions("alice", "/") is None
         store.set_permissions("alice", "/")
         assert store.permissions("alice", "/") == PermissionRecord("alice", "/", ".*", ".*",
@@ -284,7 +298,7 @@ class TestMetadataStore:
 
     def test_credentials_carry_hashes_and_granted_vhosts_only(self, store):
         store.add_vhost("other")
-        store.add_user("alice", "secret")
+        store.add_user("alice", hashed("secret"))
         store.set_permissions("alice", "other")
         store.add_user("nobody", None)
         by_name = {credential.name: credential for credential in store.credentials()}
@@ -402,7 +416,7 @@ class TestMetadataStore:
             assert store.schema_version() == migrations.LATEST_VERSION == 2
             assert store.list_vhosts() == [VhostRecord("old")]  # not seeded: not fresh
             assert store.list_users() == [UserRecord("old-user", ("management",))]
-            assert store.check_password("old-user", "pw")
+            assert logs_in(store, "old-user", "pw")
             queue_id = store.save_queue("old", "q", False, {})
             assert store.list_queues("old") == [QueueRecord("old", "q", queue_id, False, {})]
 
@@ -505,7 +519,7 @@ def metadata_shape(dialect) -> dict:
 # --- SQLite specifics --------------------------------------------------------------------
 
 def test_sqlite_database_lives_in_the_data_directory(tmp_path):
-    with MetadataStore.open(None, str(tmp_path / "data")):
+    with MetadataStore.open(None, str(tmp_path / "data"), hashed("guest")):
         pass
     assert (tmp_path / "data" / "metadata.sqlite3").is_file()
 

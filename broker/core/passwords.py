@@ -3,6 +3,12 @@
 A stored hash is base64(salt + SHA-256(salt + UTF-8 password)) with 4 random salt
 bytes, exactly what `rabbitmqctl export_definitions` writes as `password_hash`, so
 definitions move between Warren and RabbitMQ unchanged. Plain passwords are never stored.
+
+Hashing and checking passwords is the broker's job, so it lives in the core (auth.py
+checks logins with it): the metadata store only keeps the hashes it is given
+(storage.metadata.PasswordHash) and never reads them, which keeps storage free of
+broker imports and the core free of storage imports. A port would have served too, but
+the core needs the hash itself for the default user every Broker starts with.
 """
 
 import base64
