@@ -17,6 +17,7 @@ import pytest
 from hypothesis import settings
 
 from broker_process import BrokerProcess
+from postgres_support import postgres_server  # noqa: F401  (session fixture, one server)
 
 settings.register_profile("warren", deadline=None)
 settings.load_profile("warren")

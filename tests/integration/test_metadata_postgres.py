@@ -1,16 +1,15 @@
 """The metadata store tests of tests/unit/test_metadata.py, on SQLite and PostgreSQL.
 
-PostgreSQL comes from postgres_support: a throwaway server started once per session
-(initdb + pg_ctl on a free loopback port) with a fresh database per test. A missing
-server or driver makes these tests fail, never skip.
+PostgreSQL comes from tests/postgres_support.py (the `postgres_server` fixture of
+tests/conftest.py): a throwaway server started once per session (initdb + pg_ctl on a
+free loopback port) with a fresh database per test. A missing server or driver makes
+these tests fail, never skip.
 """
 
 import sys
 from pathlib import Path
 
 import pytest
-
-from postgres_support import postgres_server  # noqa: F401  (session fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 import test_metadata  # noqa: E402  (the shared tests; pytest imports it by this name)
