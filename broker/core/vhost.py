@@ -2,6 +2,7 @@
 
 import base64
 import os
+from typing import TYPE_CHECKING
 
 from amqp_codec.reply_codes import ReplyCode
 
@@ -18,7 +19,11 @@ from .stream_queue import StreamQueue
 from .persistence import Persistence
 from .scheduler import Scheduler
 
+if TYPE_CHECKING:
+    from .connection import Connection
+
 QUEUE_CLASSES = (Queue, StreamQueue)
+AnyQueue = Queue | StreamQueue   # what a vhost's queues are (for annotations)
 
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -43,7 +48,7 @@ class VirtualHost:
         self.scheduler = scheduler
         self.persistence = persistence or Persistence()
         self.exchanges: dict[str, Exchange] = {}
-        self.queues: dict[str, Queue] = {}
+        self.queues: dict[str, AnyQueue] = {}
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
         for exchange_name, kind in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[kind](exchange_name, durable=True)
@@ -57,7 +62,7 @@ class VirtualHost:
             raise not_found(f"no exchange '{name}' in vhost '{self.name}'")
         return exchange
 
-    def queue(self, name: str, connection) -> Queue:
+    def queue(self, name: str, connection: "Connection") -> AnyQueue:
         """The queue named `name`, if `connection` may use it (exclusive queues: 405)."""
         queue = self.queues.get(name)
         if queue is None:
@@ -65,7 +70,7 @@ class VirtualHost:
         self.check_exclusive(queue, connection)
         return queue
 
-    def check_exclusive(self, queue: Queue, connection) -> None:
+    def check_exclusive(self, queue: AnyQueue, connection: "Connection") -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
             raise _locked(queue)
 
@@ -165,8 +170,9 @@ class VirtualHost:
 
     # -- queues --------------------------------------------------------------------
 
-    def declare_queue(self, name: str, connection, passive: bool, durable: bool,
-                      exclusive: bool, auto_delete: bool, arguments: dict) -> Queue:
+    def declare_queue(self, name: str, connection: "Connection", passive: bool,
+                      durable: bool, exclusive: bool, auto_delete: bool,
+                      arguments: dict) -> AnyQueue:
         if passive:
             queue = self.queue(name, connection)
             queue.touch()   # RabbitMQ renews an x-expires lease on passive declares too
@@ -211,8 +217,10 @@ class VirtualHost:
                                     queue_id=store.store_id)
         return queue
 
-    def _check_queue_equivalent(self, queue: Queue, durable: bool, exclusive: bool,
+    def _check_queue_equivalent(self, queue: AnyQueue, durable: bool, exclusive: bool,
                                 auto_delete: bool, arguments: dict) -> None:
+        received: object      # a flag, then an argument's value
+        current: object
         checks = (("durable", durable, queue.durable),
                   ("exclusive", exclusive, queue.exclusive_owner is not None),
                   ("auto_delete", auto_delete, queue.auto_delete))
@@ -231,7 +239,7 @@ class VirtualHost:
                     f"'{self.name}': received {_describe_arg(received)} but current is "
                     f"{_describe_arg(current)}")
 
-    def delete_queue(self, queue: Queue, if_unused: bool = False,
+    def delete_queue(self, queue: AnyQueue, if_unused: bool = False,
                      if_empty: bool = False) -> int:
         if if_unused and queue.consumers:
             raise precondition_failed(
@@ -292,7 +300,7 @@ class VirtualHost:
 
     # -- routing -------------------------------------------------------------------
 
-    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
+    def route(self, exchange: Exchange, message: Message) -> list[AnyQueue]:
         """Every queue the message reaches, following exchange-to-exchange bindings."""
         destinations = exchange.route(message)
         if not destinations:
@@ -310,7 +318,7 @@ class VirtualHost:
         return queues
 
     def _route_through(self, source: Exchange, pending: list, queues: list,
-                       message: Message) -> list[Queue]:
+                       message: Message) -> list[AnyQueue]:
         seen_exchanges = {id(source)}
         seen_queues = {id(queue) for queue in queues}
         while pending:
@@ -335,7 +343,7 @@ def _persisted(destination) -> bool:
     return destination.durable
 
 
-def _locked(queue: Queue):
+def _locked(queue: AnyQueue):
     return resource_locked(
         f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
         f"'{queue.vhost.name}'. It could be originally declared on another connection or "
