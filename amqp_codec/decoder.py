@@ -32,8 +32,9 @@ Reply codes follow RabbitMQ 3.10.8 (probed on 127.0.0.1:5673 with raw frames):
 """
 
 from struct import Struct, error as StructError
+from typing import cast
 
-from pamqp import base, commands
+from pamqp import base, commands, common
 from pamqp import decode as pamqp_decode
 
 from .constants import (
@@ -56,6 +57,8 @@ _PROPERTIES_CACHE_SIZE = 256
 # RabbitMQ also accepts the 0-9 header (AMQP 1-1-0-9) and speaks 0-9-1 to such clients.
 ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
 _DECODE_ERRORS = (StructError, ValueError, TypeError, IndexError, KeyError)
+# pamqp's method classes by index; it annotates the table as dict[int, type]
+_METHOD_CLASSES = cast("dict[int, type[base.Frame]]", commands.INDEX_MAPPING)
 
 FRAME_ERROR = ReplyCode.FRAME_ERROR
 UNEXPECTED_FRAME = ReplyCode.UNEXPECTED_FRAME
@@ -166,14 +169,15 @@ class Decoder:
             data = self._check_protocol_header(data)
         if type(data) is not bytes:
             data = bytes(data)
-        out = []
+        out: list = []
         try:
             start = 0
             if self._buffer:
                 # Finish the frame the last read cut off; only its bytes are copied.
-                start = self._complete_buffered_frame(data, out)
-                if start is None:
+                rest = self._complete_buffered_frame(data, out)
+                if rest is None:
                     return out
+                start = rest
             pos = self._decode_frames(data, out, start)
         except ProtocolError as error:
             error.decoded = out   # commands complete before the bad frame still count
@@ -398,12 +402,12 @@ def _decode_or_raise(decode, data, start, end, channel, index):
     try:
         return decode(data, start + 4, end)
     except _DECODE_ERRORS as exc:
-        raise _cannot_decode(commands.INDEX_MAPPING[index].name, exc, channel, index) from exc
+        raise _cannot_decode(_METHOD_CLASSES[index].name, exc, channel, index) from exc
 
 
 def _pamqp_method(data: bytes, start: int, end: int, channel: int, index: int) -> base.Frame:
     """Decode any method with pamqp: 503 for unknown ids, 501 for malformed arguments."""
-    method_class = commands.INDEX_MAPPING.get(index)
+    method_class = _METHOD_CLASSES.get(index)
     if method_class is None:
         raise ProtocolError(ReplyCode.COMMAND_INVALID, f"unknown method: class "
                             f"{index >> 16}, method {index & 0xFFFF}",
@@ -421,6 +425,7 @@ def _unmarshal(method: base.Frame, data: bytes) -> None:
     decoder (pamqp's recurses without a limit and is quadratic in a table's size)."""
     offset = 0
     bits = bit = 0              # the current octet of packed bits, the next bit in it
+    value: common.FieldValue
     for name in method.__slots__:
         kind = method.amqp_type(name)
         if kind == "bit":

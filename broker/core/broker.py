@@ -3,7 +3,7 @@
 import platform
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from amqp_codec.decoder import MAX_BODY_SIZE
 
@@ -12,6 +12,9 @@ from .direct_reply import DirectReplies
 from .persistence import Persistence
 from .scheduler import Scheduler
 from .vhost import VirtualHost
+
+if TYPE_CHECKING:
+    from .connection import Connection
 
 CAPABILITIES = {
     "publisher_confirms": True,
@@ -56,7 +59,7 @@ class Broker:
         self.add_vhost("/")
         self.users = UserDatabase()
         self.users.add("guest", "guest", vhosts=("/",))
-        self.connections: set = set()
+        self.connections: set[Connection] = set()
         self.direct_replies = DirectReplies()
 
     def add_vhost(self, name: str) -> VirtualHost:
@@ -76,8 +79,8 @@ class Broker:
             "capabilities": {name: on for name, on in CAPABILITIES.items() if on},
         }
 
-    def connection_opened(self, connection) -> None:
+    def connection_opened(self, connection: "Connection") -> None:
         self.connections.add(connection)
 
-    def connection_closed(self, connection) -> None:
+    def connection_closed(self, connection: "Connection") -> None:
         self.connections.discard(connection)

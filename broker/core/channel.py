@@ -1,5 +1,7 @@
 """One AMQP channel: its state machine, consumers, deliveries, acks and confirms."""
 
+from typing import TYPE_CHECKING
+
 from pamqp import commands
 
 from amqp_codec import (encode_basic_nack, encode_deliver,
@@ -9,8 +11,11 @@ from amqp_codec.reply_codes import ReplyCode
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
-from .queue import FLOW_BACKLOG, Consumer, Queue
-from .vhost import server_named
+from .queue import FLOW_BACKLOG, Consumer
+from .vhost import AnyQueue, VirtualHost, server_named
+
+if TYPE_CHECKING:
+    from .connection import Connection
 
 
 class Delivery:
@@ -18,7 +23,7 @@ class Delivery:
 
     __slots__ = ("tag", "queue", "entry", "consumer")
 
-    def __init__(self, tag: int, queue: Queue, entry: QueueEntry,
+    def __init__(self, tag: int, queue: AnyQueue, entry: QueueEntry,
                  consumer: Consumer | None):
         self.tag = tag
         self.queue = queue
@@ -29,10 +34,11 @@ class Delivery:
 class Channel:
     """The per-channel state machine. Handlers raise ChannelError/ConnectionFailure."""
 
-    def __init__(self, connection, number: int):
+    def __init__(self, connection: "Connection", number: int):
         self.connection = connection
         self.number = number
-        self.vhost = connection.vhost
+        assert connection.vhost is not None, "channels open after Connection.Open"
+        self.vhost: VirtualHost = connection.vhost
         self.closing = False
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, Delivery] = {}
@@ -180,7 +186,8 @@ class Channel:
             for queue in queues:
                 if not queue.enqueue(message):
                     accepted = False
-                elif len(queue.ready) > FLOW_BACKLOG and queue.consumers_stalled():
+                elif (len(queue.ready) > FLOW_BACKLOG   # never true for a stream
+                      and queue.consumers_stalled()):  # type: ignore[union-attr]
                     self.connection.throttle(queue)
         elif mandatory:
             self.connection.write(encode_return(
@@ -251,7 +258,9 @@ class Channel:
         self.consumers[tag] = consumer
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
-        queue.add_consumer(consumer)
+        # The consumer is the one this queue's make_consumer made (a StreamConsumer
+        # for a stream), which the union of queue types cannot express.
+        queue.add_consumer(consumer)  # type: ignore[arg-type]
         return tag
 
     def _consume_replies(self, method, tag: str) -> str:
@@ -375,7 +384,7 @@ class Channel:
 
     def _reject(self, deliveries: list[Delivery], requeue: bool) -> None:
         queues = self._release(deliveries)
-        by_queue: dict[Queue, list] = {}
+        by_queue: dict[AnyQueue, list] = {}
         for delivery in deliveries:
             if requeue:
                 by_queue.setdefault(delivery.queue, []).append(delivery.entry)
@@ -451,7 +460,7 @@ class Channel:
         deliveries = list(self.unacked.values())
         self.unacked.clear()
         queues = self._release(deliveries)
-        by_queue: dict[Queue, list] = {}
+        by_queue: dict[AnyQueue, list] = {}
         for delivery in deliveries:
             by_queue.setdefault(delivery.queue, []).append(delivery.entry)
         for queue, entries in by_queue.items():

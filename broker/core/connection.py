@@ -15,6 +15,7 @@ become Basic.Nack, and a durable reply becomes a Channel.Close (406) of its chan
 
 import logging
 from collections import deque
+from typing import TYPE_CHECKING
 
 from pamqp import commands
 
@@ -30,6 +31,10 @@ from .errors import AMQPError, ChannelError, ConnectionFailure
 from .ports import Transport
 from .queue import FLOW_RESUME
 
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .vhost import AnyQueue, VirtualHost
+
 log = logging.getLogger("warren.connection")
 
 FRAME_MIN_SIZE = 4096
@@ -41,14 +46,14 @@ PUBLISH_IDS = (60, 40)
 class Connection:
     """The AMQP state of one client connection."""
 
-    def __init__(self, broker, transport: Transport, peer: str = ""):
+    def __init__(self, broker: "Broker", transport: Transport, peer: str = ""):
         self.broker = broker
         self.transport = transport
         self.peer = peer
         self.state = "awaiting-start-ok"
         self.login_refused = False   # the server slows down the refusal it sends
         self.user = ""
-        self.vhost = None
+        self.vhost: VirtualHost | None = None
         self.client_properties: dict = {}
         self.capabilities: dict = {}
         self.channel_max = broker.config.channel_max
@@ -56,12 +61,12 @@ class Connection:
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()
-        self.exclusive_queues: dict = {}
+        self.exclusive_queues: dict[str, AnyQueue] = {}
         self.needs_sync = False   # replies of this batch wait for a durable commit
         self.has_published = False   # publishing connections are blocked by alarms
         # Queues this connection fed that have a long backlog and consumers waiting for
         # their sockets: the server stops reading from it until they catch up.
-        self._throttled_by: set = set()
+        self._throttled_by: set[AnyQueue] = set()
         self._blocked_notified = False
         self._confirming: dict[Channel, None] = {}
         # Output held for durability, one segment per batch: [target writes (None while
@@ -69,13 +74,13 @@ class Connection:
         # `data` a refused commit changes the output (see `writes_failed`).
         self._held: deque[list] = deque()
         self._close_when_released = False
-        self._capture: list[bytes] | None = None
+        self._capture: list[bytes | tuple] | None = None
 
     @property
     def writable(self) -> bool:
         return self.transport.writable
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | tuple) -> None:
         """Send bytes, unless replies are being held for a durable commit: then they
         queue behind the held ones so the client sees them in order."""
         if self._capture is not None:
@@ -219,7 +224,8 @@ class Connection:
     def _refuse_replies(self, failed: list, reason: str) -> list[Channel]:
         """Put a Channel.Close where each durable reply of `failed` was, and blank what
         its channel would have been sent after it; returns the refused channels."""
-        refused = []
+        refused: list[Channel] = []
+        channel: Channel
         for position, (_target, data, _confirms, replies) in enumerate(failed):
             for start, end, channel, ids in replies:
                 data[start:end] = [b""] * (end - start)
@@ -274,7 +280,7 @@ class Connection:
             self.write(encode_method(0, commands.Connection.Unblocked()))
             self._blocked_notified = False
 
-    def throttle(self, queue) -> None:
+    def throttle(self, queue: "AnyQueue") -> None:
         """Publisher flow control: `queue` cannot keep up with this publisher."""
         self._throttled_by.add(queue)
 
@@ -467,6 +473,7 @@ class Connection:
         tx.commit): when it wrote to durable storage, hold its output until the commit."""
         persistence = self.broker.persistence
         writes = persistence.writes
+        captured: list[bytes | tuple]
         self._capture = captured = []
         try:
             handler(channel, method)

@@ -58,7 +58,7 @@ def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
     if expiration is not None:
         death["original-expiration"] = expiration
     deaths.insert(0, death)
-    added = {"x-death": deaths}
+    added: dict = {"x-death": deaths}   # a field table: header name -> value
     present = {key for key, _value, _raw in entries}
     firsts = (reason, queue_name, message.exchange)
     added.update((key, value) for key, value in zip(_FIRST_DEATH, firsts)

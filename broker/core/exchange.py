@@ -172,7 +172,7 @@ class HeadersExchange(Exchange):
 
     def route(self, message: Message):
         headers = message.headers
-        found = {}
+        found: dict = {}     # destination -> None: each once, in binding order
         for (destination, _key, _frozen), arguments in self.bindings.items():
             if destination not in found and headers_match(arguments, headers):
                 found[destination] = None

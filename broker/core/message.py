@@ -2,6 +2,8 @@
 
 import re
 
+from pamqp import commands
+
 from amqp_codec import decode_properties
 from amqp_codec.properties import delivery_mode
 
@@ -21,13 +23,14 @@ class Message:
     __slots__ = ("exchange", "routing_key", "properties", "body", "_decoded",
                  "_persistent")
 
-    def __init__(self, exchange: str, routing_key: str, properties: bytes, body: bytes):
+    def __init__(self, exchange: str, routing_key: str, properties: bytes,
+                 body: bytes | None):
         self.exchange = exchange
         self.routing_key = routing_key
         self.properties = properties
-        self.body = body
-        self._decoded = None
-        self._persistent = None
+        self.body = body   # None while paged out to the queue file
+        self._decoded: commands.Basic.Properties | None = None
+        self._persistent: bool | None = None
 
     @property
     def persistent(self) -> bool:
@@ -82,7 +85,7 @@ class Message:
         return int(text)
 
     @property
-    def decoded_properties(self):
+    def decoded_properties(self) -> commands.Basic.Properties:
         """The pamqp Basic.Properties of this message, decoded once on first use."""
         if self._decoded is None:
             self._decoded = decode_properties(self.properties)

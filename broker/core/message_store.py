@@ -38,7 +38,7 @@ class MemoryQueueStore:
     """Keeps messages only in the queue's memory: nothing survives a restart."""
 
     __slots__ = ()
-    store_id = None
+    store_id: str | None = None
 
     def append(self, entry) -> None:
         pass

@@ -3,6 +3,7 @@
 import datetime
 import logging
 from collections import deque
+from typing import TYPE_CHECKING
 
 from amqp_codec.field_table import text_value
 
@@ -10,6 +11,12 @@ from .message_store import MEMORY_STORE, QueueStore
 
 from .dead_letter import dead_letter_message
 from .message import Message, QueueEntry
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .connection import Connection
+    from .scheduler import Timer
+    from .vhost import VirtualHost
 
 log = logging.getLogger("warren.queue")
 
@@ -30,8 +37,8 @@ class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "prefetch",
                  "unacked", "arguments", "priority")
 
-    def __init__(self, tag: str, channel, queue: "Queue", no_ack: bool, exclusive: bool,
-                 prefetch: int, arguments: dict | None = None):
+    def __init__(self, tag: str, channel: "Channel", queue: "Queue", no_ack: bool,
+                 exclusive: bool, prefetch: int, arguments: dict | None = None):
         self.tag = tag
         self.channel = channel
         self.queue = queue
@@ -50,7 +57,8 @@ class Queue:
     drained): `dispatch()` hands out messages until no consumer can take more.
     """
 
-    def __init__(self, vhost, name: str, durable: bool = False, exclusive_owner=None,
+    def __init__(self, vhost: "VirtualHost", name: str, durable: bool = False,
+                 exclusive_owner: "Connection | None" = None,
                  auto_delete: bool = False, arguments: dict | None = None,
                  store: QueueStore = MEMORY_STORE):
         self.vhost = vhost
@@ -68,12 +76,12 @@ class Queue:
         self.dead_letter_routing_key = text_value(
             self.arguments.get("x-dead-letter-routing-key"))
         self._may_expire = self.message_ttl is not None
-        self._expiry_timer = None
+        self._expiry_timer: Timer | None = None
         self.page_window = PAGE_WINDOW
         self.expires = self.arguments.get("x-expires")
         self._prioritised = False   # some consumer has an x-priority
         self._last_used = 0.0
-        self._idle_timer = None
+        self._idle_timer: Timer | None = None
         self.ready: deque[QueueEntry] = deque()
         self.consumers: deque[Consumer] = deque()
         self.deleted = False
@@ -106,6 +114,7 @@ class Queue:
         self._next_seq += 1
         now = None
         entry = QueueEntry(message, self._next_seq)
+        assert message.body is not None, "a message is enqueued with its body"
         body_size = len(message.body)
         self.held_bytes += body_size + ENTRY_COST
         if self.message_ttl is not None or message.has_expiration():
@@ -236,6 +245,7 @@ class Queue:
 
     def _page_in(self, entry: QueueEntry) -> None:
         self.store.page_in(entry)
+        assert entry.message.body is not None, "page_in gives the body back"
         self.held_bytes += len(entry.message.body)
 
     def expire(self, now: float) -> None:
@@ -329,7 +339,8 @@ class Queue:
 
     def settle(self, entry: QueueEntry) -> None:
         """A delivered message was acked or discarded (or delivered with no_ack)."""
-        self.held_bytes -= len(entry.message.body) + ENTRY_COST   # delivered: in memory
+        assert entry.message.body is not None, "delivered messages are in memory"
+        self.held_bytes -= len(entry.message.body) + ENTRY_COST
         if self.stores_messages:
             self.store.settle(entry)
 
@@ -341,7 +352,7 @@ class Queue:
         self.ready.clear()
         return count
 
-    def make_consumer(self, tag: str, channel, no_ack: bool, exclusive: bool,
+    def make_consumer(self, tag: str, channel: "Channel", no_ack: bool, exclusive: bool,
                       prefetch: int, arguments: dict) -> Consumer:
         return Consumer(tag, channel, self, no_ack, exclusive, prefetch, arguments)
 
@@ -385,6 +396,7 @@ class Queue:
         self._idle_timer = None
         if self.deleted or self.consumers:
             return
+        assert self.expires is not None, "only queues with x-expires arm the timer"
         deadline = self._last_used + self.expires / 1000
         if self.vhost.scheduler.clock() >= deadline:
             self.vhost.delete_queue(self)

@@ -92,7 +92,7 @@ class StreamStart:
     interval, `value` the number, datetime or seconds that goes with it."""
 
     kind: str
-    value: object = None
+    value: int | float | datetime.datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ reused after a crash. Deliveries carry their offset in the `x-stream-offset` hea
 """
 
 import datetime
+from typing import TYPE_CHECKING
 
 from amqp_codec import MalformedProperties, with_long_header
 from amqp_codec.reply_codes import ReplyCode
@@ -13,6 +14,10 @@ from amqp_codec.reply_codes import ReplyCode
 from .errors import ConnectionFailure, precondition_failed
 from .queue import Consumer
 from .stream_arguments import StreamConsumerOptions, StreamStart, stream_consumer_options
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .vhost import VirtualHost
 
 OFFSET_HEADER = b"x-stream-offset"
 READ_BATCH = 256   # messages read from the log per call, at most
@@ -23,7 +28,7 @@ class StreamConsumer(Consumer):
 
     __slots__ = ("position", "tracking", "end", "outstanding", "stored")
 
-    def __init__(self, tag: str, channel, queue, exclusive: bool, prefetch: int,
+    def __init__(self, tag: str, channel: "Channel", queue, exclusive: bool, prefetch: int,
                  arguments: dict, options: StreamConsumerOptions):
         super().__init__(tag, channel, queue, False, exclusive, prefetch, arguments)
         self.position = 0             # the next offset to deliver
@@ -43,7 +48,7 @@ class StreamQueue:
     ready = ()          # nothing waits in memory: consumers read the log
     held_bytes = 0      # so the memory alarm's accounting charges it nothing
 
-    def __init__(self, vhost, name: str, arguments: dict, store):
+    def __init__(self, vhost: "VirtualHost", name: str, arguments: dict, store):
         self.vhost = vhost
         self.name = name
         self.arguments = dict(arguments)
@@ -75,7 +80,7 @@ class StreamQueue:
 
     # -- consumers -------------------------------------------------------------------
 
-    def make_consumer(self, tag: str, channel, no_ack: bool, exclusive: bool,
+    def make_consumer(self, tag: str, channel: "Channel", no_ack: bool, exclusive: bool,
                       prefetch: int, arguments: dict) -> StreamConsumer:
         """A consumer at the position its arguments ask for. As RabbitMQ: 406 without
         a prefetch, 540 (connection) with automatic acks; 406 for malformed arguments."""
@@ -114,6 +119,7 @@ class StreamQueue:
             return max(start.value, log.first_offset)
         if kind == "timestamp":
             moment = start.value
+            assert isinstance(moment, datetime.datetime), "a timestamp start is a datetime"
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=datetime.timezone.utc)
             return log.offset_for_timestamp(moment.timestamp())

@@ -2,6 +2,7 @@
 
 import base64
 import os
+from typing import TYPE_CHECKING
 
 from amqp_codec.reply_codes import ReplyCode
 
@@ -20,7 +21,11 @@ from .ports import (DeleteBinding, DeleteExchange, DeleteQueue, SaveBinding,
                     SaveExchange, SaveQueue)
 from .scheduler import Scheduler
 
+if TYPE_CHECKING:
+    from .connection import Connection
+
 QUEUE_CLASSES = (Queue, StreamQueue)
+AnyQueue = Queue | StreamQueue   # what a vhost's queues are (for annotations)
 
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -45,7 +50,7 @@ class VirtualHost:
         self.scheduler = scheduler
         self.persistence = persistence or Persistence()
         self.exchanges: dict[str, Exchange] = {}
-        self.queues: dict[str, Queue] = {}
+        self.queues: dict[str, AnyQueue] = {}
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
         for exchange_name, kind in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[kind](exchange_name, durable=True)
@@ -59,7 +64,7 @@ class VirtualHost:
             raise not_found(f"no exchange '{name}' in vhost '{self.name}'")
         return exchange
 
-    def queue(self, name: str, connection) -> Queue:
+    def queue(self, name: str, connection: "Connection") -> AnyQueue:
         """The queue named `name`, if `connection` may use it (exclusive queues: 405)."""
         queue = self.queues.get(name)
         if queue is None:
@@ -67,7 +72,7 @@ class VirtualHost:
         self.check_exclusive(queue, connection)
         return queue
 
-    def check_exclusive(self, queue: Queue, connection) -> None:
+    def check_exclusive(self, queue: AnyQueue, connection: "Connection") -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
             raise _locked(queue)
 
@@ -169,8 +174,9 @@ class VirtualHost:
 
     # -- queues --------------------------------------------------------------------
 
-    def declare_queue(self, name: str, connection, passive: bool, durable: bool,
-                      exclusive: bool, auto_delete: bool, arguments: dict) -> Queue:
+    def declare_queue(self, name: str, connection: "Connection", passive: bool,
+                      durable: bool, exclusive: bool, auto_delete: bool,
+                      arguments: dict) -> AnyQueue:
         if passive:
             queue = self.queue(name, connection)
             queue.touch()   # RabbitMQ renews an x-expires lease on passive declares too
@@ -214,8 +220,10 @@ class VirtualHost:
                 arguments=dict(arguments), queue_id=store.store_id))
         return queue
 
-    def _check_queue_equivalent(self, queue: Queue, durable: bool, exclusive: bool,
+    def _check_queue_equivalent(self, queue: AnyQueue, durable: bool, exclusive: bool,
                                 auto_delete: bool, arguments: dict) -> None:
+        received: object      # a flag, then an argument's value
+        current: object
         checks = (("durable", durable, queue.durable),
                   ("exclusive", exclusive, queue.exclusive_owner is not None),
                   ("auto_delete", auto_delete, queue.auto_delete))
@@ -234,7 +242,7 @@ class VirtualHost:
                     f"'{self.name}': received {_describe_arg(received)} but current is "
                     f"{_describe_arg(current)}")
 
-    def delete_queue(self, queue: Queue, if_unused: bool = False,
+    def delete_queue(self, queue: AnyQueue, if_unused: bool = False,
                      if_empty: bool = False) -> int:
         if if_unused and queue.consumers:
             raise precondition_failed(
@@ -295,7 +303,7 @@ class VirtualHost:
 
     # -- routing -------------------------------------------------------------------
 
-    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
+    def route(self, exchange: Exchange, message: Message) -> list[AnyQueue]:
         """Every queue the message reaches, following exchange-to-exchange bindings."""
         destinations = exchange.route(message)
         if not destinations:
@@ -313,7 +321,7 @@ class VirtualHost:
         return queues
 
     def _route_through(self, source: Exchange, pending: list, queues: list,
-                       message: Message) -> list[Queue]:
+                       message: Message) -> list[AnyQueue]:
         seen_exchanges = {id(source)}
         seen_queues = {id(queue) for queue in queues}
         while pending:
@@ -338,7 +346,7 @@ def _persisted(destination) -> bool:
     return destination.durable
 
 
-def _locked(queue: Queue):
+def _locked(queue: AnyQueue):
     return resource_locked(
         f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
         f"'{queue.vhost.name}'. It could be originally declared on another connection or "
