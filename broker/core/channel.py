@@ -9,7 +9,8 @@ from amqp_codec.reply_codes import ReplyCode
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
-from .queue import FLOW_BACKLOG, Consumer, Queue
+from .queue import FLOW_BACKLOG
+from .queue_base import Consumer, QueueBase
 from .vhost import server_named
 
 
@@ -18,7 +19,7 @@ class Delivery:
 
     __slots__ = ("tag", "queue", "entry", "consumer")
 
-    def __init__(self, tag: int, queue: Queue, entry: QueueEntry,
+    def __init__(self, tag: int, queue: QueueBase, entry: QueueEntry,
                  consumer: Consumer | None):
         self.tag = tag
         self.queue = queue
@@ -180,7 +181,7 @@ class Channel:
             for queue in queues:
                 if not queue.enqueue(message):
                     accepted = False
-                elif len(queue.ready) > FLOW_BACKLOG and queue.consumers_stalled():
+                elif queue.backlog() > FLOW_BACKLOG and queue.consumers_stalled():
                     self.connection.throttle(queue)
         elif mandatory:
             self.connection.write(encode_return(
@@ -375,7 +376,7 @@ class Channel:
 
     def _reject(self, deliveries: list[Delivery], requeue: bool) -> None:
         queues = self._release(deliveries)
-        by_queue: dict[Queue, list] = {}
+        by_queue: dict[QueueBase, list] = {}
         for delivery in deliveries:
             if requeue:
                 by_queue.setdefault(delivery.queue, []).append(delivery.entry)
@@ -451,7 +452,7 @@ class Channel:
         deliveries = list(self.unacked.values())
         self.unacked.clear()
         queues = self._release(deliveries)
-        by_queue: dict[Queue, list] = {}
+        by_queue: dict[QueueBase, list] = {}
         for delivery in deliveries:
             by_queue.setdefault(delivery.queue, []).append(delivery.entry)
         for queue, entries in by_queue.items():

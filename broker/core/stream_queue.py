@@ -6,12 +6,13 @@ reused after a crash. Deliveries carry their offset in the `x-stream-offset` hea
 """
 
 import datetime
+from typing import NoReturn
 
 from amqp_codec import MalformedProperties, with_long_header
 from amqp_codec.reply_codes import ReplyCode
 
 from .errors import ConnectionFailure, precondition_failed
-from .queue import Consumer
+from .queue_base import Consumer, QueueBase
 from .stream_arguments import StreamConsumerOptions, StreamStart, stream_consumer_options
 
 OFFSET_HEADER = b"x-stream-offset"
@@ -33,37 +34,23 @@ class StreamConsumer(Consumer):
         self.stored = -1              # the tracked offset last stored
 
 
-class StreamQueue:
-    """A durable stream over a DurableStreamStore (a StreamLog)."""
-
-    durable = True
-    auto_delete = False
-    exclusive_owner = None
-    expires = None
-    ready = ()          # nothing waits in memory: consumers read the log
-    held_bytes = 0      # so the memory alarm's accounting charges it nothing
+class StreamQueue(QueueBase[tuple, StreamConsumer]):
+    """A durable stream over a DurableStreamStore (a StreamLog). It is never exclusive
+    nor auto-deleted, and holds nothing in memory: consumers read the log."""
 
     def __init__(self, vhost, name: str, arguments: dict, store):
-        self.vhost = vhost
-        self.name = name
-        self.arguments = dict(arguments)
-        self.store = store
+        super().__init__(vhost, name, True, None, False, arguments, store)
         self.log = store.log
-        self.consumers: list[StreamConsumer] = []
-        self.deleted = False
         store.queue = self
-
-    def __repr__(self) -> str:
-        return f"<StreamQueue {self.name!r}>"
 
     @property
     def message_count(self) -> int:
         """Messages in the stream (retention may have removed older ones)."""
         return self.log.next_offset - self.log.first_offset
 
-    @property
-    def consumer_count(self) -> int:
-        return len(self.consumers)
+    def backlog(self) -> int:
+        """Nothing waits in memory: a stream never slows its publishers down."""
+        return 0
 
     # -- publishing ------------------------------------------------------------------
 
@@ -124,13 +111,6 @@ class StreamQueue:
         if self.log.next_offset > self.log.durable_offset + 1:
             self.vhost.persistence.request_commit()
         self._feed(consumer)
-
-    def remove_consumer(self, consumer: StreamConsumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-
-    def has_exclusive_consumer(self) -> bool:
-        return any(consumer.exclusive for consumer in self.consumers)
 
     def touch(self) -> None:
         """Streams do not expire (x-expires is refused)."""
@@ -206,7 +186,7 @@ class StreamQueue:
 
     # -- what streams do not do ----------------------------------------------------------
 
-    def take(self):
+    def take(self) -> NoReturn:
         raise ConnectionFailure(
             ReplyCode.NOT_IMPLEMENTED,
             f"basic.get not supported by stream queues queue '{self.name}' in vhost "

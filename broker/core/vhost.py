@@ -12,13 +12,12 @@ from .message_store import MEMORY_STORE
 from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
 from .message import Message
 from .queue import Queue
+from .queue_base import QueueBase
 from .queue_arguments import validate_queue_arguments
 from .stream_arguments import StreamRetention, is_stream, validate_stream_declaration
 from .stream_queue import StreamQueue
 from .persistence import Persistence
 from .scheduler import Scheduler
-
-QUEUE_CLASSES = (Queue, StreamQueue)
 
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -43,7 +42,7 @@ class VirtualHost:
         self.scheduler = scheduler
         self.persistence = persistence or Persistence()
         self.exchanges: dict[str, Exchange] = {}
-        self.queues: dict[str, Queue] = {}
+        self.queues: dict[str, QueueBase] = {}
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
         for exchange_name, kind in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[kind](exchange_name, durable=True)
@@ -57,7 +56,7 @@ class VirtualHost:
             raise not_found(f"no exchange '{name}' in vhost '{self.name}'")
         return exchange
 
-    def queue(self, name: str, connection) -> Queue:
+    def queue(self, name: str, connection) -> QueueBase:
         """The queue named `name`, if `connection` may use it (exclusive queues: 405)."""
         queue = self.queues.get(name)
         if queue is None:
@@ -65,7 +64,7 @@ class VirtualHost:
         self.check_exclusive(queue, connection)
         return queue
 
-    def check_exclusive(self, queue: Queue, connection) -> None:
+    def check_exclusive(self, queue: QueueBase, connection) -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
             raise _locked(queue)
 
@@ -140,7 +139,7 @@ class VirtualHost:
         """Durable bindings (durable source and destination) go to the metadata store."""
         if not (exchange.durable and _persisted(destination)):
             return
-        kind = "queue" if isinstance(destination, QUEUE_CLASSES) else "exchange"
+        kind = "queue" if destination.is_queue else "exchange"
         self.persistence.record(operation, vhost=self.name, source=exchange.name,
                                 destination_kind=kind, destination=destination.name,
                                 routing_key=routing_key, arguments=dict(arguments or {}))
@@ -166,7 +165,7 @@ class VirtualHost:
     # -- queues --------------------------------------------------------------------
 
     def declare_queue(self, name: str, connection, passive: bool, durable: bool,
-                      exclusive: bool, auto_delete: bool, arguments: dict) -> Queue:
+                      exclusive: bool, auto_delete: bool, arguments: dict) -> QueueBase:
         if passive:
             queue = self.queue(name, connection)
             queue.touch()   # RabbitMQ renews an x-expires lease on passive declares too
@@ -211,7 +210,7 @@ class VirtualHost:
                                     queue_id=store.store_id)
         return queue
 
-    def _check_queue_equivalent(self, queue: Queue, durable: bool, exclusive: bool,
+    def _check_queue_equivalent(self, queue: QueueBase, durable: bool, exclusive: bool,
                                 auto_delete: bool, arguments: dict) -> None:
         checks = (("durable", durable, queue.durable),
                   ("exclusive", exclusive, queue.exclusive_owner is not None),
@@ -231,7 +230,7 @@ class VirtualHost:
                     f"'{self.name}': received {_describe_arg(received)} but current is "
                     f"{_describe_arg(current)}")
 
-    def delete_queue(self, queue: Queue, if_unused: bool = False,
+    def delete_queue(self, queue: QueueBase, if_unused: bool = False,
                      if_empty: bool = False) -> int:
         if if_unused and queue.consumers:
             raise precondition_failed(
@@ -292,7 +291,7 @@ class VirtualHost:
 
     # -- routing -------------------------------------------------------------------
 
-    def route(self, exchange: Exchange, message: Message) -> list[Queue]:
+    def route(self, exchange: Exchange, message: Message) -> list[QueueBase]:
         """Every queue the message reaches, following exchange-to-exchange bindings."""
         destinations = exchange.route(message)
         if not destinations:
@@ -300,7 +299,7 @@ class VirtualHost:
         queues = []
         pending = None
         for destination in destinations:
-            if type(destination) in QUEUE_CLASSES:
+            if destination.is_queue:
                 queues.append(destination)
             else:
                 pending = pending or []
@@ -310,7 +309,7 @@ class VirtualHost:
         return queues
 
     def _route_through(self, source: Exchange, pending: list, queues: list,
-                       message: Message) -> list[Queue]:
+                       message: Message) -> list[QueueBase]:
         seen_exchanges = {id(source)}
         seen_queues = {id(queue) for queue in queues}
         while pending:
@@ -319,7 +318,7 @@ class VirtualHost:
                 continue
             seen_exchanges.add(id(exchange))
             for destination in exchange.route(message):
-                if type(destination) in QUEUE_CLASSES:
+                if destination.is_queue:
                     if id(destination) not in seen_queues:
                         seen_queues.add(id(destination))
                         queues.append(destination)
@@ -330,12 +329,12 @@ class VirtualHost:
 
 def _persisted(destination) -> bool:
     """Whether a queue or exchange outlives a restart."""
-    if isinstance(destination, QUEUE_CLASSES):
+    if destination.is_queue:
         return destination.durable and destination.exclusive_owner is None
     return destination.durable
 
 
-def _locked(queue: Queue):
+def _locked(queue: QueueBase):
     return resource_locked(
         f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
         f"'{queue.vhost.name}'. It could be originally declared on another connection or "
