@@ -11,15 +11,17 @@ from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
 from .queue import FLOW_BACKLOG
 from .queue_base import Consumer, QueueBase
+from .stream_queue import DeliveredOffset
 from .vhost import server_named
 
 
 class Delivery:
-    """A message handed to the client and not yet acked."""
+    """A message handed to the client and not yet acked: `entry` is what its queue
+    settles, discards or requeues (a QueueEntry, or a stream's DeliveredOffset)."""
 
     __slots__ = ("tag", "queue", "entry", "consumer")
 
-    def __init__(self, tag: int, queue: QueueBase, entry: QueueEntry,
+    def __init__(self, tag: int, queue: QueueBase, entry: QueueEntry | DeliveredOffset,
                  consumer: Consumer | None):
         self.tag = tag
         self.queue = queue
@@ -80,14 +82,14 @@ class Channel:
                 queue.store.delivered(entry)
         connection.write(frames)
 
-    def deliver_record(self, consumer: Consumer, mark, exchange: str, routing_key: str,
-                       properties: bytes, body: bytes) -> None:
-        """Deliver a message read from a stream; `mark` is what an ack hands back to
+    def deliver_record(self, consumer: Consumer, entry: DeliveredOffset, exchange: str,
+                       routing_key: str, properties: bytes, body: bytes) -> None:
+        """Deliver a message read from a stream; `entry` is what an ack hands back to
         the queue."""
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
         consumer.unacked += 1
-        self.unacked[tag] = Delivery(tag, consumer.queue, mark, consumer)
+        self.unacked[tag] = Delivery(tag, consumer.queue, entry, consumer)
         connection = self.connection
         connection.write(encode_deliver(self.number, consumer.tag, tag, False, exchange,
                                         routing_key, properties, body,

@@ -7,7 +7,7 @@ from collections import deque
 from typing import Generic, TypeVar
 
 # What a delivery awaiting its ack refers to, handed back to the queue on settle, discard
-# or requeue: a QueueEntry (classic) or a (consumer, offset) pair (stream).
+# or requeue: a QueueEntry (classic) or a DeliveredOffset (stream).
 Entry = TypeVar("Entry")
 
 

@@ -34,7 +34,18 @@ class StreamConsumer(Consumer):
         self.stored = -1              # the tracked offset last stored
 
 
-class StreamQueue(QueueBase[tuple, StreamConsumer]):
+class DeliveredOffset:
+    """A stream message handed to a consumer and not yet acked: what the channel hands
+    back to the stream on ack, reject or requeue."""
+
+    __slots__ = ("consumer", "offset")
+
+    def __init__(self, consumer: StreamConsumer, offset: int):
+        self.consumer = consumer
+        self.offset = offset
+
+
+class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
     """A durable stream over a DurableStreamStore (a StreamLog). It is never exclusive
     nor auto-deleted, and holds nothing in memory: consumers read the log."""
 
@@ -148,8 +159,9 @@ class StreamQueue(QueueBase[tuple, StreamConsumer]):
                 if consumer.tracking:
                     consumer.outstanding[offset] = None
                 channel.deliver_record(
-                    consumer, (consumer, offset), record.exchange, record.routing_key,
-                    _with_offset(record.properties, offset), record.body)
+                    consumer, DeliveredOffset(consumer, offset), record.exchange,
+                    record.routing_key, _with_offset(record.properties, offset),
+                    record.body)
                 consumer.position = offset + 1
         if end is not None and consumer.position >= end and consumer in self.consumers:
             self.consumers.remove(consumer)
@@ -157,19 +169,19 @@ class StreamQueue(QueueBase[tuple, StreamConsumer]):
 
     # -- outcomes of deliveries --------------------------------------------------------
 
-    def settle(self, mark) -> None:
+    def settle(self, entry: DeliveredOffset) -> None:
         """An ack: the consumer processed the message (credit is returned by the
         channel). A tracking consumer stores the offset below which all is processed."""
-        consumer, offset = mark
+        consumer = entry.consumer
         if consumer.tracking:
-            self._processed(consumer, offset)
+            self._processed(consumer, entry.offset)
 
-    def discard(self, marks: list, reason: str) -> None:
+    def discard(self, entries: list[DeliveredOffset], reason: str) -> None:
         """Reject/nack without requeue: done with, like an ack (messages stay)."""
-        for mark in marks:
-            self.settle(mark)
+        for entry in entries:
+            self.settle(entry)
 
-    def requeue(self, marks: list) -> None:
+    def requeue(self, entries: list[DeliveredOffset]) -> None:
         """Reject/nack with requeue, recover, or a closed channel: the credit comes back
         but a stream does not deliver again in this session; a tracking consumer does not
         count these as processed, so a reconnect resumes from the first of them."""
