@@ -9,7 +9,6 @@ from amqp_codec.reply_codes import ReplyCode
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
-from .queue import FLOW_BACKLOG
 from .queue_base import Consumer, QueueBase
 from .stream_queue import DeliveredOffset
 from .vhost import server_named
@@ -181,10 +180,8 @@ class Channel:
         accepted = True
         if queues:
             for queue in queues:
-                if not queue.enqueue(message):
+                if not queue.enqueue(message, self.connection):
                     accepted = False
-                elif queue.backlog() > FLOW_BACKLOG and queue.consumers_stalled():
-                    self.connection.throttle(queue)
         elif mandatory:
             self.connection.write(encode_return(
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,

@@ -62,12 +62,10 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.expire(self.vhost.scheduler.clock())
         return len(self.ready)
 
-    def backlog(self) -> int:
-        return len(self.ready)
-
-    def enqueue(self, message: Message) -> bool:
+    def enqueue(self, message: Message, publisher=None) -> bool:
         """Accept a routed message; False when a length limit refuses it
-        (x-overflow reject-publish), which the publisher sees as a confirm nack."""
+        (x-overflow reject-publish), which the publisher sees as a confirm nack.
+        A publisher feeding a long backlog that no consumer can take is throttled."""
         limit = self.max_length
         if limit is not None and len(self.ready) >= limit and self.overflow != "drop-head":
             if self.overflow == "reject-publish-dlx":
@@ -104,6 +102,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if entry.expires_at is not None:
             self._may_expire = True
             self._arm_expiry()
+        if publisher is not None and len(ready) > FLOW_BACKLOG and self.consumers_stalled():
+            publisher.throttle(self)
         return True
 
     def restore(self, recovered) -> None:
@@ -348,6 +348,14 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.vhost.delete_queue(self)
         else:
             self._arm_idle_timer(deadline)
+
+    def consumers_stalled(self) -> bool:
+        """Whether the queue has consumers and every one waits for its connection's
+        socket (the clients read slower than the queue is fed)."""
+        for consumer in self.consumers:     # a loop: called for every publish to a
+            if consumer.channel.connection.transport.writable:     # long backlog
+                return False
+        return bool(self.consumers)
 
 
 def _delivery_failed(consumer: Consumer, error: Exception) -> None:

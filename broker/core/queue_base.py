@@ -78,14 +78,6 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
         else:
             self.touch()
 
-    def consumers_stalled(self) -> bool:
-        """Whether the queue has consumers and every one waits for its connection's
-        socket (the clients read slower than the queue is fed)."""
-        for consumer in self.consumers:     # a loop: called for every publish to a
-            if consumer.channel.connection.transport.writable:     # long backlog
-                return False
-        return bool(self.consumers)
-
     # -- what differs between kinds ----------------------------------------------------
 
     @property
@@ -94,14 +86,10 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
         """The message count Queue.DeclareOk and Get-Ok report."""
 
     @abstractmethod
-    def backlog(self) -> int:
-        """Messages held in memory waiting for a consumer (publisher flow control
-        watches this)."""
-
-    @abstractmethod
-    def enqueue(self, message) -> bool:
+    def enqueue(self, message, publisher=None) -> bool:
         """Accept a routed message; False when the queue refuses it (the publisher sees
-        a confirm nack)."""
+        a confirm nack). `publisher` is the connection that published it, which the
+        queue may slow down (Connection.throttle) when it cannot keep up."""
 
     @abstractmethod
     def make_consumer(self, tag: str, channel, no_ack: bool, exclusive: bool,

@@ -59,13 +59,10 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
         """Messages in the stream (retention may have removed older ones)."""
         return self.log.next_offset - self.log.first_offset
 
-    def backlog(self) -> int:
-        """Nothing waits in memory: a stream never slows its publishers down."""
-        return 0
-
     # -- publishing ------------------------------------------------------------------
 
-    def enqueue(self, message) -> bool:
+    def enqueue(self, message, publisher=None) -> bool:
+        """Append to the log. Nothing waits in memory, so publishers are never slowed."""
         self.store.append(message)
         if self.consumers:
             self.vhost.persistence.request_commit()   # consumers read only durable data
