@@ -1,6 +1,6 @@
 """What every kind of queue shares. Classic queues (queue.py) and stream queues
-(stream_queue.py) derive from QueueBase; channels, the virtual host and the server use a
-queue only through this interface, whatever its kind."""
+(stream_queue.py) derive from QueueBase; channels, the virtual host and the server hold
+every queue as a QueueBase, whatever its kind."""
 
 from abc import ABC, abstractmethod
 from collections import deque
