@@ -11,19 +11,21 @@ from amqp_codec.reply_codes import ReplyCode
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
-from .queue import FLOW_BACKLOG, Consumer
-from .vhost import AnyQueue, VirtualHost, server_named
+from .queue_base import Consumer, QueueBase
+from .stream_queue import DeliveredOffset
+from .vhost import VirtualHost, server_named
 
 if TYPE_CHECKING:
     from .connection import Connection
 
 
 class Delivery:
-    """A message handed to the client and not yet acked."""
+    """A message handed to the client and not yet acked: `entry` is what its queue
+    settles, discards or requeues (a QueueEntry, or a stream's DeliveredOffset)."""
 
     __slots__ = ("tag", "queue", "entry", "consumer")
 
-    def __init__(self, tag: int, queue: AnyQueue, entry: QueueEntry,
+    def __init__(self, tag: int, queue: QueueBase, entry: QueueEntry | DeliveredOffset,
                  consumer: Consumer | None):
         self.tag = tag
         self.queue = queue
@@ -85,14 +87,14 @@ class Channel:
                 queue.store.delivered(entry)
         connection.write(frames)
 
-    def deliver_record(self, consumer: Consumer, mark, exchange: str, routing_key: str,
-                       properties: bytes, body: bytes) -> None:
-        """Deliver a message read from a stream; `mark` is what an ack hands back to
+    def deliver_record(self, consumer: Consumer, entry: DeliveredOffset, exchange: str,
+                       routing_key: str, properties: bytes, body: bytes) -> None:
+        """Deliver a message read from a stream; `entry` is what an ack hands back to
         the queue."""
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
         consumer.unacked += 1
-        self.unacked[tag] = Delivery(tag, consumer.queue, mark, consumer)
+        self.unacked[tag] = Delivery(tag, consumer.queue, entry, consumer)
         connection = self.connection
         connection.write(encode_deliver(self.number, consumer.tag, tag, False, exchange,
                                         routing_key, properties, body,
@@ -184,11 +186,8 @@ class Channel:
         accepted = True
         if queues:
             for queue in queues:
-                if not queue.enqueue(message):
+                if not queue.enqueue(message, self.connection):
                     accepted = False
-                elif (len(queue.ready) > FLOW_BACKLOG   # never true for a stream
-                      and queue.consumers_stalled()):  # type: ignore[union-attr]
-                    self.connection.throttle(queue)
         elif mandatory:
             self.connection.write(encode_return(
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
@@ -258,9 +257,7 @@ class Channel:
         self.consumers[tag] = consumer
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
-        # The consumer is the one this queue's make_consumer made (a StreamConsumer
-        # for a stream), which the union of queue types cannot express.
-        queue.add_consumer(consumer)  # type: ignore[arg-type]
+        queue.add_consumer(consumer)
         return tag
 
     def _consume_replies(self, method, tag: str) -> str:
@@ -384,7 +381,7 @@ class Channel:
 
     def _reject(self, deliveries: list[Delivery], requeue: bool) -> None:
         queues = self._release(deliveries)
-        by_queue: dict[AnyQueue, list] = {}
+        by_queue: dict[QueueBase, list] = {}
         for delivery in deliveries:
             if requeue:
                 by_queue.setdefault(delivery.queue, []).append(delivery.entry)
@@ -460,7 +457,7 @@ class Channel:
         deliveries = list(self.unacked.values())
         self.unacked.clear()
         queues = self._release(deliveries)
-        by_queue: dict[AnyQueue, list] = {}
+        by_queue: dict[QueueBase, list] = {}
         for delivery in deliveries:
             by_queue.setdefault(delivery.queue, []).append(delivery.entry)
         for queue, entries in by_queue.items():

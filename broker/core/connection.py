@@ -33,7 +33,9 @@ from .queue import FLOW_RESUME
 
 if TYPE_CHECKING:
     from .broker import Broker
-    from .vhost import AnyQueue, VirtualHost
+    from .queue import Queue
+    from .queue_base import QueueBase
+    from .vhost import VirtualHost
 
 log = logging.getLogger("warren.connection")
 
@@ -61,12 +63,12 @@ class Connection:
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()
-        self.exclusive_queues: dict[str, AnyQueue] = {}
+        self.exclusive_queues: dict[str, QueueBase] = {}
         self.needs_sync = False   # replies of this batch wait for a durable commit
         self.has_published = False   # publishing connections are blocked by alarms
         # Queues this connection fed that have a long backlog and consumers waiting for
         # their sockets: the server stops reading from it until they catch up.
-        self._throttled_by: set[AnyQueue] = set()
+        self._throttled_by: set[Queue] = set()
         self._blocked_notified = False
         self._confirming: dict[Channel, None] = {}
         # Output held for durability, one segment per batch: [target writes (None while
@@ -280,7 +282,7 @@ class Connection:
             self.write(encode_method(0, commands.Connection.Unblocked()))
             self._blocked_notified = False
 
-    def throttle(self, queue: "AnyQueue") -> None:
+    def throttle(self, queue: "Queue") -> None:
         """Publisher flow control: `queue` cannot keep up with this publisher."""
         self._throttled_by.add(queue)
 

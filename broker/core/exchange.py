@@ -1,6 +1,7 @@
 """Exchanges: direct, fanout, topic and headers routing.
 
-A destination is a Queue or, for exchange-to-exchange bindings, another Exchange.
+A destination is a queue or, for exchange-to-exchange bindings, another Exchange; each
+says which by `is_queue`.
 `route` returns the destinations bound for one message; the virtual host follows
 exchange destinations further (see VirtualHost.route).
 """
@@ -35,6 +36,7 @@ class Exchange:
     """Common state of every exchange type; subclasses index bindings for routing."""
 
     kind = ""
+    is_queue = False   # as a binding's destination (QueueBase.is_queue is True)
 
     def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
                  internal: bool = False, arguments: dict | None = None):

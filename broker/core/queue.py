@@ -1,4 +1,4 @@
-"""Queues and their consumers: FIFO delivery, round-robin dispatch, requeue."""
+"""Classic queues: FIFO delivery, round-robin dispatch, requeue."""
 
 import datetime
 import logging
@@ -11,6 +11,7 @@ from .message_store import MEMORY_STORE, QueueStore
 
 from .dead_letter import dead_letter_message
 from .message import Message, QueueEntry
+from .queue_base import Consumer, QueueBase
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -31,27 +32,8 @@ FLOW_RESUME = FLOW_BACKLOG // 2   # ... until the backlog is back under this
 ENTRY_COST = 400
 
 
-class Consumer:
-    """A Basic.Consume subscription of one channel to one queue."""
-
-    __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "prefetch",
-                 "unacked", "arguments", "priority")
-
-    def __init__(self, tag: str, channel: "Channel", queue: "Queue", no_ack: bool,
-                 exclusive: bool, prefetch: int, arguments: dict | None = None):
-        self.tag = tag
-        self.channel = channel
-        self.queue = queue
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.prefetch = prefetch
-        self.unacked = 0
-        self.arguments = arguments or {}
-        self.priority = self.arguments.get("x-priority", 0)
-
-
-class Queue:
-    """Ready messages in a deque, delivered to consumers in turn.
+class Queue(QueueBase[QueueEntry, Consumer]):
+    """A classic queue: ready messages in a deque, delivered to consumers in turn.
 
     Dispatch is driven by events (enqueue, ack, new consumer, qos change, flow, writer
     drained): `dispatch()` hands out messages until no consumer can take more.
@@ -61,13 +43,8 @@ class Queue:
                  exclusive_owner: "Connection | None" = None,
                  auto_delete: bool = False, arguments: dict | None = None,
                  store: QueueStore = MEMORY_STORE):
-        self.vhost = vhost
-        self.name = name
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner
-        self.auto_delete = auto_delete
-        self.arguments = dict(arguments or {})
-        self.store = store
+        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
+                         store)
         self.stores_messages = store is not MEMORY_STORE   # else store calls are no-ops
         self.max_length = self.arguments.get("x-max-length")
         self.overflow = text_value(self.arguments.get("x-overflow", "drop-head"))
@@ -83,13 +60,7 @@ class Queue:
         self._last_used = 0.0
         self._idle_timer: Timer | None = None
         self.ready: deque[QueueEntry] = deque()
-        self.consumers: deque[Consumer] = deque()
-        self.deleted = False
         self._next_seq = 0
-        self.held_bytes = 0   # what this queue's messages cost (see ENTRY_COST)
-
-    def __repr__(self) -> str:
-        return f"<Queue {self.name!r}>"
 
     @property
     def message_count(self) -> int:
@@ -99,13 +70,10 @@ class Queue:
             self.expire(self.vhost.scheduler.clock())
         return len(self.ready)
 
-    @property
-    def consumer_count(self) -> int:
-        return len(self.consumers)
-
-    def enqueue(self, message: Message) -> bool:
+    def enqueue(self, message: Message, publisher=None) -> bool:
         """Accept a routed message; False when a length limit refuses it
-        (x-overflow reject-publish), which the publisher sees as a confirm nack."""
+        (x-overflow reject-publish), which the publisher sees as a confirm nack.
+        A publisher feeding a long backlog that no consumer can take is throttled."""
         limit = self.max_length
         if limit is not None and len(self.ready) >= limit and self.overflow != "drop-head":
             if self.overflow == "reject-publish-dlx":
@@ -143,6 +111,8 @@ class Queue:
         if entry.expires_at is not None:
             self._may_expire = True
             self._arm_expiry()
+        if publisher is not None and len(ready) > FLOW_BACKLOG and self.consumers_stalled():
+            publisher.throttle(self)
         return True
 
     def restore(self, recovered) -> None:
@@ -366,18 +336,6 @@ class Queue:
         self._insert_by_priority(consumer)
         self.dispatch()
 
-    def remove_consumer(self, consumer: Consumer) -> None:
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
-            return
-        if self.consumers or self.deleted:
-            return
-        if self.auto_delete:
-            self.vhost.delete_queue(self)
-        else:
-            self.touch()
-
     def touch(self) -> None:
         """The queue was used (declared, read by Basic.Get, lost its last consumer):
         x-expires counts its idle time from now."""
@@ -402,9 +360,6 @@ class Queue:
             self.vhost.delete_queue(self)
         else:
             self._arm_idle_timer(deadline)
-
-    def has_exclusive_consumer(self) -> bool:
-        return any(consumer.exclusive for consumer in self.consumers)
 
     def consumers_stalled(self) -> bool:
         """Whether the queue has consumers and every one waits for its connection's

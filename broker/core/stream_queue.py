@@ -6,13 +6,13 @@ reused after a crash. Deliveries carry their offset in the `x-stream-offset` hea
 """
 
 import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from amqp_codec import MalformedProperties, with_long_header
 from amqp_codec.reply_codes import ReplyCode
 
 from .errors import ConnectionFailure, precondition_failed
-from .queue import Consumer
+from .queue_base import Consumer, QueueBase
 from .stream_arguments import StreamConsumerOptions, StreamStart, stream_consumer_options
 
 if TYPE_CHECKING:
@@ -38,41 +38,35 @@ class StreamConsumer(Consumer):
         self.stored = -1              # the tracked offset last stored
 
 
-class StreamQueue:
-    """A durable stream over a DurableStreamStore (a StreamLog)."""
+class DeliveredOffset:
+    """A stream message handed to a consumer and not yet acked: what the channel hands
+    back to the stream on ack, reject or requeue."""
 
-    durable = True
-    auto_delete = False
-    exclusive_owner = None
-    expires = None
-    ready = ()          # nothing waits in memory: consumers read the log
-    held_bytes = 0      # so the memory alarm's accounting charges it nothing
+    __slots__ = ("consumer", "offset")
+
+    def __init__(self, consumer: StreamConsumer, offset: int):
+        self.consumer = consumer
+        self.offset = offset
+
+
+class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
+    """A durable stream over a DurableStreamStore (a StreamLog). It is never exclusive
+    nor auto-deleted, and holds nothing in memory: consumers read the log."""
 
     def __init__(self, vhost: "VirtualHost", name: str, arguments: dict, store):
-        self.vhost = vhost
-        self.name = name
-        self.arguments = dict(arguments)
-        self.store = store
+        super().__init__(vhost, name, True, None, False, arguments, store)
         self.log = store.log
-        self.consumers: list[StreamConsumer] = []
-        self.deleted = False
         store.queue = self
-
-    def __repr__(self) -> str:
-        return f"<StreamQueue {self.name!r}>"
 
     @property
     def message_count(self) -> int:
         """Messages in the stream (retention may have removed older ones)."""
         return self.log.next_offset - self.log.first_offset
 
-    @property
-    def consumer_count(self) -> int:
-        return len(self.consumers)
-
     # -- publishing ------------------------------------------------------------------
 
-    def enqueue(self, message) -> bool:
+    def enqueue(self, message, publisher=None) -> bool:
+        """Append to the log. Nothing waits in memory, so publishers are never slowed."""
         self.store.append(message)
         if self.consumers:
             self.vhost.persistence.request_commit()   # consumers read only durable data
@@ -131,13 +125,6 @@ class StreamQueue:
             self.vhost.persistence.request_commit()
         self._feed(consumer)
 
-    def remove_consumer(self, consumer: StreamConsumer) -> None:
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-
-    def has_exclusive_consumer(self) -> bool:
-        return any(consumer.exclusive for consumer in self.consumers)
-
     def touch(self) -> None:
         """Streams do not expire (x-expires is refused)."""
 
@@ -174,8 +161,9 @@ class StreamQueue:
                 if consumer.tracking:
                     consumer.outstanding[offset] = None
                 channel.deliver_record(
-                    consumer, (consumer, offset), record.exchange, record.routing_key,
-                    _with_offset(record.properties, offset), record.body)
+                    consumer, DeliveredOffset(consumer, offset), record.exchange,
+                    record.routing_key, _with_offset(record.properties, offset),
+                    record.body)
                 consumer.position = offset + 1
         if end is not None and consumer.position >= end and consumer in self.consumers:
             self.consumers.remove(consumer)
@@ -183,19 +171,19 @@ class StreamQueue:
 
     # -- outcomes of deliveries --------------------------------------------------------
 
-    def settle(self, mark) -> None:
+    def settle(self, entry: DeliveredOffset) -> None:
         """An ack: the consumer processed the message (credit is returned by the
         channel). A tracking consumer stores the offset below which all is processed."""
-        consumer, offset = mark
+        consumer = entry.consumer
         if consumer.tracking:
-            self._processed(consumer, offset)
+            self._processed(consumer, entry.offset)
 
-    def discard(self, marks: list, reason: str) -> None:
+    def discard(self, entries: list[DeliveredOffset], reason: str) -> None:
         """Reject/nack without requeue: done with, like an ack (messages stay)."""
-        for mark in marks:
-            self.settle(mark)
+        for entry in entries:
+            self.settle(entry)
 
-    def requeue(self, marks: list) -> None:
+    def requeue(self, entries: list[DeliveredOffset]) -> None:
         """Reject/nack with requeue, recover, or a closed channel: the credit comes back
         but a stream does not deliver again in this session; a tracking consumer does not
         count these as processed, so a reconnect resumes from the first of them."""
@@ -212,7 +200,7 @@ class StreamQueue:
 
     # -- what streams do not do ----------------------------------------------------------
 
-    def take(self):
+    def take(self) -> NoReturn:
         raise ConnectionFailure(
             ReplyCode.NOT_IMPLEMENTED,
             f"basic.get not supported by stream queues queue '{self.name}' in vhost "

@@ -13,6 +13,7 @@ from .message_store import MEMORY_STORE
 from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
 from .message import Message
 from .queue import Queue
+from .queue_base import QueueBase
 from .queue_arguments import validate_queue_arguments
 from .stream_arguments import StreamRetention, is_stream, validate_stream_declaration
 from .stream_queue import StreamQueue
@@ -23,9 +24,6 @@ from .scheduler import Scheduler
 
 if TYPE_CHECKING:
     from .connection import Connection
-
-QUEUE_CLASSES = (Queue, StreamQueue)
-AnyQueue = Queue | StreamQueue   # what a vhost's queues are (for annotations)
 
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -50,7 +48,7 @@ class VirtualHost:
         self.scheduler = scheduler
         self.persistence = persistence or Persistence()
         self.exchanges: dict[str, Exchange] = {}
-        self.queues: dict[str, AnyQueue] = {}
+        self.queues: dict[str, QueueBase] = {}
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
         for exchange_name, kind in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[kind](exchange_name, durable=True)
@@ -64,7 +62,7 @@ class VirtualHost:
             raise not_found(f"no exchange '{name}' in vhost '{self.name}'")
         return exchange
 
-    def queue(self, name: str, connection: "Connection") -> AnyQueue:
+    def queue(self, name: str, connection: "Connection") -> QueueBase:
         """The queue named `name`, if `connection` may use it (exclusive queues: 405)."""
         queue = self.queues.get(name)
         if queue is None:
@@ -72,7 +70,7 @@ class VirtualHost:
         self.check_exclusive(queue, connection)
         return queue
 
-    def check_exclusive(self, queue: AnyQueue, connection: "Connection") -> None:
+    def check_exclusive(self, queue: QueueBase, connection: "Connection") -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
             raise _locked(queue)
 
@@ -148,7 +146,7 @@ class VirtualHost:
         as an `entry_type` (SaveBinding or DeleteBinding) journal entry."""
         if not (exchange.durable and _persisted(destination)):
             return
-        kind = "queue" if isinstance(destination, QUEUE_CLASSES) else "exchange"
+        kind = "queue" if destination.is_queue else "exchange"
         self.persistence.record(entry_type(
             vhost=self.name, source=exchange.name, destination_kind=kind,
             destination=destination.name, routing_key=routing_key,
@@ -174,9 +172,8 @@ class VirtualHost:
 
     # -- queues --------------------------------------------------------------------
 
-    def declare_queue(self, name: str, connection: "Connection", passive: bool,
-                      durable: bool, exclusive: bool, auto_delete: bool,
-                      arguments: dict) -> AnyQueue:
+    def declare_queue(self, name: str, connection: "Connection", passive: bool, durable: bool,
+                      exclusive: bool, auto_delete: bool, arguments: dict) -> QueueBase:
         if passive:
             queue = self.queue(name, connection)
             queue.touch()   # RabbitMQ renews an x-expires lease on passive declares too
@@ -220,7 +217,7 @@ class VirtualHost:
                 arguments=dict(arguments), queue_id=store.store_id))
         return queue
 
-    def _check_queue_equivalent(self, queue: AnyQueue, durable: bool, exclusive: bool,
+    def _check_queue_equivalent(self, queue: QueueBase, durable: bool, exclusive: bool,
                                 auto_delete: bool, arguments: dict) -> None:
         received: object      # a flag, then an argument's value
         current: object
@@ -242,7 +239,7 @@ class VirtualHost:
                     f"'{self.name}': received {_describe_arg(received)} but current is "
                     f"{_describe_arg(current)}")
 
-    def delete_queue(self, queue: AnyQueue, if_unused: bool = False,
+    def delete_queue(self, queue: QueueBase, if_unused: bool = False,
                      if_empty: bool = False) -> int:
         if if_unused and queue.consumers:
             raise precondition_failed(
@@ -303,7 +300,7 @@ class VirtualHost:
 
     # -- routing -------------------------------------------------------------------
 
-    def route(self, exchange: Exchange, message: Message) -> list[AnyQueue]:
+    def route(self, exchange: Exchange, message: Message) -> list[QueueBase]:
         """Every queue the message reaches, following exchange-to-exchange bindings."""
         destinations = exchange.route(message)
         if not destinations:
@@ -311,7 +308,7 @@ class VirtualHost:
         queues = []
         pending = None
         for destination in destinations:
-            if type(destination) in QUEUE_CLASSES:
+            if destination.is_queue:
                 queues.append(destination)
             else:
                 pending = pending or []
@@ -321,7 +318,7 @@ class VirtualHost:
         return queues
 
     def _route_through(self, source: Exchange, pending: list, queues: list,
-                       message: Message) -> list[AnyQueue]:
+                       message: Message) -> list[QueueBase]:
         seen_exchanges = {id(source)}
         seen_queues = {id(queue) for queue in queues}
         while pending:
@@ -330,7 +327,7 @@ class VirtualHost:
                 continue
             seen_exchanges.add(id(exchange))
             for destination in exchange.route(message):
-                if type(destination) in QUEUE_CLASSES:
+                if destination.is_queue:
                     if id(destination) not in seen_queues:
                         seen_queues.add(id(destination))
                         queues.append(destination)
@@ -341,12 +338,12 @@ class VirtualHost:
 
 def _persisted(destination) -> bool:
     """Whether a queue or exchange outlives a restart."""
-    if isinstance(destination, QUEUE_CLASSES):
+    if destination.is_queue:
         return destination.durable and destination.exclusive_owner is None
     return destination.durable
 
 
-def _locked(queue: AnyQueue):
+def _locked(queue: QueueBase):
     return resource_locked(
         f"cannot obtain exclusive access to locked queue '{queue.name}' in vhost "
         f"'{queue.vhost.name}'. It could be originally declared on another connection or "

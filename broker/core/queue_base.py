@@ -1,0 +1,143 @@
+"""What every kind of queue shares. Classic queues (queue.py) and stream queues
+(stream_queue.py) derive from QueueBase; channels, the virtual host and the server hold
+every queue as a QueueBase, whatever its kind."""
+
+from abc import ABC, abstractmethod
+from collections import deque
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .connection import Connection
+    from .vhost import VirtualHost
+
+# What a delivery awaiting its ack refers to, handed back to the queue on settle, discard
+# or requeue: a QueueEntry (classic) or a DeliveredOffset (stream).
+Entry = TypeVar("Entry")
+
+
+class Consumer:
+    """A Basic.Consume subscription of one channel to one queue."""
+
+    __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "prefetch",
+                 "unacked", "arguments", "priority")
+
+    def __init__(self, tag: str, channel: "Channel", queue: "QueueBase", no_ack: bool, exclusive: bool,
+                 prefetch: int, arguments: dict | None = None):
+        self.tag = tag
+        self.channel = channel
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch
+        self.unacked = 0
+        self.arguments = arguments or {}
+        self.priority = self.arguments.get("x-priority", 0)
+
+
+ConsumerKind = TypeVar("ConsumerKind", bound=Consumer)   # what make_consumer makes
+
+
+class QueueBase(ABC, Generic[Entry, ConsumerKind]):
+    """A named queue of one virtual host, with its consumers.
+
+    The subclasses decide how messages are kept and handed out; the abstract methods
+    below are what differs between kinds.
+    """
+
+    # A binding leads to a queue or to an exchange (Exchange.is_queue is False).
+    is_queue = True
+
+    # Whether the channel tells the store about deliveries (store.delivered): classic
+    # queues with a durable store; a stream's consumers keep their own offsets.
+    stores_messages = False
+
+    def __init__(self, vhost: "VirtualHost", name: str, durable: bool,
+                 exclusive_owner: "Connection | None", auto_delete: bool,
+                 arguments: dict | None, store):
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner   # the owning connection, or None
+        self.auto_delete = auto_delete
+        self.arguments = dict(arguments or {})
+        self.store = store
+        self.consumers: deque[ConsumerKind] = deque()
+        self.deleted = False
+        self.held_bytes = 0   # what the memory alarm charges for the messages held
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def has_exclusive_consumer(self) -> bool:
+        return any(consumer.exclusive for consumer in self.consumers)
+
+    def remove_consumer(self, consumer: ConsumerKind) -> None:
+        try:
+            self.consumers.remove(consumer)
+        except ValueError:
+            return
+        if self.consumers or self.deleted:
+            return
+        if self.auto_delete:
+            self.vhost.delete_queue(self)
+        else:
+            self.touch()
+
+    # -- what differs between kinds ----------------------------------------------------
+
+    @property
+    @abstractmethod
+    def message_count(self) -> int:
+        """The message count Queue.DeclareOk and Get-Ok report."""
+
+    @abstractmethod
+    def enqueue(self, message, publisher=None) -> bool:
+        """Accept a routed message; False when the queue refuses it (the publisher sees
+        a confirm nack). `publisher` is the connection that published it, which the
+        queue may slow down (Connection.throttle) when it cannot keep up."""
+
+    @abstractmethod
+    def make_consumer(self, tag: str, channel, no_ack: bool, exclusive: bool,
+                      prefetch: int, arguments: dict) -> ConsumerKind:
+        """A consumer of this queue for Basic.Consume (not yet added)."""
+
+    @abstractmethod
+    def add_consumer(self, consumer: ConsumerKind) -> None:
+        """Start delivering to `consumer`."""
+
+    @abstractmethod
+    def dispatch(self, now: float | None = None) -> None:
+        """Deliver to the consumers that can take messages now."""
+
+    @abstractmethod
+    def take(self) -> Entry | None:
+        """The next message for Basic.Get, or None when there is none."""
+
+    @abstractmethod
+    def settle(self, entry: Entry) -> None:
+        """A delivered message was acked (or delivered with no_ack)."""
+
+    @abstractmethod
+    def discard(self, entries: list[Entry], reason: str) -> None:
+        """Messages are done with without an ack (rejected, expired, over a limit)."""
+
+    @abstractmethod
+    def requeue(self, entries: list[Entry]) -> None:
+        """Unacked deliveries come back (reject with requeue, recover, channel closed)."""
+
+    @abstractmethod
+    def purge(self) -> int:
+        """Queue.Purge: drop the ready messages; how many there were."""
+
+    @abstractmethod
+    def drop_messages(self) -> int:
+        """The queue is deleted: let go of its messages; the count DeleteOk reports."""
+
+    @abstractmethod
+    def touch(self) -> None:
+        """The queue was used (declared, read by Basic.Get, lost its last consumer)."""
