@@ -5,6 +5,8 @@ from pamqp import commands
 from amqp_codec import (encode_basic_nack, encode_deliver,
                         encode_get_ok, encode_method, encode_return, replace_properties)
 from amqp_codec.reply_codes import ReplyCode
+from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER,
+                                 CHANNEL_FLOW)
 
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
@@ -105,7 +107,8 @@ class Channel:
 
     def publish(self, command) -> None:
         if command.immediate:
-            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "immediate=true",
+                                    *BASIC_PUBLISH)
         if command.body is None:   # the decoder dropped a body above max_message_size
             raise precondition_failed(
                 f"message size {command.body_size} is larger than configured max size "
@@ -233,7 +236,8 @@ class Channel:
         tag = method.consumer_tag or server_named("amq.ctag-")
         if tag in self.consumers or tag == self.reply_consumer_tag:
             raise ConnectionFailure(ReplyCode.NOT_ALLOWED,
-                                    f"attempt to reuse consumer tag '{tag}'", 60, 20)
+                                    f"attempt to reuse consumer tag '{tag}'",
+                                    *BASIC_CONSUME)
         if method.queue == REPLY_QUEUE:
             return self._consume_replies(method, tag)
         queue = self.vhost.queue(self.queue_name(method.queue), self.connection)
@@ -300,7 +304,7 @@ class Channel:
     def set_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:
         if prefetch_size:
             raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED,
-                                    f"prefetch_size!=0 ({prefetch_size})", 60, 10)
+                                    f"prefetch_size!=0 ({prefetch_size})", *BASIC_QOS)
         if global_:
             self.global_prefetch = prefetch_count
         else:
@@ -311,7 +315,7 @@ class Channel:
         """Channel.Flow from the client. RabbitMQ 3.x refuses active=false with 540;
         so does Warren, so clients see the same behaviour on both."""
         if not active:
-            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "active=false", 20, 20)
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "active=false", *CHANNEL_FLOW)
         self.redispatch()
 
     def redispatch(self) -> None:
@@ -345,7 +349,8 @@ class Channel:
 
     def recover(self, requeue: bool) -> None:
         if not requeue:
-            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "requeue=false", 60, 110)
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "requeue=false",
+                                    *BASIC_RECOVER)
         deliveries = list(self.unacked.values())
         self.unacked.clear()
         self._reject(deliveries, True)

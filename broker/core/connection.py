@@ -22,6 +22,8 @@ from pamqp import commands
 from amqp_codec import (InboundHeartbeat, InboundPublish, MalformedProperties,
                         encode_basic_ack, encode_basic_nack, encode_method, fit_reply_text)
 from amqp_codec.reply_codes import ReplyCode
+from amqp_codec.wire_ids import (BASIC_PUBLISH, CHANNEL_OPEN, CONNECTION_OPEN,
+                                 CONNECTION_TUNE_OK, TX_COMMIT)
 
 from .auth import (MECHANISMS, AuthenticationFailure, UndecodableCredentials,
                    parse_credentials)
@@ -35,7 +37,6 @@ log = logging.getLogger("warren.connection")
 FRAME_MIN_SIZE = 4096
 _LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For details see "
                   "the broker logfile.")
-PUBLISH_IDS = (60, 40)
 
 
 class Transport(Protocol):
@@ -146,7 +147,7 @@ class Connection:
             # routing, expiration, user_id, delivery_mode...): RabbitMQ reads every
             # property block on publish and closes the connection with 541 then.
             self.close(ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR - cannot read the content "
-                       f"properties of a published message: {error}", *PUBLISH_IDS)
+                       f"properties of a published message: {error}", *BASIC_PUBLISH)
         except Exception as error:   # a bug must cost this connection, not the broker
             self.fail(error)
 
@@ -400,12 +401,13 @@ class Connection:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
                 f"frame_max={method.frame_max} outside {FRAME_MIN_SIZE}..{config.frame_max}",
-                10, 31)
+                *CONNECTION_TUNE_OK)
         channel_max = method.channel_max
         if not 0 < channel_max <= config.channel_max:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
-                f"channel_max={channel_max} > {config.channel_max} max channels", 10, 31)
+                f"channel_max={channel_max} > {config.channel_max} max channels",
+                *CONNECTION_TUNE_OK)
         self.frame_max = frame_max
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
@@ -418,12 +420,13 @@ class Connection:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
                 f"access to vhost '{method.virtual_host}' refused for user '{self.user}'",
-                10, 40)
+                *CONNECTION_OPEN)
         limit = self.broker.config.connection_max
         if limit and len(self.broker.connections) >= limit:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
-                f"connection refused: node connection limit ({limit}) is reached", 10, 40)
+                f"connection refused: node connection limit ({limit}) is reached",
+                *CONNECTION_OPEN)
         self.vhost = vhost
         self.state = "open"
         self.broker.connection_opened(self)
@@ -473,7 +476,7 @@ class Connection:
             channel.send(commands.Channel.CloseOk())
         elif isinstance(method, commands.Channel.Open):
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen",
-                                    20, 10)
+                                    *CHANNEL_OPEN)
         else:
             raise ConnectionFailure(ReplyCode.COMMAND_INVALID, "unimplemented method",
                                     *_ids(method))
@@ -530,9 +533,9 @@ class Connection:
         if channel is None:
             if number in self.closing_channels:
                 return
-            self._check_channel_number(number, *PUBLISH_IDS)
+            self._check_channel_number(number, *BASIC_PUBLISH)
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
-                                    *PUBLISH_IDS)
+                                    *BASIC_PUBLISH)
         persistence = self.broker.persistence
         writes = persistence.writes
         try:
@@ -540,7 +543,7 @@ class Connection:
             if channel.confirming and persistence.writes != writes:
                 self.needs_sync = True
         except ChannelError as error:
-            error.class_id, error.method_id = PUBLISH_IDS
+            error.class_id, error.method_id = BASIC_PUBLISH
             raise
 
     def _close_channel(self, number: int, error: ChannelError) -> None:
@@ -554,7 +557,7 @@ class Connection:
 
 
 def _refusal_text(ids: tuple[int, int], reason: str) -> str:
-    if ids == TX_COMMIT_IDS:
+    if ids == TX_COMMIT:
         return (f"PRECONDITION_FAILED - partial tx completion: writing to disk failed "
                 f"({reason}); repeat the transaction once disk space is freed")
     return (f"PRECONDITION_FAILED - writing to disk failed ({reason}); the change may "
@@ -589,8 +592,6 @@ DURABLE_REPLIES = frozenset({
     commands.Queue.Unbind, commands.Queue.Delete,
     commands.Tx.Commit,
 })
-
-TX_COMMIT_IDS = (90, 20)
 
 _STATE_NAMES = {"open": "running", "awaiting-start-ok": "starting",
                 "awaiting-tune-ok": "tuning", "awaiting-open": "opening"}
