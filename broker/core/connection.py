@@ -20,7 +20,8 @@ from typing import Protocol
 from pamqp import commands
 
 from amqp_codec import (InboundHeartbeat, InboundPublish, MalformedProperties,
-                        encode_basic_ack, encode_basic_nack, encode_method, fit_reply_text)
+                        encode_basic_ack, encode_basic_nack, encode_connection_start,
+                        encode_method, fit_reply_text)
 from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import (BASIC_PUBLISH, CHANNEL_OPEN, CONNECTION_OPEN,
                                  CONNECTION_TUNE_OK, TX_COMMIT)
@@ -121,9 +122,8 @@ class Connection:
 
     def start(self) -> None:
         """The protocol header arrived: offer Connection.Start."""
-        self.write(encode_method(0, commands.Connection.Start(
-            server_properties=self.broker.server_properties(),
-            mechanisms=" ".join(MECHANISMS), locales="en_US")))
+        self.write(encode_connection_start(self.broker.server_properties(),
+                                           " ".join(MECHANISMS), "en_US"))
 
     def handle(self, item) -> None:
         """Process one decoded inbound item (publish, method or heartbeat)."""
