@@ -11,6 +11,7 @@ from .encoder import (
 )
 from .errors import ProtocolError, ProtocolHeaderMismatch
 from .field_table import encode_table
+from .framer import Framer
 from .header_splice import with_long_header
 from .properties import (
     MalformedProperties, decode_properties, headers_entries, replace_properties,
@@ -19,7 +20,7 @@ from .reply_codes import ReplyCode, is_connection_level
 
 __all__ = [
     "PROTOCOL_HEADER", "FRAME_METHOD", "FRAME_HEADER", "FRAME_BODY", "FRAME_HEARTBEAT",
-    "FRAME_END", "Decoder", "InboundMethod", "InboundPublish", "InboundHeartbeat",
+    "FRAME_END", "Framer", "Decoder", "InboundMethod", "InboundPublish", "InboundHeartbeat",
     "HEARTBEAT_FRAME", "encode_method", "encode_content", "encode_deliver", "encode_get_ok",
     "encode_basic_ack", "encode_basic_nack", "encode_return", "encode_properties",
     "decode_properties", "encode_connection_start", "encode_table", "with_long_header",

@@ -37,8 +37,8 @@ from pamqp import base, commands
 from pamqp import decode as pamqp_decode
 
 from .constants import (
-    FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, FRAME_OVERHEAD,
-    FRAME_TYPES, PROTOCOL_HEADER,
+    DEFAULT_FRAME_MAX, FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
+    FRAME_OVERHEAD, FRAME_TYPES, PROTOCOL_HEADER,
 )
 from .errors import ProtocolError, ProtocolHeaderMismatch
 from .fast_path import decode_ack, decode_get, decode_publish
@@ -131,7 +131,7 @@ class Decoder:
     A ProtocolHeaderMismatch or ProtocolError is final: close the connection after it.
     """
 
-    def __init__(self, frame_max: int = 131072, max_body_size: int = MAX_BODY_SIZE):
+    def __init__(self, frame_max: int = DEFAULT_FRAME_MAX, max_body_size: int = MAX_BODY_SIZE):
         self.frame_max = frame_max
         self.max_body_size = max_body_size   # larger bodies are dropped, not buffered
         self._header_seen = 0           # bytes of the protocol header received so far

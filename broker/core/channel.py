@@ -2,8 +2,7 @@
 
 from pamqp import commands
 
-from amqp_codec import (encode_basic_nack, encode_deliver,
-                        encode_get_ok, encode_method, encode_return, replace_properties)
+from amqp_codec import replace_properties
 from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER,
                                  CHANNEL_FLOW)
@@ -67,9 +66,9 @@ class Channel:
         tag = self.next_delivery_tag
         message = entry.message
         connection = self.connection
-        frames = encode_deliver(
+        frames = connection.framer.encode_deliver(
             self.number, consumer.tag, tag, entry.redelivered, message.exchange,
-            message.routing_key, message.properties, message.body, connection.frame_max)
+            message.routing_key, message.properties, message.body)
         self.next_delivery_tag = tag + 1
         queue = consumer.queue
         if consumer.no_ack:
@@ -90,9 +89,8 @@ class Channel:
         consumer.unacked += 1
         self.unacked[tag] = Delivery(tag, consumer.queue, mark, consumer)
         connection = self.connection
-        connection.write(encode_deliver(self.number, consumer.tag, tag, False, exchange,
-                                        routing_key, properties, body,
-                                        connection.frame_max))
+        connection.write(connection.framer.encode_deliver(
+            self.number, consumer.tag, tag, False, exchange, routing_key, properties, body))
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The consumer's queue went away: forget the consumer, tell the client."""
@@ -101,7 +99,7 @@ class Channel:
             self.send(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
 
     def send(self, method) -> None:
-        self.connection.write(encode_method(self.number, method))
+        self.connection.send_method(self.number, method)
 
     # -- publishing ----------------------------------------------------------------
 
@@ -186,9 +184,9 @@ class Channel:
                 elif len(queue.ready) > FLOW_BACKLOG and queue.consumers_stalled():
                     self.connection.throttle(queue)
         elif mandatory:
-            self.connection.write(encode_return(
+            self.connection.write(self.connection.framer.encode_return(
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body, self.connection.frame_max))
+                message.properties, message.body))
         return accepted
 
     def _reply(self, message: Message, mandatory: bool) -> bool:
@@ -198,9 +196,9 @@ class Channel:
             channel, consumer_tag = target
             channel.deliver_reply(consumer_tag, message)
         elif mandatory:
-            self.connection.write(encode_return(
+            self.connection.write(self.connection.framer.encode_return(
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body, self.connection.frame_max))
+                message.properties, message.body))
         return True
 
     def deliver_reply(self, consumer_tag: str, message: Message) -> None:
@@ -208,9 +206,9 @@ class Channel:
             return
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
-        self.connection.write(encode_deliver(
+        self.connection.write(self.connection.framer.encode_deliver(
             self.number, consumer_tag, tag, False, message.exchange, message.routing_key,
-            message.properties, message.body, self.connection.frame_max))
+            message.properties, message.body))
 
     def flush_confirms(self) -> None:
         """Confirm every publish routed since the last flush: one Basic.Ack per
@@ -220,7 +218,7 @@ class Channel:
         write = self.connection.write
         for seq in self.nacked_seqs:
             self._ack_through(seq - 1)
-            write(encode_basic_nack(self.number, seq, False))
+            write(self.connection.framer.encode_basic_nack(self.number, seq, False))
             self.acked_seq = seq
         self.nacked_seqs.clear()
         self._ack_through(self.publish_seq)
@@ -296,10 +294,9 @@ class Channel:
             self.unacked[tag] = Delivery(tag, queue, entry, None)
             queue.store.delivered(entry)
         message = entry.message
-        self.connection.write(encode_get_ok(
+        self.connection.write(self.connection.framer.encode_get_ok(
             self.number, tag, entry.redelivered, message.exchange, message.routing_key,
-            queue.message_count, message.properties, message.body,
-            self.connection.frame_max))
+            queue.message_count, message.properties, message.body))
 
     def set_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:
         if prefetch_size:
