@@ -197,7 +197,7 @@ def encode_table(table: dict) -> bytes:
         try:
             parts.append(_encoded_value(value))
         except TypeError as error:
-            raise TypeError(f"{key} error: {error}") from error
+            raise TypeError(f"table key {key!r}: {error}") from error
     return _with_length(b"".join(parts))
 
 

@@ -2,11 +2,11 @@
 
 `run_session` feeds a session's bytes, cut at the given points, to a `Connection`'s
 `Framer` and the decoded items to the `Connection` (on a fresh `Broker`), exactly as
-broker/server/transport.py does (protocol errors close the connection with their reply code; commands decoded
-before the bad frame still count), then ends the input, fires every timer (TTL, expiry,
-dead-lettering) on a virtual clock, drops the socket, and lets a well-behaved client
-publish, get and ack on the same broker. It returns a `Failure` for anything the
-broker must never do:
+broker/server/transport.py does (protocol errors close the connection with their reply
+code; commands decoded before the bad frame still count), then ends the input, fires
+every timer (TTL, expiry, dead-lettering) on a virtual clock, drops the socket, and lets
+a well-behaved client publish, get and ack on the same broker. It returns a `Failure`
+for anything the broker must never do:
 
 - `Framer.feed` (the decoder) raising anything but ProtocolError / ProtocolHeaderMismatch;
 - the core (`handle`, `end_of_batch`, `input_ended`, timers, `lost`) raising at all;
