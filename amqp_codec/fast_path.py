@@ -150,26 +150,42 @@ def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redeliver
                    exchange: str, routing_key: str, properties: bytes, body,
                    frame_max: int) -> bytes | tuple:
     """Basic.Deliver + content header + body frames (see join_with_content)."""
-    body_size = len(body)
-    if 0 < body_size < LARGE_BODY and (not frame_max
-                                       or body_size <= frame_max - FRAME_OVERHEAD):
-        # The common case, one body frame, in one join (same bytes as the general path);
-        # the bytes around the delivery tag repeat for a consumer and a routing key.
-        around_tag = _DELIVER_PARTS.get((channel, consumer_tag, exchange, routing_key))
-        if around_tag is None:
-            around_tag = _deliver_parts(channel, consumer_tag, exchange, routing_key)
-        return b"".join((
-            around_tag[0], _TAG_AND_BIT.pack(delivery_tag, redelivered), around_tag[1],
-            _HEADER_FRAME.pack(FRAME_END, FRAME_HEADER, channel,
-                               CONTENT_HEADER_PREFIX_SIZE + len(properties), BASIC_CLASS,
-                               0, body_size),
-            properties, _BODY_PREFIX.pack(FRAME_END, FRAME_BODY, channel, body_size), body,
-            FRAME_END_BYTE))
-    tag, exchange_b, key = shortstr(consumer_tag), shortstr(exchange), shortstr(routing_key)
-    size = 13 + len(tag) + len(exchange_b) + len(key)
-    parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, *BASIC_DELIVER),
-             tag, _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key]
-    return join_with_content(parts, channel, properties, body, frame_max)
+    return deliver_encoder(frame_max)(channel, consumer_tag, delivery_tag, redelivered,
+                                      exchange, routing_key, properties, body)
+
+
+def deliver_encoder(frame_max: int):
+    """encode_deliver for one frame_max, without the argument: a connection's Framer
+    holds one (made again when its frame_max changes), so that a delivery costs a single
+    call."""
+    # Bodies up to this size go in one body frame, encoded by the common case below.
+    one_frame = (min(LARGE_BODY - 1, frame_max - FRAME_OVERHEAD) if frame_max
+                 else LARGE_BODY - 1)
+
+    def encode(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
+               exchange: str, routing_key: str, properties: bytes, body) -> bytes | tuple:
+        body_size = len(body)
+        if 0 < body_size <= one_frame:
+            # The common case in one join (same bytes as the general path); the bytes
+            # around the delivery tag repeat for a consumer and a routing key.
+            around_tag = _DELIVER_PARTS.get((channel, consumer_tag, exchange, routing_key))
+            if around_tag is None:
+                around_tag = _deliver_parts(channel, consumer_tag, exchange, routing_key)
+            return b"".join((
+                around_tag[0], _TAG_AND_BIT.pack(delivery_tag, redelivered), around_tag[1],
+                _HEADER_FRAME.pack(FRAME_END, FRAME_HEADER, channel,
+                                   CONTENT_HEADER_PREFIX_SIZE + len(properties),
+                                   BASIC_CLASS, 0, body_size),
+                properties, _BODY_PREFIX.pack(FRAME_END, FRAME_BODY, channel, body_size),
+                body, FRAME_END_BYTE))
+        tag, exchange_b = shortstr(consumer_tag), shortstr(exchange)
+        key = shortstr(routing_key)
+        size = 13 + len(tag) + len(exchange_b) + len(key)
+        parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, *BASIC_DELIVER),
+                 tag, _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key]
+        return join_with_content(parts, channel, properties, body, frame_max)
+
+    return encode
 
 
 def _deliver_parts(channel: int, consumer_tag: str, exchange: str,
