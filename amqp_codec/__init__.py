@@ -6,10 +6,12 @@ from .constants import (
 from .decoder import Decoder, InboundHeartbeat, InboundMethod, InboundPublish
 from .encoder import (
     HEARTBEAT_FRAME, encode_basic_ack, encode_basic_nack, encode_content, encode_deliver,
-    encode_get_ok, encode_method, encode_properties, encode_queue_declare_ok, encode_return,
-    encode_server_properties, fit_reply_text,
+    encode_connection_start, encode_get_ok, encode_method, encode_properties,
+    encode_queue_declare_ok, encode_return, fit_reply_text,
 )
 from .errors import ProtocolError, ProtocolHeaderMismatch
+from .field_table import encode_table
+from .framer import Framer
 from .header_splice import with_long_header
 from .properties import (
     MalformedProperties, decode_properties, headers_entries, replace_properties,
@@ -18,10 +20,11 @@ from .reply_codes import ReplyCode, is_connection_level
 
 __all__ = [
     "PROTOCOL_HEADER", "FRAME_METHOD", "FRAME_HEADER", "FRAME_BODY", "FRAME_HEARTBEAT",
-    "FRAME_END", "Decoder", "InboundMethod", "InboundPublish", "InboundHeartbeat",
+    "FRAME_END", "Framer", "Decoder", "InboundMethod", "InboundPublish", "InboundHeartbeat",
     "HEARTBEAT_FRAME", "encode_method", "encode_content", "encode_deliver", "encode_get_ok",
     "encode_basic_ack", "encode_basic_nack", "encode_return", "encode_properties",
-    "decode_properties", "encode_server_properties", "with_long_header", "ProtocolError",
+    "decode_properties", "encode_connection_start", "encode_table", "with_long_header",
+    "ProtocolError",
     "ProtocolHeaderMismatch", "ReplyCode", "is_connection_level", "MalformedProperties",
     "headers_entries", "replace_properties", "encode_queue_declare_ok", "fit_reply_text",
 ]

@@ -1,4 +1,5 @@
-"""AMQP 0-9-1 wire constants: protocol header, frame types and sizes, hot method ids."""
+"""AMQP 0-9-1 wire constants: protocol header, frame types and sizes (class, method and
+property ids: wire_ids.py)."""
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
@@ -16,20 +17,3 @@ FRAME_MIN_SIZE = 4096          # smallest frame_max a peer may negotiate
 DEFAULT_FRAME_MAX = 131072
 
 CONTENT_HEADER_PREFIX_SIZE = 12  # class_id(2) weight(2) body_size(8)
-
-QUEUE_CLASS = 50
-QUEUE_DECLARE_OK = 11
-
-BASIC_CLASS = 60
-BASIC_PUBLISH = 40
-BASIC_RETURN = 50
-BASIC_DELIVER = 60
-BASIC_GET = 70
-BASIC_GET_OK = 71
-BASIC_ACK = 80
-BASIC_NACK = 120
-
-# class_id << 16 | method_id, as read with one 32-bit unpack of a method frame payload.
-PUBLISH_INDEX = BASIC_CLASS << 16 | BASIC_PUBLISH
-ACK_INDEX = BASIC_CLASS << 16 | BASIC_ACK
-GET_INDEX = BASIC_CLASS << 16 | BASIC_GET

@@ -38,14 +38,14 @@ from pamqp import base, commands, common
 from pamqp import decode as pamqp_decode
 
 from .constants import (
-    ACK_INDEX, BASIC_CLASS, BASIC_PUBLISH, FRAME_BODY, FRAME_END, FRAME_HEADER,
-    FRAME_HEARTBEAT, FRAME_METHOD, FRAME_OVERHEAD, FRAME_TYPES, GET_INDEX, PROTOCOL_HEADER,
-    PUBLISH_INDEX,
+    DEFAULT_FRAME_MAX, FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
+    FRAME_OVERHEAD, FRAME_TYPES, PROTOCOL_HEADER,
 )
 from .errors import ProtocolError, ProtocolHeaderMismatch
 from .fast_path import decode_ack, decode_get, decode_publish
 from .field_table import decode_table
 from .reply_codes import ReplyCode
+from .wire_ids import ACK_INDEX, BASIC_CLASS, BASIC_PUBLISH, GET_INDEX, PUBLISH_INDEX
 
 _FRAME_PREFIX = Struct(">BHI")      # type, channel, payload size
 _METHOD_INDEX = Struct(">I")        # class_id << 16 | method_id
@@ -134,7 +134,7 @@ class Decoder:
     A ProtocolHeaderMismatch or ProtocolError is final: close the connection after it.
     """
 
-    def __init__(self, frame_max: int = 131072, max_body_size: int = MAX_BODY_SIZE):
+    def __init__(self, frame_max: int = DEFAULT_FRAME_MAX, max_body_size: int = MAX_BODY_SIZE):
         self.frame_max = frame_max
         self.max_body_size = max_body_size   # larger bodies are dropped, not buffered
         self._header_seen = 0           # bytes of the protocol header received so far
@@ -335,7 +335,7 @@ class Decoder:
         if class_id != BASIC_CLASS:
             raise ProtocolError(UNEXPECTED_FRAME, "expected content header for class 60, "
                                 f"got one for class {class_id} instead",
-                                channel, BASIC_CLASS, BASIC_PUBLISH)
+                                channel, *BASIC_PUBLISH)
         publish = state.publish
         publish.properties = self._shared_properties(data[start + 12:end])
         if body_size > self.max_body_size:
@@ -368,7 +368,7 @@ class Decoder:
         remaining = state.remaining - size
         if remaining < 0:
             raise ProtocolError(FRAME_ERROR, "content body is longer than the announced "
-                                "body_size", channel, BASIC_CLASS, BASIC_PUBLISH)
+                                "body_size", channel, *BASIC_PUBLISH)
         chunks = state.chunks
         if chunks is None:
             if remaining:
@@ -390,7 +390,7 @@ def _publish(data: bytes, start: int, end: int, channel: int) -> InboundPublish:
     """Decode Basic.Publish arguments (fast path) into an InboundPublish awaiting content."""
     if channel == 0:
         raise ProtocolError(ReplyCode.CHANNEL_ERROR, "unexpected method in connection "
-                            "state running", 0, BASIC_CLASS, BASIC_PUBLISH)
+                            "state running", 0, *BASIC_PUBLISH)
     try:
         return InboundPublish(channel, *decode_publish(data, start, end))
     except _DECODE_ERRORS as exc:
@@ -463,7 +463,7 @@ def _not_content(state: _Content, channel: int) -> ProtocolError:
         text = "expected content header for class 60, got non content header frame instead"
     else:
         text = "expected content body, got non content body frame instead"
-    return ProtocolError(UNEXPECTED_FRAME, text, channel, BASIC_CLASS, BASIC_PUBLISH)
+    return ProtocolError(UNEXPECTED_FRAME, text, channel, *BASIC_PUBLISH)
 
 
 def _unexpected_content(state: _Content | None, channel: int, kind: str) -> ProtocolError:

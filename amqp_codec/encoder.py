@@ -3,26 +3,30 @@
 Every function returns one ``bytes`` object. ``frame_max`` is the negotiated frame_max
 (0 = no limit); bodies are cut so that each body frame is at most frame_max bytes.
 
-Field tables: pamqp otherwise picks the smallest integer type, including ``u`` and
-``i``, which the RabbitMQ Java client 5.x rejects ("Unrecognised type in table").
-Importing this module switches pamqp to the types Java reads (b, s, I, l) for the whole
-process, so ``encode_method(0, Connection.Start(server_properties=...))`` and any headers
-table the broker builds are Java-safe.
+Field tables: the only method the broker sends with a table is Connection.Start, and
+``encode_connection_start`` writes its server-properties with field_table's
+``encode_table``, which uses only the integer types the RabbitMQ Java client 5.x reads
+(pamqp's own choice includes ``u`` and ``i``, which it rejects). Nothing here changes
+pamqp's process-wide settings.
 """
 
-from pamqp import commands, common
-from pamqp import encode as pamqp_encode
+from struct import Struct
+
+from pamqp import commands
 from pamqp import frame
 
+from .constants import FRAME_END_BYTE, FRAME_METHOD
 from .fast_path import (  # noqa: F401  (re-exported: the struct fast paths)
     encode_basic_ack, encode_basic_nack, encode_deliver, encode_get_ok,
     encode_queue_declare_ok, encode_return, join_with_content,
 )
+from .field_table import encode_table
 from .properties import decode_properties  # noqa: F401  (re-exported)
-
-pamqp_encode.support_deprecated_rabbitmq(True)
+from .wire_ids import CONNECTION_START
 
 HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+_START_PREFIX = Struct(">BHIHHBB")   # frame type, channel, size, ids, protocol version
+_LONG_STRING_LENGTH = Struct(">I")
 
 
 def encode_method(channel: int, method) -> bytes:
@@ -52,6 +56,16 @@ def fit_reply_text(text: str) -> str:
     return data[:252].decode("utf-8", "ignore") + "..."
 
 
-def encode_server_properties(properties: common.FieldTable) -> bytes:
-    """A field table (e.g. Connection.Start server-properties) using only Java-safe types."""
-    return pamqp_encode.field_table(properties)
+def encode_connection_start(server_properties: dict, mechanisms: str, locales: str) -> bytes:
+    """Connection.Start for protocol 0-9, as pamqp writes it, but with server-properties
+    written by ``encode_table`` (Java-safe integer types)."""
+    arguments = b"".join((encode_table(server_properties), _long_string(mechanisms),
+                          _long_string(locales)))
+    return b"".join((_START_PREFIX.pack(FRAME_METHOD, 0, 6 + len(arguments),
+                                        *CONNECTION_START, 0, 9),
+                     arguments, FRAME_END_BYTE))
+
+
+def _long_string(text: str) -> bytes:
+    data = text.encode()
+    return _LONG_STRING_LENGTH.pack(len(data)) + data

@@ -15,9 +15,12 @@ from struct import Struct
 from pamqp import commands
 
 from .constants import (
-    BASIC_ACK, BASIC_CLASS, BASIC_DELIVER, BASIC_GET_OK, BASIC_NACK, BASIC_RETURN,
     CONTENT_HEADER_PREFIX_SIZE, FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_HEADER,
-    FRAME_METHOD, FRAME_OVERHEAD, QUEUE_CLASS, QUEUE_DECLARE_OK,
+    FRAME_METHOD, FRAME_OVERHEAD,
+)
+from .wire_ids import (
+    BASIC_ACK, BASIC_CLASS, BASIC_DELIVER, BASIC_GET_OK, BASIC_NACK, BASIC_RETURN,
+    QUEUE_DECLARE_OK,
 )
 
 _METHOD_PREFIX = Struct(">BHIHH")        # type, channel, size, class_id, method_id
@@ -147,26 +150,42 @@ def encode_deliver(channel: int, consumer_tag: str, delivery_tag: int, redeliver
                    exchange: str, routing_key: str, properties: bytes, body,
                    frame_max: int) -> bytes | tuple:
     """Basic.Deliver + content header + body frames (see join_with_content)."""
-    body_size = len(body)
-    if 0 < body_size < LARGE_BODY and (not frame_max
-                                       or body_size <= frame_max - FRAME_OVERHEAD):
-        # The common case, one body frame, in one join (same bytes as the general path);
-        # the bytes around the delivery tag repeat for a consumer and a routing key.
-        around_tag = _DELIVER_PARTS.get((channel, consumer_tag, exchange, routing_key))
-        if around_tag is None:
-            around_tag = _deliver_parts(channel, consumer_tag, exchange, routing_key)
-        return b"".join((
-            around_tag[0], _TAG_AND_BIT.pack(delivery_tag, redelivered), around_tag[1],
-            _HEADER_FRAME.pack(FRAME_END, FRAME_HEADER, channel,
-                               CONTENT_HEADER_PREFIX_SIZE + len(properties), BASIC_CLASS,
-                               0, body_size),
-            properties, _BODY_PREFIX.pack(FRAME_END, FRAME_BODY, channel, body_size), body,
-            FRAME_END_BYTE))
-    tag, exchange_b, key = shortstr(consumer_tag), shortstr(exchange), shortstr(routing_key)
-    size = 13 + len(tag) + len(exchange_b) + len(key)
-    parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_DELIVER),
-             tag, _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key]
-    return join_with_content(parts, channel, properties, body, frame_max)
+    return deliver_encoder(frame_max)(channel, consumer_tag, delivery_tag, redelivered,
+                                      exchange, routing_key, properties, body)
+
+
+def deliver_encoder(frame_max: int):
+    """encode_deliver for one frame_max, without the argument: a connection's Framer
+    holds one (made again when its frame_max changes), so that a delivery costs a single
+    call."""
+    # Bodies up to this size go in one body frame, encoded by the common case below.
+    one_frame = (min(LARGE_BODY - 1, frame_max - FRAME_OVERHEAD) if frame_max
+                 else LARGE_BODY - 1)
+
+    def encode(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
+               exchange: str, routing_key: str, properties: bytes, body) -> bytes | tuple:
+        body_size = len(body)
+        if 0 < body_size <= one_frame:
+            # The common case in one join (same bytes as the general path); the bytes
+            # around the delivery tag repeat for a consumer and a routing key.
+            around_tag = _DELIVER_PARTS.get((channel, consumer_tag, exchange, routing_key))
+            if around_tag is None:
+                around_tag = _deliver_parts(channel, consumer_tag, exchange, routing_key)
+            return b"".join((
+                around_tag[0], _TAG_AND_BIT.pack(delivery_tag, redelivered), around_tag[1],
+                _HEADER_FRAME.pack(FRAME_END, FRAME_HEADER, channel,
+                                   CONTENT_HEADER_PREFIX_SIZE + len(properties),
+                                   BASIC_CLASS, 0, body_size),
+                properties, _BODY_PREFIX.pack(FRAME_END, FRAME_BODY, channel, body_size),
+                body, FRAME_END_BYTE))
+        tag, exchange_b = shortstr(consumer_tag), shortstr(exchange)
+        key = shortstr(routing_key)
+        size = 13 + len(tag) + len(exchange_b) + len(key)
+        parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, *BASIC_DELIVER),
+                 tag, _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key]
+        return join_with_content(parts, channel, properties, body, frame_max)
+
+    return encode
 
 
 def _deliver_parts(channel: int, consumer_tag: str, exchange: str,
@@ -175,7 +194,7 @@ def _deliver_parts(channel: int, consumer_tag: str, exchange: str,
     consumer tag) and after it (exchange, routing key), remembered."""
     tag, exchange_b, key = shortstr(consumer_tag), shortstr(exchange), shortstr(routing_key)
     size = 13 + len(tag) + len(exchange_b) + len(key)
-    parts = (_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_DELIVER)
+    parts = (_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, *BASIC_DELIVER)
              + tag, exchange_b + key)
     if len(_DELIVER_PARTS) >= _SHORTSTRS_KEPT:
         _DELIVER_PARTS.clear()
@@ -189,7 +208,7 @@ def encode_get_ok(channel: int, delivery_tag: int, redelivered: bool, exchange: 
     """Basic.GetOk + content header + body frames (see join_with_content)."""
     exchange_b, key = shortstr(exchange), shortstr(routing_key)
     size = 17 + len(exchange_b) + len(key)
-    parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_GET_OK),
+    parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, *BASIC_GET_OK),
              _TAG_AND_BIT.pack(delivery_tag, redelivered), exchange_b, key,
              _MESSAGE_COUNT.pack(message_count)]
     return join_with_content(parts, channel, properties, body, frame_max)
@@ -200,7 +219,7 @@ def encode_return(channel: int, reply_code: int, reply_text: str, exchange: str,
     """Basic.Return + content header + body frames (see join_with_content)."""
     text, exchange_b, key = shortstr(reply_text), shortstr(exchange), shortstr(routing_key)
     size = 6 + len(text) + len(exchange_b) + len(key)
-    parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, BASIC_CLASS, BASIC_RETURN),
+    parts = [_METHOD_PREFIX.pack(FRAME_METHOD, channel, size, *BASIC_RETURN),
              _REPLY_CODE.pack(reply_code), text, exchange_b, key]
     return join_with_content(parts, channel, properties, body, frame_max)
 
@@ -211,19 +230,18 @@ def encode_queue_declare_ok(channel: int, queue: str, message_count: int,
     outside an ASCII pattern, and RabbitMQ names may be any UTF-8."""
     name = shortstr(queue)
     return b"".join((
-        _METHOD_PREFIX.pack(FRAME_METHOD, channel, 12 + len(name), QUEUE_CLASS,
-                            QUEUE_DECLARE_OK),
+        _METHOD_PREFIX.pack(FRAME_METHOD, channel, 12 + len(name), *QUEUE_DECLARE_OK),
         name, _COUNTS.pack(message_count, consumer_count, FRAME_END)))
 
 
 def encode_basic_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
     """A Basic.Ack frame (publisher confirms)."""
-    return _ACK_FRAME.pack(FRAME_METHOD, channel, 13, BASIC_CLASS, BASIC_ACK,
+    return _ACK_FRAME.pack(FRAME_METHOD, channel, 13, *BASIC_ACK,
                            delivery_tag, multiple, FRAME_END)
 
 
 def encode_basic_nack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
     """A Basic.Nack frame (publisher confirms); requeue is set, as pamqp and RabbitMQ do."""
-    return _ACK_FRAME.pack(FRAME_METHOD, channel, 13, BASIC_CLASS, BASIC_NACK,
+    return _ACK_FRAME.pack(FRAME_METHOD, channel, 13, *BASIC_NACK,
                            delivery_tag, multiple | _NACK_REQUEUE_BIT, FRAME_END)
 

@@ -1,4 +1,5 @@
-"""Field tables and arrays decoded in bounded time and depth (tests: test_field_table.py).
+"""Field tables and arrays decoded in bounded time and depth, and encoded with only the
+types the RabbitMQ Java client reads (tests: test_field_table.py).
 
 pamqp's table decoder recurses without a limit (a table nested a few hundred deep
 raises RecursionError) and copies the rest of the data for every entry (quadratic in
@@ -12,11 +13,20 @@ a key that is not UTF-8 is decoded with ``surrogateescape`` (pamqp raises), and 
 timestamp after ``datetime``'s year 9999 is read as datetime.max (pamqp raises; the
 wire value is unsigned, so none is before year 1). As in pamqp, a long string that is
 not UTF-8 stays ``bytes``, and a timestamp above 2**32 - 1 is read as milliseconds.
+
+Encoding: pamqp picks the smallest integer type for a table value, ``u`` (unsigned 16
+bits) and ``i`` (unsigned 32 bits) included, and the RabbitMQ Java client 5.x rejects
+those ("Unrecognised type in table"). pamqp only avoids them when a process-wide switch
+is on (``pamqp.encode.support_deprecated_rabbitmq``), which the codec leaves alone:
+``encode_table`` chooses the integer types itself and writes every other value with
+pamqp's encoder, so its output is what pamqp writes with that switch on.
 """
 
 import datetime
 from decimal import Decimal
 from struct import Struct
+
+from pamqp import encode as pamqp_encode
 
 MAX_DEPTH = 100   # nested tables/arrays; RabbitMQ has no limit, Python's stack has one
 
@@ -30,6 +40,11 @@ for _tag, _format in ((b"b", ">b"), (b"B", ">B"), (b"s", ">h"), (b"u", ">H"),
 _TIMESTAMP = Struct(">Q")
 _DECIMAL = Struct(">BI")
 _LATEST = datetime.datetime.max.replace(tzinfo=datetime.UTC)
+# Table integers the Java client reads, smallest first: (type tag, Struct, lowest, highest).
+_INTEGERS = tuple((tag, Struct(fmt), -2 ** (bits - 1), 2 ** (bits - 1) - 1)
+                  for tag, fmt, bits in ((b"b", ">b", 8), (b"s", ">h", 16),
+                                         (b"I", ">i", 32), (b"l", ">q", 64)))
+_MAX_KEY_BYTES = 128     # pamqp cuts longer table keys to this
 
 
 class TableError(ValueError):
@@ -159,3 +174,48 @@ def text_value(value):
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "replace")
     return value
+
+
+def encode_table(table: dict) -> bytes:
+    """A field table: its 4-byte length, then an entry per key in sorted order. Integers
+    are written as b, s, I or l, the smallest that holds them; other values as pamqp
+    writes them (bool t, float f, str S, Decimal D, datetime T, bytearray x, None V),
+    nested dicts and lists as tables and arrays. A key longer than 128 bytes of UTF-8 is
+    cut to 128, as pamqp cuts it. Raises TypeError for a value of another type or an
+    integer beyond 64 signed bits (and what pamqp raises for a value it cannot write,
+    e.g. OverflowError for a float beyond single precision)."""
+    if not table:
+        return bytes(4)
+    if not isinstance(table, dict):
+        raise TypeError(f"a field table must be a dict, not {type(table).__name__}")
+    parts = []
+    for key, value in sorted(table.items()):
+        name = key.encode()
+        if len(name) > _MAX_KEY_BYTES:
+            name = name[:_MAX_KEY_BYTES].decode("utf-8", "ignore").encode()
+        parts.append(bytes((len(name),)) + name)
+        try:
+            parts.append(_encoded_value(value))
+        except TypeError as error:
+            raise TypeError(f"table key {key!r}: {error}") from error
+    return _with_length(b"".join(parts))
+
+
+def _encoded_value(value) -> bytes:
+    """A table or array value with its type tag."""
+    if isinstance(value, bool):
+        return b"t\x01" if value else b"t\x00"
+    if isinstance(value, int):
+        for tag, struct, lowest, highest in _INTEGERS:
+            if lowest <= value <= highest:
+                return tag + struct.pack(value)
+        raise TypeError(f"integer {value} does not fit in 64 signed bits")
+    if isinstance(value, dict):
+        return b"F" + encode_table(value)
+    if isinstance(value, list):
+        return b"A" + _with_length(b"".join(map(_encoded_value, value)))
+    return pamqp_encode.encode_table_value(value)
+
+
+def _with_length(data: bytes) -> bytes:
+    return _UNSIGNED_LONG.pack(len(data)) + data

@@ -17,12 +17,12 @@ overwrites it, so the old entry is dropped and the new one goes at the end).
 from struct import Struct
 
 from .properties import headers_entries, replace_properties
+from .wire_ids import (CONTENT_ENCODING_FLAG, CONTENT_TYPE_FLAG, CONTINUATION_FLAG,
+                       HEADERS_FLAG)
 
 _FLAGS = Struct(">H")
 _TABLE_LENGTH = Struct(">I")
 _LONG_LONG = Struct(">q")
-_CONTENT_TYPE, _CONTENT_ENCODING, _HEADERS = 0x8000, 0x4000, 0x2000
-_CONTINUATION = 0x0001
 _LENGTH_OCTET = [bytes((n,)) for n in range(256)]
 
 
@@ -54,20 +54,20 @@ def _splice(properties: bytes, key: bytes | None, entry: bytes) -> bytes | None:
     if size < 2:
         return None
     flags = properties[0] << 8 | properties[1]
-    if flags & _CONTINUATION:   # Basic never needs a second flag word; the slow path copes
+    if flags & CONTINUATION_FLAG:   # Basic needs no second flag word; the slow path copes
         return None
     offset = 2
     try:
-        if flags & _CONTENT_TYPE:
+        if flags & CONTENT_TYPE_FLAG:
             offset += 1 + properties[offset]
-        if flags & _CONTENT_ENCODING:
+        if flags & CONTENT_ENCODING_FLAG:
             offset += 1 + properties[offset]
     except IndexError:
         return None
-    if not flags & _HEADERS:
+    if not flags & HEADERS_FLAG:
         if offset > size:
             return None
-        return b"".join((_FLAGS.pack(flags | _HEADERS), properties[2:offset],
+        return b"".join((_FLAGS.pack(flags | HEADERS_FLAG), properties[2:offset],
                          _TABLE_LENGTH.pack(len(entry)), entry, properties[offset:]))
     start = offset + 4      # of the table's entries
     if start > size:

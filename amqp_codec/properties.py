@@ -18,22 +18,27 @@ from struct import Struct, error as StructError
 from pamqp import commands
 
 from .field_table import TableError, decode_table, table_entries, timestamp_value
+from .wire_ids import (
+    APP_ID_FLAG, CLUSTER_ID_FLAG, CONTENT_ENCODING_FLAG, CONTENT_TYPE_FLAG,
+    CONTINUATION_FLAG, CORRELATION_ID_FLAG, DELIVERY_MODE_FLAG, EXPIRATION_FLAG, HEADERS_FLAG,
+    MESSAGE_ID_FLAG, MESSAGE_TYPE_FLAG, PRIORITY_FLAG, REPLY_TO_FLAG, TIMESTAMP_FLAG,
+    USER_ID_FLAG,
+)
 
 _SHORT = Struct(">H")
 _LONG = Struct(">I")
 _TIMESTAMP = Struct(">Q")
-_CONTENT_TYPE, _CONTENT_ENCODING, _HEADERS, _DELIVERY_MODE = 0x8000, 0x4000, 0x2000, 0x1000
-_CONTINUATION = 0x0001
 _SHORTSTR, _TABLE, _OCTET, _STAMP = "shortstr", "table", "octet", "timestamp"
 # (pamqp attribute, flag bit, wire type) in wire order.
 LAYOUT = (
-    ("content_type", 0x8000, _SHORTSTR), ("content_encoding", 0x4000, _SHORTSTR),
-    ("headers", 0x2000, _TABLE), ("delivery_mode", 0x1000, _OCTET),
-    ("priority", 0x0800, _OCTET), ("correlation_id", 0x0400, _SHORTSTR),
-    ("reply_to", 0x0200, _SHORTSTR), ("expiration", 0x0100, _SHORTSTR),
-    ("message_id", 0x0080, _SHORTSTR), ("timestamp", 0x0040, _STAMP),
-    ("message_type", 0x0020, _SHORTSTR), ("user_id", 0x0010, _SHORTSTR),
-    ("app_id", 0x0008, _SHORTSTR), ("cluster_id", 0x0004, _SHORTSTR),
+    ("content_type", CONTENT_TYPE_FLAG, _SHORTSTR),
+    ("content_encoding", CONTENT_ENCODING_FLAG, _SHORTSTR),
+    ("headers", HEADERS_FLAG, _TABLE), ("delivery_mode", DELIVERY_MODE_FLAG, _OCTET),
+    ("priority", PRIORITY_FLAG, _OCTET), ("correlation_id", CORRELATION_ID_FLAG, _SHORTSTR),
+    ("reply_to", REPLY_TO_FLAG, _SHORTSTR), ("expiration", EXPIRATION_FLAG, _SHORTSTR),
+    ("message_id", MESSAGE_ID_FLAG, _SHORTSTR), ("timestamp", TIMESTAMP_FLAG, _STAMP),
+    ("message_type", MESSAGE_TYPE_FLAG, _SHORTSTR), ("user_id", USER_ID_FLAG, _SHORTSTR),
+    ("app_id", APP_ID_FLAG, _SHORTSTR), ("cluster_id", CLUSTER_ID_FLAG, _SHORTSTR),
 )
 _SIZES = {_OCTET: 1, _STAMP: 8}
 _KINDS = {name: kind for name, _flag, kind in LAYOUT}
@@ -51,15 +56,15 @@ def property_spans(raw: bytes) -> dict[str, tuple[int, int]]:
         raise MalformedProperties("property flags are missing")
     flags = _SHORT.unpack_from(raw)[0]
     offset = 2
-    more = flags & _CONTINUATION
+    more = flags & CONTINUATION_FLAG
     while more:     # Basic defines no property beyond the first word: any bit is wrong
         if len(raw) < offset + 2:
             raise MalformedProperties("property flags are truncated")
         word = _SHORT.unpack_from(raw, offset)[0]
-        if word & ~_CONTINUATION:
+        if word & ~CONTINUATION_FLAG:
             raise MalformedProperties(f"property flag word {word:#06x} names no property")
         offset += 2
-        more = word & _CONTINUATION
+        more = word & CONTINUATION_FLAG
     spans = {}
     for name, flag, kind in LAYOUT:
         if flags & flag:
@@ -169,17 +174,17 @@ def delivery_mode(properties: bytes) -> int:
     if len(properties) < 2:
         return 0
     flags = _SHORT.unpack_from(properties)[0]
-    if not flags & _DELIVERY_MODE:
+    if not flags & DELIVERY_MODE_FLAG:
         return 0
-    if flags & _CONTINUATION:   # Basic never needs a second flag word; the full read copes
+    if flags & CONTINUATION_FLAG:   # Basic needs no second flag word; the full read copes
         return decode_properties(properties).delivery_mode or 0
     try:
         offset = 2
-        if flags & _CONTENT_TYPE:
+        if flags & CONTENT_TYPE_FLAG:
             offset += 1 + properties[offset]
-        if flags & _CONTENT_ENCODING:
+        if flags & CONTENT_ENCODING_FLAG:
             offset += 1 + properties[offset]
-        if flags & _HEADERS:
+        if flags & HEADERS_FLAG:
             offset += 4 + _LONG.unpack_from(properties, offset)[0]
         return properties[offset]
     except (IndexError, StructError):

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pamqp import body as pamqp_body, commands, frame, header  # noqa: E402
 
-from amqp_codec import PROTOCOL_HEADER, Decoder, InboundMethod  # noqa: E402
+from amqp_codec import PROTOCOL_HEADER, InboundMethod  # noqa: E402
 from broker.core.broker import Broker  # noqa: E402
 from broker.core.connection import Connection  # noqa: E402
 
@@ -32,7 +32,7 @@ class DiscardingTransport:
     def close(self) -> None:
         pass
 
-    def tuned(self, frame_max: int, heartbeat: int) -> None:
+    def tuned(self, heartbeat: int) -> None:
         pass
 
 
@@ -73,14 +73,14 @@ def main() -> int:
     consumer.handle(InboundMethod(1, commands.Basic.Consume(
         queue=args.queue, consumer_tag="bench", no_ack=not args.manual_ack)))
     data = publish_frames(args.queue, args.size, args.batch)
-    decoder = Decoder()
-    decoder.feed(PROTOCOL_HEADER)
+    framer = publisher.framer      # as the server feeds it what it reads
+    framer.feed(PROTOCOL_HEADER)
     best = float("inf")
     tag = 0
     for _ in range(5):
         started = time.perf_counter()
         for _ in range(args.batches):
-            for item in decoder.feed(data):
+            for item in framer.feed(data):
                 publisher.handle(item)
             publisher.end_of_batch()
             if args.manual_ack:

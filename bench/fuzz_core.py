@@ -6,7 +6,7 @@
 
 Each session is a recorded seed session (tests/fuzz_seeds/) or a grammar session
 (tests/amqp_grammar.py), mutated (tests/amqp_mutation.py), cut into reads at random
-points and run through `Decoder.feed` and `Connection.handle` on a fresh broker
+points and run through `Framer.feed` and `Connection.handle` on a fresh broker
 (tests/unit/core_fuzz_target.py). Every distinct failure (decoder exception other than
 ProtocolError, any exception from the core or its timers, a 541 close, malformed output,
 a broken broker for the next client) is printed once with its traceback and saved with

@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from amqp_codec.constants import DEFAULT_FRAME_MAX
 from amqp_codec.decoder import MAX_BODY_SIZE
 
 from .auth import UserDatabase
@@ -37,7 +38,7 @@ class BrokerConfig:
     open-file limit at start-up (broker/server/admission)."""
 
     channel_max: int = 2047
-    frame_max: int = 131072
+    frame_max: int = DEFAULT_FRAME_MAX
     heartbeat: int = 60
     max_message_size: int = MAX_BODY_SIZE   # RabbitMQ's default, 128 MiB
     connection_max: int = 0                 # open connections (refused at Connection.Open)

@@ -4,9 +4,10 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from amqp_codec import (encode_basic_nack, encode_deliver,
-                        encode_get_ok, encode_method, encode_return, replace_properties)
+from amqp_codec import replace_properties
 from amqp_codec.reply_codes import ReplyCode
+from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER,
+                                 CHANNEL_FLOW)
 
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
@@ -73,9 +74,9 @@ class Channel:
         tag = self.next_delivery_tag
         message = entry.message
         connection = self.connection
-        frames = encode_deliver(
+        frames = connection.framer.encode_deliver(
             self.number, consumer.tag, tag, entry.redelivered, message.exchange,
-            message.routing_key, message.properties, message.body, connection.frame_max)
+            message.routing_key, message.properties, message.body)
         self.next_delivery_tag = tag + 1
         queue = consumer.queue
         if consumer.no_ack:
@@ -96,9 +97,8 @@ class Channel:
         consumer.unacked += 1
         self.unacked[tag] = Delivery(tag, consumer.queue, entry, consumer)
         connection = self.connection
-        connection.write(encode_deliver(self.number, consumer.tag, tag, False, exchange,
-                                        routing_key, properties, body,
-                                        connection.frame_max))
+        connection.write(connection.framer.encode_deliver(
+            self.number, consumer.tag, tag, False, exchange, routing_key, properties, body))
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The consumer's queue went away: forget the consumer, tell the client."""
@@ -107,13 +107,14 @@ class Channel:
             self.send(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
 
     def send(self, method) -> None:
-        self.connection.write(encode_method(self.number, method))
+        self.connection.send_method(self.number, method)
 
     # -- publishing ----------------------------------------------------------------
 
     def publish(self, command) -> None:
         if command.immediate:
-            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "immediate=true", 60, 40)
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "immediate=true",
+                                    *BASIC_PUBLISH)
         if command.body is None:   # the decoder dropped a body above max_message_size
             raise precondition_failed(
                 f"message size {command.body_size} is larger than configured max size "
@@ -189,9 +190,9 @@ class Channel:
                 if not queue.enqueue(message, self.connection):
                     accepted = False
         elif mandatory:
-            self.connection.write(encode_return(
+            self.connection.write(self.connection.framer.encode_return(
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body, self.connection.frame_max))
+                message.properties, message.body))
         return accepted
 
     def _reply(self, message: Message, mandatory: bool) -> bool:
@@ -201,9 +202,9 @@ class Channel:
             channel, consumer_tag = target
             channel.deliver_reply(consumer_tag, message)
         elif mandatory:
-            self.connection.write(encode_return(
+            self.connection.write(self.connection.framer.encode_return(
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body, self.connection.frame_max))
+                message.properties, message.body))
         return True
 
     def deliver_reply(self, consumer_tag: str, message: Message) -> None:
@@ -211,9 +212,9 @@ class Channel:
             return
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
-        self.connection.write(encode_deliver(
+        self.connection.write(self.connection.framer.encode_deliver(
             self.number, consumer_tag, tag, False, message.exchange, message.routing_key,
-            message.properties, message.body, self.connection.frame_max))
+            message.properties, message.body))
 
     def flush_confirms(self) -> None:
         """Confirm every publish routed since the last flush: one Basic.Ack per
@@ -223,7 +224,7 @@ class Channel:
         write = self.connection.write
         for seq in self.nacked_seqs:
             self._ack_through(seq - 1)
-            write(encode_basic_nack(self.number, seq, False))
+            write(self.connection.framer.encode_basic_nack(self.number, seq, False))
             self.acked_seq = seq
         self.nacked_seqs.clear()
         self._ack_through(self.publish_seq)
@@ -239,7 +240,8 @@ class Channel:
         tag = method.consumer_tag or server_named("amq.ctag-")
         if tag in self.consumers or tag == self.reply_consumer_tag:
             raise ConnectionFailure(ReplyCode.NOT_ALLOWED,
-                                    f"attempt to reuse consumer tag '{tag}'", 60, 20)
+                                    f"attempt to reuse consumer tag '{tag}'",
+                                    *BASIC_CONSUME)
         if method.queue == REPLY_QUEUE:
             return self._consume_replies(method, tag)
         queue = self.vhost.queue(self.queue_name(method.queue), self.connection)
@@ -298,15 +300,14 @@ class Channel:
             self.unacked[tag] = Delivery(tag, queue, entry, None)
             queue.store.delivered(entry)
         message = entry.message
-        self.connection.write(encode_get_ok(
+        self.connection.write(self.connection.framer.encode_get_ok(
             self.number, tag, entry.redelivered, message.exchange, message.routing_key,
-            queue.message_count, message.properties, message.body,
-            self.connection.frame_max))
+            queue.message_count, message.properties, message.body))
 
     def set_qos(self, prefetch_size: int, prefetch_count: int, global_: bool) -> None:
         if prefetch_size:
             raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED,
-                                    f"prefetch_size!=0 ({prefetch_size})", 60, 10)
+                                    f"prefetch_size!=0 ({prefetch_size})", *BASIC_QOS)
         if global_:
             self.global_prefetch = prefetch_count
         else:
@@ -317,7 +318,7 @@ class Channel:
         """Channel.Flow from the client. RabbitMQ 3.x refuses active=false with 540;
         so does Warren, so clients see the same behaviour on both."""
         if not active:
-            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "active=false", 20, 20)
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "active=false", *CHANNEL_FLOW)
         self.redispatch()
 
     def redispatch(self) -> None:
@@ -351,7 +352,8 @@ class Channel:
 
     def recover(self, requeue: bool) -> None:
         if not requeue:
-            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "requeue=false", 60, 110)
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED, "requeue=false",
+                                    *BASIC_RECOVER)
         deliveries = list(self.unacked.values())
         self.unacked.clear()
         self._reject(deliveries, True)

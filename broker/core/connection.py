@@ -1,6 +1,9 @@
 """One client connection: channel 0 negotiation, channel multiplexing, error handling.
 
-The server layer owns the socket. It gives the connection a Transport, feeds it every
+The connection owns its wire protocol, a `Framer` (amqp_codec): the server feeds the
+bytes it reads to `connection.framer`, and the connection and its channels encode what
+they send with it; Connection.TuneOk sets the framer's frame_max for both directions.
+The server layer owns the socket. It gives the connection a Transport, passes it every
 decoded inbound item through `handle`, calls `end_of_batch` after each read, `drained`
 when the outgoing buffer falls below the low-water mark, `input_ended` when reading
 stops, and `lost` when the socket goes.
@@ -19,9 +22,12 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from amqp_codec import (InboundHeartbeat, InboundPublish, MalformedProperties,
-                        encode_basic_ack, encode_basic_nack, encode_method, fit_reply_text)
+from amqp_codec import (Framer, InboundHeartbeat, InboundPublish, MalformedProperties,
+                        fit_reply_text)
+from amqp_codec.constants import FRAME_MIN_SIZE
 from amqp_codec.reply_codes import ReplyCode
+from amqp_codec.wire_ids import (BASIC_PUBLISH, CHANNEL_OPEN, CONNECTION_OPEN,
+                                 CONNECTION_TUNE_OK, TX_COMMIT)
 
 from .auth import (MECHANISMS, AuthenticationFailure, UndecodableCredentials,
                    parse_credentials)
@@ -39,10 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.connection")
 
-FRAME_MIN_SIZE = 4096
 _LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For details see "
                   "the broker logfile.")
-PUBLISH_IDS = (60, 40)
 
 
 class Connection:
@@ -59,7 +63,7 @@ class Connection:
         self.client_properties: dict = {}
         self.capabilities: dict = {}
         self.channel_max = broker.config.channel_max
-        self.frame_max = FRAME_MIN_SIZE
+        self.framer = Framer(broker.config.frame_max, broker.config.max_message_size)
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()
@@ -92,10 +96,14 @@ class Connection:
         else:
             self.transport.write(data)
 
+    def send_method(self, channel: int, method) -> None:
+        """Send a method frame (any pamqp method without content)."""
+        self.write(self.framer.encode_method(channel, method))
+
     def write_confirm(self, channel: int, delivery_tag: int, multiple: bool) -> None:
         """A Basic.Ack of publishes; held output remembers where it is, so that a failed
         commit can turn it into a Basic.Nack."""
-        data = encode_basic_ack(channel, delivery_tag, multiple)
+        data = self.framer.encode_basic_ack(channel, delivery_tag, multiple)
         held = self._held
         if held and self._capture is None:
             segment = held[-1]
@@ -111,9 +119,8 @@ class Connection:
 
     def start(self) -> None:
         """The protocol header arrived: offer Connection.Start."""
-        self.write(encode_method(0, commands.Connection.Start(
-            server_properties=self.broker.server_properties(),
-            mechanisms=" ".join(MECHANISMS), locales="en_US")))
+        self.write(self.framer.encode_connection_start(self.broker.server_properties(),
+                                                       " ".join(MECHANISMS), "en_US"))
 
     def handle(self, item) -> None:
         """Process one decoded inbound item (publish, method or heartbeat)."""
@@ -137,7 +144,7 @@ class Connection:
             # routing, expiration, user_id, delivery_mode...): RabbitMQ reads every
             # property block on publish and closes the connection with 541 then.
             self.close(ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR - cannot read the content "
-                       f"properties of a published message: {error}", *PUBLISH_IDS)
+                       f"properties of a published message: {error}", *BASIC_PUBLISH)
         except Exception as error:   # a bug must cost this connection, not the broker
             self.fail(error)
 
@@ -205,7 +212,8 @@ class Connection:
         for _target, data, confirms, _replies in failed:
             for index, channel, delivery_tag, multiple in confirms:
                 if data[index]:
-                    data[index] = encode_basic_nack(channel, delivery_tag, multiple)
+                    data[index] = self.framer.encode_basic_nack(channel, delivery_tag,
+                                                                multiple)
         refused = self._refuse_replies(failed, reason)
         for segment in failed:
             for data in segment[1]:
@@ -233,10 +241,11 @@ class Connection:
                 data[start:end] = [b""] * (end - start)
                 if channel in refused or self.channels.get(channel.number) is not channel:
                     continue        # closed meanwhile: nobody waits for the reply
-                data[start] = encode_method(channel.number, commands.Channel.Close(
-                    reply_code=ReplyCode.PRECONDITION_FAILED,
-                    reply_text=_refusal_text(ids, reason)[:255], class_id=ids[0],
-                    method_id=ids[1]))
+                data[start] = self.framer.encode_method(
+                    channel.number, commands.Channel.Close(
+                        reply_code=ReplyCode.PRECONDITION_FAILED,
+                        reply_text=_refusal_text(ids, reason)[:255], class_id=ids[0],
+                        method_id=ids[1]))
                 later = [segment[1] for segment in failed[position + 1:]]
                 _drop_channel_output(channel.number, data, end,
                                      later + [segment[1] for segment in self._held])
@@ -276,10 +285,10 @@ class Connection:
             return
         if raised and self.has_published and not self._blocked_notified:
             reason = f"low on {' and '.join(sorted(raised))}"
-            self.write(encode_method(0, commands.Connection.Blocked(reason=reason)))
+            self.send_method(0, commands.Connection.Blocked(reason=reason))
             self._blocked_notified = True
         elif not raised and self._blocked_notified:
-            self.write(encode_method(0, commands.Connection.Unblocked()))
+            self.send_method(0, commands.Connection.Unblocked())
             self._blocked_notified = False
 
     def throttle(self, queue: "Queue") -> None:
@@ -313,9 +322,9 @@ class Connection:
                 reply_code, reply_text)
         self._release_resources()
         self.state = "closing"
-        self.write(encode_method(0, commands.Connection.Close(
+        self.send_method(0, commands.Connection.Close(
             reply_code=reply_code, reply_text=fit_reply_text(reply_text), class_id=class_id,
-            method_id=method_id)))
+            method_id=method_id))
 
     def lost(self) -> None:
         """The socket is gone: requeue unacked messages, drop exclusive queues."""
@@ -373,9 +382,9 @@ class Connection:
         self.user = user
         self.state = "awaiting-tune-ok"
         config = self.broker.config
-        self.write(encode_method(0, commands.Connection.Tune(
+        self.send_method(0, commands.Connection.Tune(
             channel_max=config.channel_max, frame_max=config.frame_max,
-            heartbeat=config.heartbeat)))
+            heartbeat=config.heartbeat))
 
     def _refuse_login(self, text: str) -> None:
         self.login_refused = True
@@ -392,17 +401,18 @@ class Connection:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
                 f"frame_max={method.frame_max} outside {FRAME_MIN_SIZE}..{config.frame_max}",
-                10, 31)
+                *CONNECTION_TUNE_OK)
         channel_max = method.channel_max
         if not 0 < channel_max <= config.channel_max:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
-                f"channel_max={channel_max} > {config.channel_max} max channels", 10, 31)
-        self.frame_max = frame_max
+                f"channel_max={channel_max} > {config.channel_max} max channels",
+                *CONNECTION_TUNE_OK)
+        self.framer.tune(frame_max)
         self.channel_max = channel_max
         self.heartbeat = method.heartbeat
         self.state = "awaiting-open"
-        self.transport.tuned(frame_max, method.heartbeat)
+        self.transport.tuned(method.heartbeat)
 
     def _open(self, method) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
@@ -410,21 +420,22 @@ class Connection:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
                 f"access to vhost '{method.virtual_host}' refused for user '{self.user}'",
-                10, 40)
+                *CONNECTION_OPEN)
         limit = self.broker.config.connection_max
         if limit and len(self.broker.connections) >= limit:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
-                f"connection refused: node connection limit ({limit}) is reached", 10, 40)
+                f"connection refused: node connection limit ({limit}) is reached",
+                *CONNECTION_OPEN)
         self.vhost = vhost
         self.state = "open"
         self.broker.connection_opened(self)
-        self.write(encode_method(0, commands.Connection.OpenOk()))
+        self.send_method(0, commands.Connection.OpenOk())
 
     def _client_close(self, method) -> None:
         self.end_of_batch()    # confirms of this read go before the CloseOk
         self._release_resources()
-        self.write(encode_method(0, commands.Connection.CloseOk()))
+        self.send_method(0, commands.Connection.CloseOk())
         self.state = "closed"
         self._close_transport()
 
@@ -465,7 +476,7 @@ class Connection:
             channel.send(commands.Channel.CloseOk())
         elif isinstance(method, commands.Channel.Open):
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen",
-                                    20, 10)
+                                    *CHANNEL_OPEN)
         else:
             raise ConnectionFailure(ReplyCode.COMMAND_INVALID, "unimplemented method",
                                     *_ids(method))
@@ -514,7 +525,7 @@ class Connection:
             self.closing_channels.discard(number)
         elif isinstance(method, commands.Channel.Close):
             self.closing_channels.discard(number)
-            self.write(encode_method(number, commands.Channel.CloseOk()))
+            self.send_method(number, commands.Channel.CloseOk())
 
     def _publish(self, item: InboundPublish) -> None:
         self.has_published = True
@@ -523,9 +534,9 @@ class Connection:
         if channel is None:
             if number in self.closing_channels:
                 return
-            self._check_channel_number(number, *PUBLISH_IDS)
+            self._check_channel_number(number, *BASIC_PUBLISH)
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
-                                    *PUBLISH_IDS)
+                                    *BASIC_PUBLISH)
         persistence = self.broker.persistence
         writes = persistence.writes
         try:
@@ -533,7 +544,7 @@ class Connection:
             if channel.confirming and persistence.writes != writes:
                 self.needs_sync = True
         except ChannelError as error:
-            error.class_id, error.method_id = PUBLISH_IDS
+            error.class_id, error.method_id = BASIC_PUBLISH
             raise
 
     def _close_channel(self, number: int, error: ChannelError) -> None:
@@ -541,13 +552,13 @@ class Connection:
         if channel is not None:
             channel.shutdown()
         self.closing_channels.add(number)
-        self.write(encode_method(number, commands.Channel.Close(
+        self.send_method(number, commands.Channel.Close(
             reply_code=error.reply_code, reply_text=fit_reply_text(error.reply_text),
-            class_id=error.class_id, method_id=error.method_id)))
+            class_id=error.class_id, method_id=error.method_id))
 
 
 def _refusal_text(ids: tuple[int, int], reason: str) -> str:
-    if ids == TX_COMMIT_IDS:
+    if ids == TX_COMMIT:
         return (f"PRECONDITION_FAILED - partial tx completion: writing to disk failed "
                 f"({reason}); repeat the transaction once disk space is freed")
     return (f"PRECONDITION_FAILED - writing to disk failed ({reason}); the change may "
@@ -582,8 +593,6 @@ DURABLE_REPLIES = frozenset({
     commands.Queue.Unbind, commands.Queue.Delete,
     commands.Tx.Commit,
 })
-
-TX_COMMIT_IDS = (90, 20)
 
 _STATE_NAMES = {"open": "running", "awaiting-start-ok": "starting",
                 "awaiting-tune-ok": "tuning", "awaiting-open": "opening"}

@@ -13,7 +13,7 @@ not dead-lettered: it is dropped with a warning.
 import datetime
 import logging
 
-from amqp_codec import (MalformedProperties, encode_server_properties, headers_entries,
+from amqp_codec import (MalformedProperties, encode_table, headers_entries,
                         replace_properties)
 
 from .message import Message
@@ -64,7 +64,7 @@ def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
     added.update((key, value) for key, value in zip(_FIRST_DEATH, firsts)
                  if key not in present)
     kept = b"".join(raw for key, _value, raw in entries if key != "x-death")
-    headers = kept + encode_server_properties(added)[4:]
+    headers = kept + encode_table(added)[4:]
     return replace_properties(message.properties, headers=headers, expiration=None)
 
 

@@ -9,8 +9,6 @@ keys and consumer tags are never changed.
 
 from pamqp import commands
 
-from amqp_codec import encode_queue_declare_ok
-
 from .channel import Channel
 
 _CR_LF = str.maketrans("", "", "\r\n")
@@ -59,7 +57,8 @@ def queue_declare(channel: Channel, method) -> None:
         channel.connection.exclusive_queues[queue.name] = queue
     channel.last_queue_name = queue.name
     if not method.nowait:
-        channel.connection.write(encode_queue_declare_ok(
+        connection = channel.connection
+        connection.write(connection.framer.encode_queue_declare_ok(
             channel.number, queue.name, queue.message_count, queue.consumer_count))
 
 

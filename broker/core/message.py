@@ -6,10 +6,12 @@ from pamqp import commands
 
 from amqp_codec import decode_properties
 from amqp_codec.properties import delivery_mode
+from amqp_codec.wire_ids import EXPIRATION_FLAG, REPLY_TO_FLAG, USER_ID_FLAG
 
-USER_ID_FLAG = 0x10      # in the low byte of the first 16-bit property-flags word
-EXPIRATION_FLAG = 0x01   # in the high byte
-REPLY_TO_FLAG = 0x02     # in the high byte
+# The flags are tested in the property block's first two bytes, one byte at a time.
+_EXPIRATION_BIT = EXPIRATION_FLAG >> 8   # in the first (high) byte
+_REPLY_TO_BIT = REPLY_TO_FLAG >> 8       # in the first byte
+_USER_ID_BIT = USER_ID_FLAG              # in the second (low) byte
 _EXPIRATION = re.compile(r"\+?[0-9]+", re.ASCII)
 
 
@@ -55,21 +57,21 @@ class Message:
         """Whether user_id, expiration or reply_to is set (each needs a look on publish);
         one test for the common case of none."""
         properties = self.properties
-        return len(properties) >= 2 and bool(properties[0] & (EXPIRATION_FLAG | REPLY_TO_FLAG)
-                                             or properties[1] & USER_ID_FLAG)
+        return len(properties) >= 2 and bool(properties[0] & (_EXPIRATION_BIT | _REPLY_TO_BIT)
+                                             or properties[1] & _USER_ID_BIT)
 
     def has_user_id(self) -> bool:
         """Whether the user_id property is present (bit 4 of the property flags)."""
         properties = self.properties
-        return len(properties) >= 2 and bool(properties[1] & USER_ID_FLAG)
+        return len(properties) >= 2 and bool(properties[1] & _USER_ID_BIT)
 
     def has_reply_to(self) -> bool:
         properties = self.properties
-        return len(properties) >= 2 and bool(properties[0] & REPLY_TO_FLAG)
+        return len(properties) >= 2 and bool(properties[0] & _REPLY_TO_BIT)
 
     def has_expiration(self) -> bool:
         properties = self.properties
-        return len(properties) >= 2 and bool(properties[0] & EXPIRATION_FLAG)
+        return len(properties) >= 2 and bool(properties[0] & _EXPIRATION_BIT)
 
     def expiration_ms(self) -> int | None:
         """The per-message TTL in milliseconds, or None; ValueError when it is not a

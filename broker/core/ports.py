@@ -99,5 +99,5 @@ class Transport(Protocol):
     def close(self) -> None:
         """Flush what was written, then close the socket."""
 
-    def tuned(self, frame_max: int, heartbeat: int) -> None:
-        """Negotiation finished: enforce frame_max on input, start heartbeats."""
+    def tuned(self, heartbeat: int) -> None:
+        """Negotiation finished: start heartbeats (0: none)."""

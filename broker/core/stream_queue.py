@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from amqp_codec import MalformedProperties, with_long_header
 from amqp_codec.reply_codes import ReplyCode
+from amqp_codec.wire_ids import BASIC_CONSUME, BASIC_GET, QUEUE_PURGE
 
 from .errors import ConnectionFailure, precondition_failed
 from .queue_base import Consumer, QueueBase
@@ -88,7 +89,7 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
                 ReplyCode.NOT_IMPLEMENTED,
                 f"automatic acknowledgement not supported by stream queues queue "
                 f"'{self.name}' in vhost '{self.vhost.name}' (consume with manual acks)",
-                60, 20)
+                *BASIC_CONSUME)
         options = stream_consumer_options(arguments, self.name)
         consumer = StreamConsumer(tag, channel, self, exclusive, prefetch, arguments,
                                   options)
@@ -205,14 +206,14 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
             ReplyCode.NOT_IMPLEMENTED,
             f"basic.get not supported by stream queues queue '{self.name}' in vhost "
             f"'{self.vhost.name}' (consume with Basic.Qos and an x-stream-offset instead)",
-            60, 70)
+            *BASIC_GET)
 
     def purge(self) -> int:
         raise ConnectionFailure(
             ReplyCode.NOT_IMPLEMENTED,
             f"queue.purge not supported by stream queues queue '{self.name}' in vhost "
             f"'{self.vhost.name}' (retention removes old messages: x-max-length-bytes, "
-            "x-max-age)", 50, 30)
+            "x-max-age)", *QUEUE_PURGE)
 
     def drop_messages(self) -> int:
         """The stream is deleted: its log goes with the store (RabbitMQ reports 0)."""

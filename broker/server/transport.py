@@ -16,7 +16,7 @@ import os
 
 import trio
 
-from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, Decoder, ProtocolError,
+from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, ProtocolError,
                         ProtocolHeaderMismatch)
 from broker.core.connection import Connection
 
@@ -69,7 +69,7 @@ class SocketTransport:
         self._held_by_alarm = False
         self._started = False   # Connection.Start sent (after the protocol header)
         self.connection = Connection(broker, self, peer)
-        self.decoder = Decoder(max_body_size=broker.config.max_message_size)
+        self.framer = self.connection.framer   # the bytes read go in here
         self.writable = True
         self.heartbeat = 0
         self._buffer = bytearray()    # small writes since the last queued chunk
@@ -112,7 +112,7 @@ class SocketTransport:
     @property
     def held_bytes(self) -> int:
         """Output not yet sent and input of incomplete messages (memory alarm)."""
-        return self._queued + self.decoder.assembling_bytes
+        return self._queued + self.framer.assembling_bytes
 
     def close(self) -> None:
         """Stop reading; the writer flushes what is buffered, then the socket closes
@@ -121,8 +121,7 @@ class SocketTransport:
         if not self._handling:
             self._data_ready.set()
 
-    def tuned(self, frame_max: int, heartbeat: int) -> None:
-        self.decoder.frame_max = frame_max
+    def tuned(self, heartbeat: int) -> None:
         self.heartbeat = heartbeat
         if heartbeat and self._nursery is not None:
             self._nursery.start_soon(self._heartbeats, heartbeat)
@@ -206,7 +205,7 @@ class SocketTransport:
                 keep_reading = self._handle(data)
             finally:
                 self._handling = False
-            if self.decoder.awaiting_content:
+            if self.framer.awaiting_content:
                 # As RabbitMQ: a connection publishes once a Basic.Publish has arrived,
                 # so an alarm pauses (and tells) one in the middle of a large message too.
                 self.connection.has_published = True
@@ -233,7 +232,7 @@ class SocketTransport:
     def _handle_read(self, data: bytes) -> bool:
         connection = self.connection
         try:
-            items = self.decoder.feed(data)
+            items = self.framer.feed(data)
         except ProtocolHeaderMismatch:
             self.write(PROTOCOL_HEADER)
             return False
@@ -242,7 +241,7 @@ class SocketTransport:
                 connection.handle(item)
             self._protocol_error(error)
             return False
-        if not self._started and self.decoder.header_received:
+        if not self._started and self.framer.header_received:
             self._started = True
             connection.start()
         for item in items:

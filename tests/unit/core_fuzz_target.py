@@ -1,14 +1,14 @@
 """The in-process fuzz target: one client session through the codec and the core.
 
-`run_session` feeds a session's bytes, cut at the given points, to a `Decoder` and the
-decoded items to a `Connection` on a fresh `Broker`, exactly as broker/server/transport.py
-does (protocol errors close the connection with their reply code; commands decoded
-before the bad frame still count), then ends the input, fires every timer (TTL, expiry,
-dead-lettering) on a virtual clock, drops the socket, and lets a well-behaved client
-publish, get and ack on the same broker. It returns a `Failure` for anything the
-broker must never do:
+`run_session` feeds a session's bytes, cut at the given points, to a `Connection`'s
+`Framer` and the decoded items to the `Connection` (on a fresh `Broker`), exactly as
+broker/server/transport.py does (protocol errors close the connection with their reply
+code; commands decoded before the bad frame still count), then ends the input, fires
+every timer (TTL, expiry, dead-lettering) on a virtual clock, drops the socket, and lets
+a well-behaved client publish, get and ack on the same broker. It returns a `Failure`
+for anything the broker must never do:
 
-- `Decoder.feed` raising anything but ProtocolError / ProtocolHeaderMismatch;
+- `Framer.feed` (the decoder) raising anything but ProtocolError / ProtocolHeaderMismatch;
 - the core (`handle`, `end_of_batch`, `input_ended`, timers, `lost`) raising at all;
 - an ERROR logged by the broker while it ran the session: the safety net that closes a
   failing connection with 541 INTERNAL_ERROR logs the exception it caught, and that
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from pamqp import commands
 
-from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
+from amqp_codec import ProtocolError, ProtocolHeaderMismatch
 from broker.core.broker import Broker
 from broker.core.connection import Connection
 from broker.core.persistence import Persistence
@@ -68,23 +68,6 @@ class _Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class FuzzTransport(RecordingTransport):
-    """The Transport the core writes to: collects output and applies tuning to the
-    decoder, as the socket transport does."""
-
-    def __init__(self, decoder: Decoder):
-        super().__init__()
-        self.decoder = decoder
-
-    def tuned(self, frame_max: int, heartbeat: int) -> None:
-        super().tuned(frame_max, heartbeat)
-        self.decoder.frame_max = frame_max
-
-    @property
-    def output(self) -> bytearray:
-        return self._data
 
 
 def new_broker(data_dir: str) -> Broker:
@@ -128,10 +111,9 @@ def run_session(stream: bytes, cuts: list, broker: Broker | None = None) -> Fail
 
 def _run(stream: bytes, cuts: list, broker: Broker) -> Failure | None:
     clock = broker.scheduler.clock
-    decoder = Decoder()
-    transport = FuzzTransport(decoder)
+    transport = RecordingTransport()
     connection = Connection(broker, transport, "fuzz")
-    failure = _feed(stream, cuts, decoder, connection, transport)
+    failure = _feed(stream, cuts, connection, transport)
     if failure is None:
         failure = _guarded("core", connection.input_ended)
     if failure is None:
@@ -167,7 +149,8 @@ class _ErrorLog(logging.Handler):
         return Failure("logged", summary, f"{record.getMessage()}\n{detail}")
 
 
-def _feed(stream, cuts, decoder, connection, transport) -> Failure | None:
+def _feed(stream, cuts, connection, transport) -> Failure | None:
+    framer = connection.framer
     started = False
     previous = 0
     for cut in sorted(set(cuts)) + [len(stream)]:
@@ -176,14 +159,14 @@ def _feed(stream, cuts, decoder, connection, transport) -> Failure | None:
         if not chunk:
             continue
         try:
-            items = decoder.feed(chunk)
+            items = framer.feed(chunk)
         except ProtocolHeaderMismatch:
             return None
         except ProtocolError as error:
             return _guarded("core", _protocol_error, connection, error)
         except Exception as error:  # the decoder's contract allows nothing else
             return _failure("decoder", error)
-        if not started and decoder.header_received:
+        if not started and framer.header_received:
             started = True
             connection.start()
         failure = _guarded("core", _handle_batch, connection, items)

@@ -25,8 +25,13 @@ class RecordingTransport:
     def close(self) -> None:
         self.closed = True
 
-    def tuned(self, frame_max: int, heartbeat: int) -> None:
-        self.tuned_with = (frame_max, heartbeat)
+    def tuned(self, heartbeat: int) -> None:
+        self.tuned_with = heartbeat
+
+    @property
+    def output(self) -> bytearray:
+        """The bytes written since the last `frames` or `methods`."""
+        return self._data
 
     def frames(self) -> list:
         """(channel, frame) pairs written since the last call."""

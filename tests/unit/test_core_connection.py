@@ -41,7 +41,8 @@ def test_full_handshake_reaches_open_and_applies_tuning():
     assert isinstance(replies[1][0][1], commands.Connection.Tune)
     assert isinstance(replies[3][0][1], commands.Connection.OpenOk)
     assert connection.state == "open"
-    assert transport.tuned_with == (8192, 30)
+    assert connection.framer.frame_max == 8192
+    assert transport.tuned_with == 30
     assert connection.channel_max == 100
 
 

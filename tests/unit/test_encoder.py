@@ -1,6 +1,9 @@
 """Outbound encoding: pamqp methods, content splitting, properties, Java-safe tables."""
 
+import os
 import struct
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, strategies as st
@@ -8,14 +11,15 @@ from pamqp import commands, frame, heartbeat
 from pamqp import encode as pamqp_encode
 
 from amqp_codec import (
-    HEARTBEAT_FRAME, MalformedProperties, decode_properties, encode_content,
-    encode_deliver, encode_method, encode_properties, encode_server_properties,
+    HEARTBEAT_FRAME, MalformedProperties, decode_properties, encode_connection_start,
+    encode_content, encode_deliver, encode_method, encode_properties, encode_table,
 )
 from test_fast_path import (
     bodies, channels, delivery_tags, exchange_names, frame_maxes, joined, pamqp_content,
     properties,
-    raw_properties, shortstrs,
+    raw_properties, shortstrs, tables,
 )
+from test_field_table import pamqp_java_safe
 
 CAPABILITIES = {
     "publisher_confirms": True, "exchange_exchange_bindings": True, "basic.nack": True,
@@ -131,7 +135,7 @@ def test_connection_start_tables_are_java_safe():
         "small": 5, "short": 300, "ushort": 40_000, "int": 70_000, "uint": 3_000_000_000,
         "long": 2**40, "negative": -40_000, "nested": [1, 40_000, 3_000_000_000],
     }
-    encoded = encode_method(0, commands.Connection.Start(server_properties=server_properties))
+    encoded = encode_connection_start(server_properties, "PLAIN AMQPLAIN", "en_US")
     payload = _frames(encoded)[0][2]
     (length,) = struct.unpack_from(">I", payload, 6)    # after class, method, versions
     tags = []
@@ -140,17 +144,44 @@ def test_connection_start_tables_are_java_safe():
     assert set(tags) <= set("tbsIlSFA")
     assert tags.count("t") == len(CAPABILITIES)
     _consumed, _channel, start = frame.unmarshal(encoded)
+    assert (start.version_major, start.version_minor) == (0, 9)
     assert start.server_properties == server_properties
+    assert (start.mechanisms, start.locales) == ("PLAIN AMQPLAIN", "en_US")
 
 
-def test_encode_server_properties_is_a_java_safe_table():
-    encoded = encode_server_properties({"capabilities": CAPABILITIES, "count": 40_000,
-                                        "big": 3_000_000_000})
+@given(tables, shortstrs, shortstrs)
+def test_connection_start_is_what_pamqp_writes_for_the_java_client(server_properties,
+                                                                   mechanisms, locales):
+    start = commands.Connection.Start(server_properties=server_properties,
+                                      mechanisms=mechanisms, locales=locales)
+    expected, error = pamqp_java_safe(frame.marshal, start, 0)
+    assert error is None
+    assert encode_connection_start(server_properties, mechanisms, locales) == expected
+
+
+def test_encode_table_is_java_safe():
+    encoded = encode_table({"capabilities": CAPABILITIES, "count": 40_000,
+                            "big": 3_000_000_000})
     tags = []
     _table_tags(encoded, 4, len(encoded), tags)
     assert "u" not in tags and "i" not in tags
     assert tags.count("I") == 1 and tags.count("l") == 1
 
 
-def test_importing_the_codec_enables_pamqp_java_safe_integers():
-    assert pamqp_encode.DEPRECATED_RABBITMQ_SUPPORT is True
+_PAMQP_SETTING = """
+import sys
+from pamqp import encode
+encode.support_deprecated_rabbitmq({before})
+import amqp_codec, broker.core.connection, broker.server.transport
+sys.exit(0 if encode.DEPRECATED_RABBITMQ_SUPPORT is {before} else 1)
+"""
+
+
+def test_importing_the_codec_and_the_broker_leaves_pamqps_setting_alone():
+    """pamqp's table-integer switch is process-wide: an application that imports the
+    codec (the test broker runs in-process too) keeps whatever it chose."""
+    for before in (False, True):
+        run = subprocess.run([sys.executable, "-c", _PAMQP_SETTING.format(before=before)],
+                             env=dict(os.environ), capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0, (before, run.stderr)

@@ -11,7 +11,6 @@ from pamqp import commands, frame as pamqp_frame
 
 from amqp_codec import PROTOCOL_HEADER
 from broker.config import AlarmLimits
-from broker.core import channel as channel_module
 from broker.core import dispatch, queue as queue_module
 from broker.core.broker import Broker
 from broker.core.scheduler import Scheduler
@@ -70,14 +69,11 @@ def test_a_failed_delivery_costs_the_consumer_connection_not_the_publisher(monke
         client.open_channel(1)
     name = publisher.declare_queue(1, "shared")
     consumer.method(1, commands.Basic.Consume(queue=name, consumer_tag="bad"))
-    real_encode = channel_module.encode_deliver
 
-    def encode_failing_for_bad(channel, tag, *args):
-        if tag == "bad":
-            raise RuntimeError("injected delivery fault")
-        return real_encode(channel, tag, *args)
+    def encode_failing(*args):
+        raise RuntimeError("injected delivery fault")
 
-    monkeypatch.setattr(channel_module, "encode_deliver", encode_failing_for_bad)
+    monkeypatch.setattr(consumer.connection.framer, "encode_deliver", encode_failing)
     replies = publisher.publish(1, "", name, b"m1")
     assert close_code(replies) is None                  # the publisher is untouched
     assert close_code(consumer.transport.frames()) == INTERNAL_ERROR
@@ -153,7 +149,7 @@ def test_the_transport_turns_an_unexpected_exception_into_541_and_returns():
 
     async def main():
         transport = _server_side_transport(server_socket, Broker())
-        transport.decoder.feed = _boom
+        transport.framer.feed = _boom
         client = trio.socket.from_stdlib_socket(client_socket)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(transport.run)

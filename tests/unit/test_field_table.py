@@ -1,5 +1,6 @@
 """The bounded field-table decoder and the raw property reader/rewriter."""
 
+import datetime
 import struct
 
 import pytest
@@ -8,8 +9,35 @@ from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 
 from amqp_codec import MalformedProperties, decode_properties, replace_properties
-from amqp_codec.field_table import MAX_DEPTH, TableError, decode_table
+from amqp_codec.field_table import MAX_DEPTH, TableError, decode_table, encode_table
 from test_fast_path import properties, tables
+
+# Values of every type a decoded table holds, and some pamqp cannot write (bytes, integers
+# beyond 64 bits, floats beyond single precision, decimals out of range, NaN decimals).
+_any_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2**64, 2**64), st.floats(width=64),
+              st.text(max_size=20), st.binary(max_size=8), st.binary(max_size=8).map(bytearray),
+              st.decimals(), st.datetimes(min_value=datetime.datetime(1970, 1, 2),
+                                          timezones=st.just(datetime.UTC))),
+    lambda children: st.one_of(st.lists(children, max_size=4),
+                               st.dictionaries(st.text(max_size=20), children, max_size=4)),
+    max_leaves=12,
+)
+# Keys up to 200 characters: pamqp cuts those over 128 bytes of UTF-8.
+_any_tables = st.dictionaries(st.text(max_size=200), _any_values, max_size=6)
+
+
+def pamqp_java_safe(encode, *args):
+    """(result, None) or (None, exception) of a pamqp encoding function, run with pamqp's
+    Java-safe integer switch on, then set back as it was."""
+    before = pamqp_encode.DEPRECATED_RABBITMQ_SUPPORT
+    pamqp_encode.support_deprecated_rabbitmq(True)
+    try:
+        return encode(*args), None
+    except Exception as error:
+        return None, error
+    finally:
+        pamqp_encode.support_deprecated_rabbitmq(before)
 
 
 def _nested(depth: int) -> bytes:
@@ -23,6 +51,24 @@ def _nested(depth: int) -> bytes:
 def test_decodes_what_pamqp_decodes(table):
     raw = pamqp_encode.field_table(table)
     assert decode_table(raw) == (pamqp_decode.field_table(raw)[1], len(raw))
+
+
+@given(_any_tables)
+def test_encode_table_writes_what_pamqp_writes_for_the_java_client(table):
+    expected, error = pamqp_java_safe(pamqp_encode.field_table, table)
+    if error is None:
+        assert encode_table(table) == expected
+    else:
+        with pytest.raises(type(error)):
+            encode_table(table)
+
+
+def test_encode_table_refuses_what_pamqp_refuses():
+    for table in ({"n": 2**63}, {"b": b"raw"}, {"f": [1e300]}):
+        _expected, error = pamqp_java_safe(pamqp_encode.field_table, table)
+        assert error is not None
+        with pytest.raises(type(error)):
+            encode_table(table)
 
 
 def test_nesting_up_to_the_limit_is_read_and_deeper_is_refused():
