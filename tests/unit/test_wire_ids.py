@@ -24,8 +24,8 @@ def test_every_method_id_is_the_specifications():
     assert len(methods) >= 17
     for name, ids in methods.items():
         method = _pamqp_method(name)
-        assert ids.index == method.index, name
-        assert commands.INDEX_MAPPING[ids.index] is method, name
+        assert ids.frame_index == method.index, name
+        assert commands.INDEX_MAPPING[ids.frame_index] is method, name
 
 
 def test_class_ids_and_decoder_indexes_match_the_methods():
