@@ -28,7 +28,7 @@ from .auth import (MECHANISMS, AuthenticationFailure, UndecodableCredentials,
 from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
-from .queue import FLOW_RESUME
+from .queue import FLOW_RESUME, HeadOnDisk
 
 log = logging.getLogger("warren.connection")
 
@@ -86,6 +86,9 @@ class Connection:
         self._held: deque[list] = deque()
         self._close_when_released = False
         self._capture: list[bytes] | None = None
+        # Inbound items held back while a Basic.Get waits for a body read from disk:
+        # handled, in order, once the read is done (None: nothing waits).
+        self._deferred: list | None = None
 
     @property
     def writable(self) -> bool:
@@ -128,6 +131,9 @@ class Connection:
         """Process one decoded inbound item (publish, method or heartbeat)."""
         if self.state == "closed":
             return
+        if self._deferred is not None:
+            self._deferred.append(item)
+            return
         channel_number = item.channel
         try:
             if type(item) is InboundPublish:
@@ -141,6 +147,9 @@ class Connection:
             self._close_channel(channel_number, error)
         except ConnectionFailure as error:
             self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
+        except HeadOnDisk as waiting:
+            self._deferred = [item]
+            waiting.queue.wake_when_read(self._resume_input)
         except MalformedProperties as error:
             # A feature needed a field of a message this client published (headers
             # routing, expiration, user_id, delivery_mode...): RabbitMQ reads every
@@ -148,6 +157,22 @@ class Connection:
             self.close(ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR - cannot read the content "
                        f"properties of a published message: {error}", *PUBLISH_IDS)
         except Exception as error:   # a bug must cost this connection, not the broker
+            self.fail(error)
+
+    def _resume_input(self) -> None:
+        """A read a Basic.Get waited for is done: handle the items held back, in order
+        (the Get first, again), until one has to wait again."""
+        items, self._deferred = self._deferred, None
+        if items is None or self.state == "closed":
+            return
+        try:
+            for index, item in enumerate(items):
+                self.handle(item)
+                if self._deferred is not None:
+                    self._deferred += items[index + 1:]
+                    break
+            self.end_of_batch()
+        except Exception as error:   # this connection's failure, not the reading queue's
             self.fail(error)
 
     def fail(self, error: BaseException) -> None:
@@ -173,6 +198,7 @@ class Connection:
         """Give up on the connection: no more frames in or out, the socket closes."""
         self.state = "closed"
         self._held.clear()
+        self._deferred = None
         self._close_when_released = False
         self.transport.close()
 
@@ -331,6 +357,7 @@ class Connection:
             self._release_resources()
         self.state = "closed"
         self._held.clear()
+        self._deferred = None
 
     def _release_resources(self) -> None:
         for channel in self.channels.values():

@@ -4,9 +4,13 @@ A queue hands every message it accepts to its store and tells the store when a m
 is settled (acked, or dropped). The in-memory store keeps nothing beyond the queue's own
 deque. This is the core's port: the adapters over storage (queue files, stream logs)
 live in broker/server (durable_store.py, stream_store.py).
+
+The core never reads a queue file. It asks its store for paged-out bodies
+(`read_bodies`), and the store answers later, on the event loop, once a worker thread
+has read them: the queue then delivers what became available.
 """
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 
 class QueueStore(Protocol):
@@ -27,8 +31,11 @@ class QueueStore(Protocol):
     def page_out(self, entry) -> None:
         """Let go of the entry's body if it can be read back later (paging)."""
 
-    def page_in(self, entry) -> None:
-        """Give a paged-out entry its body back."""
+    def read_bodies(self, entries: list, on_read: Callable[[list, list], None]) -> None:
+        """Read the bodies of paged-out `entries` off the event loop, then call
+        `on_read(entries, bodies)` on the event loop: one item per entry, its body, or
+        None when it could not be read (the failure is logged). Always answers, even
+        after `drop`."""
 
     def drop(self) -> None:
         """The queue was deleted: forget everything."""
@@ -52,7 +59,7 @@ class MemoryQueueStore:
     def page_out(self, entry) -> None:
         pass
 
-    def page_in(self, entry) -> None:
+    def read_bodies(self, entries: list, on_read) -> None:
         raise RuntimeError("a memory store never pages messages out")
 
     def drop(self) -> None:

@@ -8,6 +8,7 @@ import uuid
 
 from broker.core.broker import Broker
 from .durable_store import DurableQueueStore
+from .read_pool import ReadPool
 from broker.core.persistence import MetadataChange, Persistence
 from broker.core.stream_arguments import StreamRetention, is_stream
 from .stream_store import DurableStreamStore
@@ -25,6 +26,7 @@ class DurableStorage:
     """Owns the MetadataStore and the queue-file directories of one data directory."""
 
     def __init__(self, data_dir: str, metadata_url: str | None = None):
+        self.reads = ReadPool()     # paged-out bodies are read there
         self.queues_dir = os.path.join(data_dir, QUEUES_DIRECTORY)
         os.makedirs(self.queues_dir, exist_ok=True)
         self.metadata = MetadataStore.open(metadata_url, data_dir)
@@ -33,7 +35,7 @@ class DurableStorage:
     def new_queue_store(self, vhost: str, queue: str) -> DurableQueueStore:
         store_id = uuid.uuid4().hex
         queue_file = QueueFile(os.path.join(self.queues_dir, store_id))
-        return DurableQueueStore(queue_file, self.persistence, store_id)
+        return DurableQueueStore(queue_file, self.persistence, store_id, self.reads)
 
     def new_stream_store(self, vhost: str, queue: str,
                          retention: StreamRetention) -> DurableStreamStore:
@@ -106,7 +108,7 @@ class DurableStorage:
             self._restore_stream(vhost, record, directory)
             return
         queue_file, messages, problems = QueueFile.recover(directory, load_bodies=False)
-        store = DurableQueueStore(queue_file, self.persistence, record.id)
+        store = DurableQueueStore(queue_file, self.persistence, record.id, self.reads)
         vhost.restore_queue(record.name, record.auto_delete, record.arguments, store,
                             messages)
         log.info("event=queue_recovered vhost=%s queue=%s messages=%d problems=%d",
