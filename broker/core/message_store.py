@@ -5,9 +5,9 @@ is settled (acked, or dropped). The in-memory store keeps nothing beyond the que
 deque. This is the core's port: the adapters over storage (queue files, stream logs)
 live in broker/server (durable_store.py, stream_store.py).
 
-The core never reads a queue file. It asks its store for paged-out bodies
-(`read_bodies`), and the store answers later, on the event loop, once a worker thread
-has read them: the queue then delivers what became available.
+The core never reads from disk. It asks its store for paged-out bodies (`read_bodies`)
+or stream records (`StreamStore.read`), and the store answers later, on the event loop,
+once a worker thread has read them: the queue then delivers what became available.
 """
 
 from typing import Callable, Protocol
@@ -39,6 +39,48 @@ class QueueStore(Protocol):
 
     def drop(self) -> None:
         """The queue was deleted: forget everything."""
+
+
+class StreamRecord(Protocol):
+    """One message of a stream as a stream store reads it back."""
+
+    offset: int
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes
+
+
+class StreamStore(Protocol):
+    """A stream's log, as a stream queue sees it. Offsets count from 0 per stream."""
+
+    first_offset: int     # the oldest offset still kept (retention removes older ones)
+    next_offset: int      # the offset the next append gets
+    durable_offset: int   # the highest offset on disk (-1: none)
+
+    def append(self, message) -> int:
+        """Append a message (written by the next commit); its offset."""
+
+    def read(self, offset: int, count: int) -> list[StreamRecord]:
+        """Up to `count` durable messages from `offset` on (from `first_offset` when
+        `offset` is older), in offset order, that are in memory now: possibly none.
+        When there are fewer than asked and more are durable, the store reads them off
+        the event loop and then calls the queue's `dispatch()` on the event loop."""
+
+    def consumer_offset(self, name: str) -> int | None:
+        """The offset last stored for a tracking consumer, or None."""
+
+    def store_consumer_offset(self, name: str, offset: int) -> None:
+        """Remember a tracking consumer's offset (written by the next commit)."""
+
+    def offset_for_timestamp(self, seconds: float) -> int:
+        """The first offset published at or after `seconds` since the epoch."""
+
+    def offset_for_age(self, seconds: float) -> int:
+        """The first offset published at most `seconds` ago."""
+
+    def drop(self) -> None:
+        """The stream is deleted: forget everything."""
 
 
 class MemoryQueueStore:

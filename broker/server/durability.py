@@ -26,7 +26,7 @@ class DurableStorage:
     """Owns the MetadataStore and the queue-file directories of one data directory."""
 
     def __init__(self, data_dir: str, metadata_url: str | None = None):
-        self.reads = ReadPool()     # paged-out bodies are read there
+        self.reads = ReadPool()     # paged-out bodies and stream records are read there
         self.queues_dir = os.path.join(data_dir, QUEUES_DIRECTORY)
         os.makedirs(self.queues_dir, exist_ok=True)
         self.metadata = MetadataStore.open(metadata_url, data_dir)
@@ -42,7 +42,7 @@ class DurableStorage:
         store_id = uuid.uuid4().hex
         log_ = StreamLog(os.path.join(self.queues_dir, store_id),
                          **_log_settings(retention))
-        return DurableStreamStore(log_, self.persistence, store_id)
+        return DurableStreamStore(log_, self.persistence, store_id, self.reads)
 
     # -- committing (worker thread) ---------------------------------------------------
 
@@ -117,7 +117,7 @@ class DurableStorage:
     def _restore_stream(self, vhost, record, directory: str) -> None:
         retention = StreamRetention.from_arguments(record.arguments)
         log_, problems = StreamLog.recover(directory, **_log_settings(retention))
-        store = DurableStreamStore(log_, self.persistence, record.id)
+        store = DurableStreamStore(log_, self.persistence, record.id, self.reads)
         vhost.restore_stream(record.name, record.arguments, store)
         log.info("event=stream_recovered vhost=%s queue=%s first_offset=%d "
                  "next_offset=%d problems=%d", vhost.name, record.name,

@@ -1,26 +1,130 @@
 """A stream queue's store: its StreamLog, with the same commit protocol as the queue-file
 store (appends touch memory only; the group committer syncs them off the event loop and
-then calls `synced`, which lets consumers read what became durable)."""
+then calls `synced`, which lets consumers read what became durable).
 
+Consumers' reads are served from chunks of records that the ReadPool's worker threads
+read from the log (`StreamLog.read` is safe beside a running sync or retention): a read
+the chunks cannot answer starts a background read and answers nothing; the queue's
+`dispatch()` runs when the records arrive. A chunk that is nearly used up has the next
+one read ahead while there is more durable data.
+"""
+
+import bisect
+import logging
 import time
+from collections import OrderedDict
+from functools import partial
+from operator import attrgetter
 
 from broker.core.persistence import Persistence
 from storage.stream_log import StreamLog
+
+log = logging.getLogger("warren.storage")
+
+READ_COUNT = 256         # records per background read, at most ...
+READ_BYTES = 1 << 20     # ... and about this many bytes of properties and bodies
+MAX_CHUNKS = 8           # chunks kept per stream; the least recently used goes first
+_offset_of = attrgetter("offset")
 
 
 class DurableStreamStore:
     """Every message of a stream goes to its log, whatever its delivery mode."""
 
-    __slots__ = ("log", "persistence", "store_id", "dropped", "clock", "queue")
+    __slots__ = ("log", "persistence", "store_id", "dropped", "clock", "queue", "reads",
+                 "_chunks", "_reading", "_record_size")
 
     def __init__(self, log: StreamLog, persistence: Persistence, store_id: str,
-                 clock=time.time):
+                 reads, clock=time.time):
         self.log = log
         self.persistence = persistence
         self.store_id = store_id
         self.dropped = False
         self.clock = clock            # wall clock, seconds: interval starts count from it
         self.queue = None             # the StreamQueue, told when appends become durable
+        self.reads = reads            # the ReadPool (or a test's stand-in)
+        # Records read: first offset asked for -> (end offset, records); reads in
+        # flight: first offset -> count; the mean size of a record read, in bytes.
+        self._chunks: OrderedDict[int, tuple[int, list]] = OrderedDict()
+        self._reading: dict[int, int] = {}
+        self._record_size = 1024
+
+    @property
+    def first_offset(self) -> int:
+        return self.log.first_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.log.next_offset
+
+    @property
+    def durable_offset(self) -> int:
+        return self.log.durable_offset
+
+    def consumer_offset(self, name: str) -> int | None:
+        return self.log.consumer_offset(name)
+
+    def offset_for_timestamp(self, seconds: float) -> int:
+        return self.log.offset_for_timestamp(seconds)
+
+    def read(self, offset: int, count: int) -> list:
+        """Up to `count` durable records from `offset` on that are in memory now (see
+        the module docstring)."""
+        log_ = self.log
+        offset = max(offset, log_.first_offset)
+        durable_end = log_.durable_offset + 1
+        if offset >= durable_end or self.dropped:
+            return []
+        for start, (end, records) in self._chunks.items():
+            if start <= offset < end:
+                break
+        else:
+            self._start_read(offset, durable_end)
+            return []
+        self._chunks.move_to_end(start)
+        index = bisect.bisect_left(records, offset, key=_offset_of)
+        out = records[index:index + count]
+        if end < durable_end and len(records) - index - len(out) < len(records) // 2:
+            self._start_read(end, durable_end)      # read the next chunk ahead
+        return out
+
+    def _start_read(self, offset: int, durable_end: int) -> None:
+        for start, count in self._reading.items():
+            if start <= offset < start + count:
+                return      # on its way
+        count = min(READ_COUNT, max(16, READ_BYTES // self._record_size),
+                    durable_end - offset)
+        self._reading[offset] = count
+        self.reads.submit(partial(self._read_records, offset, count),
+                          partial(self._records_read, offset))
+
+    def _read_records(self, offset: int, count: int):
+        """(worker thread) The records, or the exception that stopped the read."""
+        try:
+            return self.log.read(offset, count, durable_only=True)
+        except Exception as error:
+            return error
+
+    def _records_read(self, offset: int, result) -> None:
+        """(event loop) A background read finished: keep its records, let the
+        queue deliver them."""
+        del self._reading[offset]
+        if self.dropped:
+            return
+        if isinstance(result, Exception):
+            log.error("event=stream_read_failed store=%s offset=%d error=%r",
+                      self.store_id, offset, result)
+            return
+        if not result:
+            return      # nothing readable there (damaged records were logged)
+        size = sum(len(record.properties) + len(record.body) for record in result)
+        self._record_size = max(1, size // len(result))
+        chunks = self._chunks
+        chunks[offset] = (result[-1].offset + 1, result)
+        chunks.move_to_end(offset)
+        if len(chunks) > MAX_CHUNKS:
+            chunks.popitem(last=False)
+        if self.queue is not None:
+            self.queue.dispatch()
 
     def append(self, message) -> int:
         offset = self.log.append(message.exchange, message.routing_key,
@@ -44,6 +148,7 @@ class DurableStreamStore:
     def drop(self) -> None:
         """The stream is deleted: its files go once the deletion is committed."""
         self.dropped = True
+        self._chunks.clear()
         self.persistence.record("drop_queue_files", store=self)
 
     # -- blocking, in the committer's worker thread -----------------------------------

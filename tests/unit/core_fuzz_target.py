@@ -105,7 +105,7 @@ def new_broker(data_dir: str) -> Broker:
     def stream_store(vhost: str, queue: str, retention) -> DurableStreamStore:
         number = next(files)
         return DurableStreamStore(StreamLog(os.path.join(data_dir, f"s{number}")),
-                                  persistence, f"s{number}")
+                                  persistence, f"s{number}", reads)
 
     persistence.store_factory = queue_store
     persistence.stream_factory = stream_store
@@ -209,7 +209,7 @@ def _handle_batch(connection: Connection, items: list) -> None:
 
 
 def _run_reads(broker: Broker) -> None:
-    """Do the reads of paged-out bodies the session started."""
+    """Do the reads of paged-out bodies and stream records the session started."""
     reads = _reads_of.get(broker)
     if reads is not None:
         reads.run()
