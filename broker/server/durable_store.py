@@ -62,14 +62,18 @@ class DurableQueueStore:
     def _read_bodies(self, seqs: list[int]) -> list:
         """(worker thread) The bodies of `seqs`; None for one that cannot be read: gone
         (acked meanwhile, or the queue was deleted), damaged, or an I/O error."""
+        try:
+            found = self.queue_file.read_many(seqs)
+        except Exception as error:      # e.g. too many open files: all of them failed
+            found = [error] * len(seqs)
         bodies = []
         failures = []
-        for seq in seqs:
-            try:
-                bodies.append(self.queue_file.read(seq))
-            except Exception as error:
+        for seq, body in zip(seqs, found):
+            if isinstance(body, Exception):
                 bodies.append(None)
-                failures.append((seq, error))
+                failures.append((seq, body))
+            else:
+                bodies.append(body)
         if failures:
             seq, error = failures[0]
             gone = all(isinstance(error, KeyError) for _seq, error in failures)
