@@ -5,8 +5,8 @@ then calls `synced`, which lets consumers read what became durable).
 Consumers' reads are served from chunks of records that the ReadPool's worker threads
 read from the log (`StreamLog.read` is safe beside a running sync or retention): a read
 the chunks cannot answer starts a background read and answers nothing; the queue's
-`dispatch()` runs when the records arrive. A chunk that is nearly used up has the next
-one read ahead while there is more durable data.
+`dispatch()` runs when the records arrive. While a consumer reads a chunk, the next one
+is read ahead if there is more durable data.
 """
 
 import bisect
@@ -74,23 +74,32 @@ class DurableStreamStore:
         durable_end = log_.durable_offset + 1
         if offset >= durable_end or self.dropped:
             return []
-        for start, (end, records) in self._chunks.items():
-            if start <= offset < end:
-                break
-        else:
-            self._start_read(offset, durable_end)
+        start = self._chunk_at(offset)
+        if start is None:
+            self._fetch(offset, durable_end)
             return []
-        self._chunks.move_to_end(start)
+        chunks = self._chunks
+        chunks.move_to_end(start)
+        end, records = chunks[start]
+        if end < durable_end:
+            self._fetch(end, durable_end)       # the next chunk, before it is needed
         index = bisect.bisect_left(records, offset, key=_offset_of)
-        out = records[index:index + count]
-        if end < durable_end and len(records) - index - len(out) < len(records) // 2:
-            self._start_read(end, durable_end)      # read the next chunk ahead
-        return out
+        return records[index:index + count]
 
-    def _start_read(self, offset: int, durable_end: int) -> None:
+    def _chunk_at(self, offset: int) -> int | None:
+        """The start of the chunk holding `offset`, or None."""
+        for start, (end, _records) in self._chunks.items():
+            if start <= offset < end:
+                return start
+        return None
+
+    def _fetch(self, offset: int, durable_end: int) -> None:
+        """Start a background read from `offset`, unless one is on its way or done."""
         for start, count in self._reading.items():
             if start <= offset < start + count:
-                return      # on its way
+                return
+        if self._chunk_at(offset) is not None:
+            return
         count = min(READ_COUNT, max(16, READ_BYTES // self._record_size),
                     durable_end - offset)
         self._reading[offset] = count
