@@ -148,7 +148,7 @@ class StreamQueue:
         channel = consumer.channel
         end = consumer.end
         if consumer.position < store.first_offset:
-            consumer.position = store.first_offset   # retention removed what it had not read
+            consumer.position = store.first_offset   # retention removed the rest
         while channel.can_deliver(consumer):
             position = consumer.position
             limit = store.durable_offset + 1

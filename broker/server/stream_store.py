@@ -6,15 +6,18 @@ Consumers' reads are served from chunks of records that the ReadPool's worker th
 read from the log (`StreamLog.read` is safe beside a running sync or retention): a read
 the chunks cannot answer starts a background read and answers nothing; the queue's
 `dispatch()` runs when the records arrive. While a consumer reads a chunk, the next one
-is read ahead if there is more durable data.
+is read ahead if there is more durable data. Consumers at the tail need no read: the
+messages the latest commit made durable (and those appended since) are still in memory.
 """
 
 import bisect
 import logging
+import itertools
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from functools import partial
 from operator import attrgetter
+from typing import NamedTuple
 
 from broker.core.persistence import Persistence
 from storage.stream_log import StreamLog
@@ -27,11 +30,21 @@ MAX_CHUNKS = 8           # chunks kept per stream; the least recently used goes 
 _offset_of = attrgetter("offset")
 
 
+class TailRecord(NamedTuple):
+    """A message at the tail of a stream, as the queue reads records."""
+
+    offset: int
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes
+
+
 class DurableStreamStore:
     """Every message of a stream goes to its log, whatever its delivery mode."""
 
     __slots__ = ("log", "persistence", "store_id", "dropped", "clock", "queue", "reads",
-                 "_chunks", "_reading", "_record_size")
+                 "_chunks", "_reading", "_record_size", "_tail", "_tail_floor")
 
     def __init__(self, log: StreamLog, persistence: Persistence, store_id: str,
                  reads, clock=time.time):
@@ -47,6 +60,10 @@ class DurableStreamStore:
         self._chunks: OrderedDict[int, tuple[int, list]] = OrderedDict()
         self._reading: dict[int, int] = {}
         self._record_size = 1024
+        # (offset, message) of the appends since the commit before the latest one, and
+        # the durable end that commit left: the tail drops what lies below it.
+        self._tail: deque = deque()
+        self._tail_floor = log.durable_offset + 1
 
     @property
     def first_offset(self) -> int:
@@ -74,6 +91,13 @@ class DurableStreamStore:
         durable_end = log_.durable_offset + 1
         if offset >= durable_end or self.dropped:
             return []
+        tail = self._tail
+        if tail and offset >= tail[0][0]:
+            first = tail[0][0]
+            return [TailRecord(at, message.exchange, message.routing_key,
+                               message.properties, message.body)
+                    for at, message in itertools.islice(
+                        tail, offset - first, min(offset + count, durable_end) - first)]
         start = self._chunk_at(offset)
         if start is None:
             self._fetch(offset, durable_end)
@@ -138,6 +162,8 @@ class DurableStreamStore:
     def append(self, message) -> int:
         offset = self.log.append(message.exchange, message.routing_key,
                                  message.properties, message.body)
+        if offset >= 0:
+            self._tail.append((offset, message))
         self.persistence.store_written(self)
         return offset
 
@@ -150,7 +176,14 @@ class DurableStreamStore:
         return self.log.offset_for_timestamp(self.clock() - seconds)
 
     def synced(self) -> None:
-        """Called on the event loop after a commit that synced this store."""
+        """Called on the event loop after a commit that synced this store: the tail
+        keeps what this commit made durable (consumers read it next) and what came
+        after it."""
+        tail = self._tail
+        floor = self._tail_floor
+        while tail and tail[0][0] < floor:
+            tail.popleft()
+        self._tail_floor = self.log.durable_offset + 1
         if self.queue is not None and not self.dropped:
             self.queue.dispatch()
 
@@ -158,6 +191,7 @@ class DurableStreamStore:
         """The stream is deleted: its files go once the deletion is committed."""
         self.dropped = True
         self._chunks.clear()
+        self._tail.clear()
         self.persistence.record("drop_queue_files", store=self)
 
     # -- blocking, in the committer's worker thread -----------------------------------

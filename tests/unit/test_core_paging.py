@@ -46,8 +46,8 @@ def test_consumers_get_paged_messages_once_the_store_has_read_them(tmp_path):
     client, queue = paging_client(tmp_path, window=5, reads=reads)
     publish(client, 30)
     queue.store.sync()
-    got = deliveries(client.method(1, commands.Basic.Consume(queue="long", consumer_tag="c",
-                                                             no_ack=True)))
+    got = deliveries(client.method(1, commands.Basic.Consume(
+        queue="long", consumer_tag="c", no_ack=True)))
     assert [body for _, body in got] == expected(range(5))
     assert reads.pending, "the next bodies are asked for before the consumer needs them"
     reads.run()
@@ -90,8 +90,8 @@ def test_a_purge_while_a_read_is_pending_drops_its_late_result(tmp_path):
     reads = ManualReads()
     client, queue = paging_client(tmp_path, window=2, reads=reads)
     publish(client, 10)
-    got = deliveries(client.method(1, commands.Basic.Consume(queue="long", consumer_tag="c",
-                                                             no_ack=True)))
+    got = deliveries(client.method(1, commands.Basic.Consume(
+        queue="long", consumer_tag="c", no_ack=True)))
     assert len(got) == 2 and reads.pending
     other = Client(client.broker)
     other.open_channel()
@@ -154,7 +154,8 @@ def test_requeued_messages_go_back_ahead_of_paged_ones(tmp_path):
     client, queue = paging_client(tmp_path, window=2, reads=reads)
     publish(client, 6)
     client.method(1, commands.Basic.Qos(prefetch_count=2))
-    got = deliveries(client.method(1, commands.Basic.Consume(queue="long", consumer_tag="c")))
+    got = deliveries(client.method(1, commands.Basic.Consume(queue="long",
+                                                             consumer_tag="c")))
     assert [body for _, body in got] == expected(range(2))
     got += deliveries(client.method(1, commands.Basic.Recover(requeue=True)))
     reads.run()

@@ -79,3 +79,33 @@ def test_a_failed_read_is_logged_and_tried_again_on_the_next_ask(tmp_path, caplo
     assert store.read(0, 4) == []
     reads.run()
     assert [r.offset for r in store.read(0, 4)] == [0, 1, 2, 3]
+
+
+class Published:
+    exchange = ""
+    routing_key = "s"
+    properties = b""
+
+    def __init__(self, body: bytes):
+        self.body = body
+
+
+def commit(store) -> None:
+    store.sync()
+    store.synced()
+
+
+def test_consumers_at_the_tail_read_the_latest_commit_from_memory(tmp_path):
+    store, reads, queue = stream_store(tmp_path, 0)
+    for index in range(3):
+        store.append(Published(b"old%d" % index))
+    commit(store)
+    for index in range(2):
+        store.append(Published(b"new%d" % index))
+    assert [r.body for r in store.read(0, 10)] == [b"old0", b"old1", b"old2"]
+    commit(store)
+    assert [(r.offset, r.body) for r in store.read(3, 10)] == [(3, b"new0"), (4, b"new1")]
+    assert not reads.pending
+    assert store.read(0, 10) == [] and len(reads.pending) == 1   # older: read from disk
+    reads.run()
+    assert [r.body for r in store.read(0, 3)] == [b"old0", b"old1", b"old2"]
