@@ -106,3 +106,34 @@ def test_a_deep_queue_beyond_the_page_window_redelivers_in_order(broker_factory)
     seen = consume(broker.port, 0, prefetch=1000)
     assert seen == list(range(MESSAGES))
     assert broker.process.poll() is None
+
+
+def test_restarted_messages_expire_to_the_dead_letter_queue_with_their_bodies(
+        broker_factory, tmp_path):
+    broker = broker_factory(data_dir=str(tmp_path / "data"))
+    connection = connect(broker.port)
+    channel = connection.channel()
+    channel.queue_declare("expired-here", durable=True)
+    channel.queue_declare("short-lived", durable=True, arguments={
+        "x-message-ttl": 3000, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "expired-here"})
+    channel.tx_select()
+    for index in range(50):
+        channel.basic_publish("", "short-lived", body(index), PERSISTENT)
+    channel.tx_commit()
+    connection.close()
+    assert broker.stop() == 0
+    broker.start()          # bodies on disk only; the TTL counts again from now
+
+    connection = connect(broker.port)
+    channel = connection.channel()
+    dead = []
+
+    def on_message(_channel, _method, properties, data):
+        dead.append((data, properties.headers["x-death"][0]["reason"]))
+
+    channel.basic_consume("expired-here", on_message, auto_ack=True)
+    assert wait_until(connection, lambda: len(dead) == 50, timeout=60), len(dead)
+    assert dead == [(body(index), "expired") for index in range(50)]
+    connection.close()
+    assert broker.process.poll() is None
