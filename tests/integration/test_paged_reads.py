@@ -137,3 +137,40 @@ def test_restarted_messages_expire_to_the_dead_letter_queue_with_their_bodies(
     assert dead == [(body(index), "expired") for index in range(50)]
     connection.close()
     assert broker.process.poll() is None
+
+
+def test_a_body_damaged_on_disk_costs_only_its_message(broker_factory, tmp_path):
+    data_dir = tmp_path / "data"
+    broker = broker_factory(data_dir=str(data_dir))
+    connection = connect(broker.port)
+    channel = connection.channel()
+    channel.queue_declare(QUEUE, durable=True)
+    channel.queue_declare("healthy", durable=True)
+    channel.tx_select()
+    for index in range(200):
+        channel.basic_publish("", QUEUE, body(index), PERSISTENT)
+    channel.tx_commit()
+    connection.close()
+    assert broker.stop() == 0
+    broker.start()          # recovery indexed every record; no body is in memory
+
+    damaged = 77
+    (segment,) = [path for path in (data_dir / "queues").rglob("*.seg")
+                  if body(damaged) in path.read_bytes()]
+    data = bytearray(segment.read_bytes())
+    data[data.index(body(damaged)) + 40] ^= 0xFF    # the disk lost a bit of one body
+    segment.write_bytes(bytes(data))
+
+    connection = connect(broker.port)
+    channel = connection.channel()
+    seen = []
+    channel.basic_consume(QUEUE, lambda _c, _m, _p, data: seen.append(data),
+                          auto_ack=True)
+    assert wait_until(connection, lambda: len(seen) == 199, timeout=60), len(seen)
+    assert seen == [body(index) for index in range(200) if index != damaged]
+    channel.basic_publish("", "healthy", b"still served", PERSISTENT)
+    assert channel.basic_get("healthy", auto_ack=True)[2] == b"still served"
+    connection.close()
+    log = "".join(broker.log_lines)
+    assert "event=body_read_failed" in log and "event=paged_messages_unreadable" in log
+    assert broker.process.poll() is None
