@@ -11,8 +11,8 @@ messages the latest commit made durable (and those appended since) are still in 
 """
 
 import bisect
-import logging
 import itertools
+import logging
 import time
 from collections import OrderedDict, deque
 from functools import partial
