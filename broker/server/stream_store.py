@@ -6,8 +6,9 @@ Consumers' reads are served from chunks of records that the ReadPool's worker th
 read from the log (`StreamLog.read` is safe beside a running sync or retention): a read
 the chunks cannot answer starts a background read and answers nothing; the queue's
 `dispatch()` runs when the records arrive. While a consumer reads a chunk, the next one
-is read ahead if there is more durable data. Consumers at the tail need no read: the
-messages the latest commit made durable (and those appended since) are still in memory.
+is read ahead if there is more durable data. Consumers at or near the tail need no
+read: the latest messages (at least those the latest commit made durable, and up to
+TAIL_RECORDS, or about TAIL_BYTES of bodies) stay in memory.
 """
 
 import bisect
@@ -27,7 +28,11 @@ log = logging.getLogger("warren.storage")
 READ_COUNT = 256         # records per background read, at most ...
 READ_BYTES = 1 << 20     # ... and about this many bytes of properties and bodies
 MAX_CHUNKS = 8           # chunks kept per stream; the least recently used goes first
+TAIL_RECORDS = 16_384    # the latest messages kept in memory for consumers at the tail,
+TAIL_BYTES = 8 << 20     # ... or about this many bytes of bodies (judged at each commit
+                         # by the size of the latest message: nothing is counted per append)
 _offset_of = attrgetter("offset")
+_new_tuple = tuple.__new__
 
 
 class TailRecord(NamedTuple):
@@ -60,9 +65,9 @@ class DurableStreamStore:
         self._chunks: OrderedDict[int, tuple[int, list]] = OrderedDict()
         self._reading: dict[int, int] = {}
         self._record_size = 1024
-        # (offset, message) of the appends since the commit before the latest one, and
-        # the durable end that commit left: the tail drops what lies below it.
-        self._tail: deque = deque()
+        # (offset, message) of the latest appends, and where the latest commit's
+        # messages start (the tail keeps those whatever its size).
+        self._tail: deque[tuple] = deque()
         self._tail_floor = log.durable_offset + 1
 
     @property
@@ -94,8 +99,8 @@ class DurableStreamStore:
         tail = self._tail
         if tail and offset >= tail[0][0]:
             first = tail[0][0]
-            return [TailRecord(at, message.exchange, message.routing_key,
-                               message.properties, message.body)
+            return [_new_tuple(TailRecord, (at, message.exchange, message.routing_key,
+                                            message.properties, message.body))
                     for at, message in itertools.islice(
                         tail, offset - first, min(offset + count, durable_end) - first)]
         start = self._chunk_at(offset)
@@ -176,13 +181,15 @@ class DurableStreamStore:
         return self.log.offset_for_timestamp(self.clock() - seconds)
 
     def synced(self) -> None:
-        """Called on the event loop after a commit that synced this store: the tail
-        keeps what this commit made durable (consumers read it next) and what came
-        after it."""
+        """Called on the event loop after a commit that synced this store: older
+        messages leave the tail while it is over its size (not those this commit made
+        durable: consumers at the tail read them next)."""
         tail = self._tail
-        floor = self._tail_floor
-        while tail and tail[0][0] < floor:
-            tail.popleft()
+        if tail:
+            floor = self._tail_floor
+            keep = min(TAIL_RECORDS, TAIL_BYTES // (len(tail[-1][1].body) + 1) + 1)
+            while len(tail) > keep and tail[0][0] < floor:
+                tail.popleft()
         self._tail_floor = self.log.durable_offset + 1
         if self.queue is not None and not self.dropped:
             self.queue.dispatch()

@@ -5,6 +5,7 @@ next chunk ahead, and tells the queue when records arrived."""
 import logging
 
 from broker.core.persistence import Persistence
+from broker.server import stream_store as stream_store_module
 from broker.server.stream_store import READ_COUNT, DurableStreamStore
 from core_harness import ManualReads
 from storage.stream_log import StreamLog
@@ -95,11 +96,13 @@ def commit(store) -> None:
     store.synced()
 
 
-def test_consumers_at_the_tail_read_the_latest_commit_from_memory(tmp_path):
+def test_consumers_at_the_tail_read_the_latest_messages_from_memory(tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.setattr(stream_store_module, "TAIL_RECORDS", 2)
     store, reads, queue = stream_store(tmp_path, 0)
     for index in range(3):
         store.append(Published(b"old%d" % index))
-    commit(store)
+    commit(store)           # over TAIL_RECORDS, but the latest commit stays whole
     for index in range(2):
         store.append(Published(b"new%d" % index))
     assert [r.body for r in store.read(0, 10)] == [b"old0", b"old1", b"old2"]
