@@ -32,6 +32,9 @@ class DiscardingTransport:
     def close(self) -> None:
         pass
 
+    def input_resumed(self) -> None:
+        pass
+
     def tuned(self, heartbeat: int) -> None:
         pass
 

@@ -9,7 +9,8 @@ restart or a crash. The format and the guarantees are in docs/storage-format.md.
 Threads. `append`, `ack` and `mark_delivered` are meant for the event-loop thread: they
 only touch memory (no system call) under a short lock. `sync`, `compact`, `close` and
 `drop` do blocking I/O; they serialize on a second lock, so one flusher thread (or
-several) may run them while the loop keeps appending. `read` may run on any thread.
+several) may run them while the loop keeps appending. `read` and `read_many` may run on
+any thread.
 
 Failed writes. When writing or fsyncing a batch fails (ENOSPC, EIO), the segment is cut
 back to where the batch began and the batch goes back to the buffer: the queue file stays
@@ -34,6 +35,7 @@ log = logging.getLogger("warren.storage")
 
 DEFAULT_SEGMENT_SIZE = 16 * 1024 * 1024
 DEFAULT_COMPACT_RATIO = 0.3
+READ_RUN_BYTES = 1024 * 1024    # read_many: adjacent records read with one pread, at most
 SEGMENT_SUFFIX = ".seg"
 
 _fdatasync = getattr(os, "fdatasync", os.fsync)
@@ -387,12 +389,83 @@ class QueueFile:
                 data = os.pread(fd, length, offset)
             finally:
                 os.close(fd)
-            parsed = parse_record(data, 0)
-            if parsed is None or parsed.kind != KIND_MESSAGE or parsed.seq != seq:
-                raise StorageError(f"{self._path(number)}: offset {offset}: "
-                                   f"record of message {seq} is damaged")
-            return decode_message(data, 0, parsed.length).body
+            return self._body_in(data, 0, seq, number, offset)
         raise StorageError(f"{self.directory}: message {seq} kept moving while being read")
+
+    def read_many(self, seqs: list[int], run_bytes: int = READ_RUN_BYTES) -> list:
+        """The bodies of `seqs`, in order, as `read` gives them, but each segment is
+        opened once and adjacent records (up to `run_bytes`) come with one pread. An
+        item is the body, or the exception `read` would raise for that seq."""
+        results: list = [None] * len(seqs)
+        by_segment: dict[int, list] = {}
+        with self._lock:
+            for index, seq in enumerate(seqs):
+                record = self._pending.get(seq)
+                if record is None and self._inflight is not None:
+                    record = self._inflight.get(seq)
+                if record is not None:
+                    results[index] = bytes(record[4])
+                    continue
+                location = self._index.get(seq)
+                if location is None:
+                    results[index] = KeyError(seq)
+                else:
+                    by_segment.setdefault(location[0], []).append(
+                        (location[1], location[2], index, seq))
+        for number, records in by_segment.items():
+            try:
+                fd = os.open(self._path(number), os.O_RDONLY | _O_CLOEXEC)
+            except FileNotFoundError:   # compacted meanwhile: `read` follows each one
+                for _offset, _length, index, seq in records:
+                    results[index] = self._read_or_error(seq)
+                continue
+            try:
+                self._read_runs(fd, number, sorted(records), run_bytes, results)
+            finally:
+                os.close(fd)
+        return results
+
+    def _read_runs(self, fd: int, number: int, records: list, run_bytes: int,
+                   results: list) -> None:
+        """Read `records` (offset, length, index, seq; by offset) of one segment, one
+        pread per run of adjacent records, into `results`."""
+        start = 0
+        while start < len(records):
+            first = records[start][0]
+            end = start + 1
+            reach = first + records[start][1]
+            while (end < len(records) and records[end][0] == reach
+                   and reach + records[end][1] - first <= run_bytes):
+                reach += records[end][1]
+                end += 1
+            try:
+                data = os.pread(fd, reach - first, first)
+            except OSError as error:
+                for _offset, _length, index, _seq in records[start:end]:
+                    results[index] = error
+            else:
+                for offset, _length, index, seq in records[start:end]:
+                    try:
+                        results[index] = self._body_in(data, offset - first, seq, number,
+                                                       offset)
+                    except StorageError as error:
+                        results[index] = error
+            start = end
+
+    def _read_or_error(self, seq: int):
+        try:
+            return self.read(seq)
+        except (KeyError, StorageError, OSError) as error:
+            return error
+
+    def _body_in(self, data: bytes, at: int, seq: int, number: int, offset: int) -> bytes:
+        """The body of message `seq` from its record at `at` in `data` (read from
+        `offset` of segment `number`), checked."""
+        parsed = parse_record(data, at)
+        if parsed is None or parsed.kind != KIND_MESSAGE or parsed.seq != seq:
+            raise StorageError(f"{self._path(number)}: offset {offset}: "
+                               f"record of message {seq} is damaged")
+        return decode_message(data, at, parsed.length).body
 
     def close(self, flush: bool = True) -> None:
         """Sync (unless `flush` is False, which loses what was not synced) and close.

@@ -35,7 +35,7 @@ from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
 from .ports import Transport
-from .queue import FLOW_RESUME
+from .queue import FLOW_RESUME, HeadOnDisk
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -81,6 +81,9 @@ class Connection:
         self._held: deque[list] = deque()
         self._close_when_released = False
         self._capture: list[bytes | tuple] | None = None
+        # Inbound items held back while a Basic.Get waits for a body read from disk:
+        # handled, in order, once the read is done (None: nothing waits).
+        self._deferred: list | None = None
 
     @property
     def writable(self) -> bool:
@@ -126,6 +129,9 @@ class Connection:
         """Process one decoded inbound item (publish, method or heartbeat)."""
         if self.state == "closed":
             return
+        if self._deferred is not None:
+            self._deferred.append(item)
+            return
         channel_number = item.channel
         try:
             if type(item) is InboundPublish:
@@ -139,6 +145,9 @@ class Connection:
             self._close_channel(channel_number, error)
         except ConnectionFailure as error:
             self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
+        except HeadOnDisk as waiting:
+            self._deferred = [item]
+            waiting.queue.wake_when_read(self._resume_input)
         except MalformedProperties as error:
             # A feature needed a field of a message this client published (headers
             # routing, expiration, user_id, delivery_mode...): RabbitMQ reads every
@@ -147,6 +156,35 @@ class Connection:
                        f"properties of a published message: {error}", *BASIC_PUBLISH)
         except Exception as error:   # a bug must cost this connection, not the broker
             self.fail(error)
+
+    def _resume_input(self) -> None:
+        """A read a Basic.Get waited for is done: handle the items held back, in order
+        (the Get first, again), until one has to wait again."""
+        items = self._take_deferred()
+        if items is None or self.state == "closed":
+            return
+        try:
+            for index, item in enumerate(items):
+                self.handle(item)
+                held = self._deferred
+                if held is not None:      # the next Get waits for a read in its turn
+                    held += items[index + 1:]
+                    break
+            self.end_of_batch()
+        except Exception as error:   # this connection's failure, not the reading queue's
+            self.fail(error)
+        if not self.input_deferred:
+            self.transport.input_resumed()
+
+    def _take_deferred(self) -> list | None:
+        items, self._deferred = self._deferred, None
+        return items
+
+    @property
+    def input_deferred(self) -> bool:
+        """Whether inbound items are held back for a Basic.Get's disk read (the server
+        does not read from the socket meanwhile, so what is held stays one read's worth)."""
+        return self._deferred is not None
 
     def fail(self, error: BaseException) -> None:
         """An unexpected exception while serving this connection: log it with its
@@ -171,6 +209,7 @@ class Connection:
         """Give up on the connection: no more frames in or out, the socket closes."""
         self.state = "closed"
         self._held.clear()
+        self._deferred = None
         self._close_when_released = False
         self.transport.close()
 
@@ -332,6 +371,7 @@ class Connection:
             self._release_resources()
         self.state = "closed"
         self._held.clear()
+        self._deferred = None
 
     def _release_resources(self) -> None:
         for channel in self.channels.values():

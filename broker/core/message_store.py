@@ -1,40 +1,12 @@
-"""The interface between a queue and where its messages are kept.
+"""The store of queues whose messages live only in memory (non-durable queues, and
+durable ones on a broker without a data directory): nothing survives a restart. The
+store port it implements, and the adapters over storage, are in ports.py and
+broker/server (durable_store.py, stream_store.py)."""
 
-A queue hands every message it accepts to its store and tells the store when a message
-is settled (acked, or dropped). The in-memory store keeps nothing beyond the queue's own
-deque. This is the core's port: the adapters over storage (queue files, stream logs)
-live in broker/server (durable_store.py, stream_store.py).
-"""
-
-from typing import Protocol
+from .ports import QueueStore
 
 
-class QueueStore(Protocol):
-    """Per-queue message persistence. Entries carry `.seq` and `.message`."""
-
-    store_id: str | None   # names the store's directory; None for memory-only stores
-
-    def append(self, entry) -> None:
-        """A message entered the queue."""
-
-    def settle(self, entry) -> None:
-        """A message left the queue for good (acked, rejected without requeue, purged)."""
-
-    def delivered(self, entry) -> None:
-        """A message was handed to a consumer and awaits its ack (after a crash it comes
-        back with redelivered=true)."""
-
-    def page_out(self, entry) -> None:
-        """Let go of the entry's body if it can be read back later (paging)."""
-
-    def page_in(self, entry) -> None:
-        """Give a paged-out entry its body back."""
-
-    def drop(self) -> None:
-        """The queue was deleted: forget everything."""
-
-
-class MemoryQueueStore:
+class MemoryQueueStore(QueueStore):
     """Keeps messages only in the queue's memory: nothing survives a restart."""
 
     __slots__ = ()
@@ -52,7 +24,7 @@ class MemoryQueueStore:
     def page_out(self, entry) -> None:
         pass
 
-    def page_in(self, entry) -> None:
+    def read_bodies(self, entries: list, on_read) -> None:
         raise RuntimeError("a memory store never pages messages out")
 
     def drop(self) -> None:

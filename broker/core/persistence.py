@@ -8,7 +8,8 @@ replies that promise durability (confirms, Tx.CommitOk, Declare-Ok of durable en
 
 from typing import Callable
 
-from .message_store import MEMORY_STORE, QueueStore
+from .message_store import MEMORY_STORE
+from .ports import QueueStore
 
 from .errors import precondition_failed
 from .ports import JournalEntry

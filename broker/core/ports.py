@@ -6,12 +6,15 @@
   entry type. Adding an entry means adding its case there and its round trip to
   tests/unit/test_journal.py (which fails for an entry without either).
 - `Transport`: the socket side of one client connection.
-
-The message stores' port (`QueueStore`) is in message_store.py.
+- `QueueStore` and `StreamStore`: where a queue's messages are kept. The core never
+  reads from disk: it asks its store for paged-out bodies (`read_bodies`) or stream
+  records (`StreamStore.read`), and the store answers later, on the event loop, once a
+  worker thread has read them; the queue then delivers what became available. The
+  in-memory QueueStore is the core's own (message_store.py).
 """
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 
 class JournalEntry:
@@ -101,3 +104,77 @@ class Transport(Protocol):
 
     def tuned(self, heartbeat: int) -> None:
         """Negotiation finished: start heartbeats (0: none)."""
+
+    def input_resumed(self) -> None:
+        """Input the connection held back while a Basic.Get waited for a disk read is
+        handled: read from the socket again (it is not read while input is held)."""
+
+
+class QueueStore(Protocol):
+    """Per-queue message persistence. Entries carry `.seq` and `.message`."""
+
+    store_id: str | None   # names the store's directory; None for memory-only stores
+
+    def append(self, entry) -> None:
+        """A message entered the queue."""
+
+    def settle(self, entry) -> None:
+        """A message left the queue for good (acked, rejected without requeue, purged)."""
+
+    def delivered(self, entry) -> None:
+        """A message was handed to a consumer and awaits its ack (after a crash it comes
+        back with redelivered=true)."""
+
+    def page_out(self, entry) -> None:
+        """Let go of the entry's body if it can be read back later (paging)."""
+
+    def read_bodies(self, entries: list, on_read: Callable[[list, list], None]) -> None:
+        """Read the bodies of paged-out `entries` off the event loop, then call
+        `on_read(entries, bodies)` on the event loop: one item per entry, its body, or
+        None when it could not be read (the failure is logged). Always answers, even
+        after `drop`."""
+
+    def drop(self) -> None:
+        """The queue was deleted: forget everything."""
+
+
+class StreamRecord(Protocol):
+    """One message of a stream as a stream store reads it back."""
+
+    offset: int
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes
+
+
+class StreamStore(Protocol):
+    """A stream's log, as a stream queue sees it. Offsets count from 0 per stream."""
+
+    first_offset: int     # the oldest offset still kept (retention removes older ones)
+    next_offset: int      # the offset the next append gets
+    durable_offset: int   # the highest offset on disk (-1: none)
+
+    def append(self, message) -> int:
+        """Append a message (written by the next commit); its offset."""
+
+    def read(self, offset: int, count: int) -> list[StreamRecord]:
+        """Up to `count` durable messages from `offset` on (from `first_offset` when
+        `offset` is older), in offset order, that are in memory now: possibly none.
+        When there are fewer than asked and more are durable, the store reads them off
+        the event loop and then calls the queue's `dispatch()` on the event loop."""
+
+    def consumer_offset(self, name: str) -> int | None:
+        """The offset last stored for a tracking consumer, or None."""
+
+    def store_consumer_offset(self, name: str, offset: int) -> None:
+        """Remember a tracking consumer's offset (written by the next commit)."""
+
+    def offset_for_timestamp(self, seconds: float) -> int:
+        """The first offset published at or after `seconds` since the epoch."""
+
+    def offset_for_age(self, seconds: float) -> int:
+        """The first offset published at most `seconds` ago."""
+
+    def drop(self) -> None:
+        """The stream is deleted: forget everything."""

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from amqp_codec.field_table import text_value
 
-from .message_store import MEMORY_STORE, QueueStore
+from .message_store import MEMORY_STORE
+from .ports import QueueStore
 
 from .dead_letter import dead_letter_message
 from .message import Message, QueueEntry
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.queue")
 
 PAGE_WINDOW = 10_000   # ready messages beyond this keep their bodies only on disk
+# Paged-out bodies are read back by the store, off the event loop, READ_BATCH at a time,
+# while fewer than READ_AHEAD ready messages precede the first one still on disk.
+READ_BATCH = 256
+READ_AHEAD = 1024
 # Publisher flow control: a queue with more ready messages than this, whose consumers
 # all wait for their connections' sockets to drain, slows its publishers down.
 FLOW_BACKLOG = 10_000
@@ -30,6 +35,34 @@ FLOW_RESUME = FLOW_BACKLOG // 2   # ... until the backlog is back under this
 # body, while in memory, plus this much for its bookkeeping (a queued 16-byte message
 # measured about 370 bytes of resident memory: docs/benchmarks.md).
 ENTRY_COST = 400
+
+
+class HeadOnDisk(Exception):
+    """Basic.Get found the head message's body still on disk. The queue is reading it;
+    `queue.wake_when_read(callback)` calls back once a read finished, to try again."""
+
+    def __init__(self, queue: "Queue"):
+        super().__init__(queue.name)
+        self.queue = queue
+
+
+class PagedOut:
+    """A queue's messages whose bodies are on disk only, and the reads of them.
+
+    One attribute of the queue rather than five: CPython 3.11 looks attributes up more
+    slowly on objects with more than about 30 of them, and a queue's are on the hot path.
+    """
+
+    __slots__ = ("on_disk", "reading", "waiters", "dead_letters", "dead_letter_reads")
+
+    def __init__(self):
+        self.on_disk: deque[QueueEntry] = deque()   # ready, not asked for yet, in order
+        self.reading: dict[int, QueueEntry] = {}    # ready, being read, by seq
+        self.waiters: list = []                     # Basic.Get calls (HeadOnDisk)
+        # Dead-lettering waits for the bodies of paged-out messages, in order:
+        # (entry, reason, time), and the seqs of those being read.
+        self.dead_letters: deque = deque()
+        self.dead_letter_reads: dict[int, QueueEntry] = {}
 
 
 class Queue(QueueBase[QueueEntry, Consumer]):
@@ -61,6 +94,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         self._idle_timer: Timer | None = None
         self.ready: deque[QueueEntry] = deque()
         self._next_seq = 0
+        self._paged = PagedOut()
 
     @property
     def message_count(self) -> int:
@@ -104,6 +138,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.store.page_out(entry)
             if entry.message.body is None:
                 self.held_bytes -= body_size
+                self._paged.on_disk.append(entry)
         if limit is not None:
             self._drop_overflow(limit)
         if self.consumers:
@@ -117,9 +152,10 @@ class Queue(QueueBase[QueueEntry, Consumer]):
 
     def restore(self, recovered) -> None:
         """Load messages recovered from the queue file (in seq order). A record without
-        a body (recovered with load_bodies=False) is paged in when delivered. Their TTL,
-        if any, counts again from now: publish times are not stored."""
+        a body (recovered with load_bodies=False) is read back before it is delivered.
+        Their TTL, if any, counts again from now: publish times are not stored."""
         now = self.vhost.scheduler.clock()
+        on_disk = self._paged.on_disk
         for record in recovered:
             message = Message(record.exchange, record.routing_key, record.properties,
                               record.body)
@@ -130,6 +166,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                 entry.expires_at = self._expiry(message, now)
                 self._may_expire = True
             self.ready.append(entry)
+            if record.body is None:
+                on_disk.append(entry)
             self._next_seq = record.seq
         self._arm_expiry()
 
@@ -162,17 +200,19 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                 self.expire(self.vhost.scheduler.clock() if now is None else now)
                 if not ready:
                     return
+            if ready[0].message.body is None:
+                break       # being read: the store calls back when it is in memory
             consumer = self._next_consumer()
             if consumer is None:
-                return
+                break
             entry = ready.popleft()
-            if entry.message.body is None:
-                self._page_in(entry)
             try:
                 consumer.channel.deliver(consumer, entry)
             except Exception as error:
                 ready.appendleft(entry)
                 _delivery_failed(consumer, error)
+        if self._paged.on_disk:
+            self._read_ahead()
 
     def _next_consumer(self) -> Consumer | None:
         """The consumer to serve next: round-robin among those that can take a message,
@@ -202,21 +242,96 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         consumers.append(consumer)
 
     def take(self) -> QueueEntry | None:
-        """The head message for Basic.Get, or None when the queue is empty."""
+        """The head message for Basic.Get, or None when the queue is empty. Raises
+        HeadOnDisk, before anything changed, while the head's body is being read."""
         self.touch()
         if self._may_expire:
             self.expire(self.vhost.scheduler.clock())
-        if not self.ready:
+        ready = self.ready
+        if not ready:
             return None
-        entry = self.ready.popleft()
-        if entry.message.body is None:
-            self._page_in(entry)
+        if ready[0].message.body is None:
+            self._read_ahead()
+            raise HeadOnDisk(self)
+        entry = ready.popleft()
+        if self._paged.on_disk:
+            self._read_ahead()
         return entry
 
-    def _page_in(self, entry: QueueEntry) -> None:
-        self.store.page_in(entry)
-        assert entry.message.body is not None, "page_in gives the body back"
-        self.held_bytes += len(entry.message.body)
+    def wake_when_read(self, callback) -> None:
+        """Call `callback()` when the next read of bodies finished (HeadOnDisk)."""
+        self._paged.waiters.append(callback)
+
+    def _read_ahead(self) -> None:
+        """Ask the store for the next paged-out bodies while fewer than READ_AHEAD ready
+        messages (in memory or being read) precede the first one still on disk."""
+        paged = self._paged
+        on_disk = paged.on_disk
+        ready = self.ready
+        reading = paged.reading
+        while on_disk and (len(ready) <= READ_AHEAD
+                           or ready[READ_AHEAD].seq >= on_disk[0].seq):
+            batch = [on_disk.popleft() for _ in range(min(READ_BATCH, len(on_disk)))]
+            for entry in batch:
+                reading[entry.seq] = entry
+            self.store.read_bodies(batch, self._bodies_read)
+
+    def _bodies_read(self, entries: list[QueueEntry], bodies: list) -> None:
+        """The store read paged-out bodies (on the event loop). Entries that left the
+        queue meanwhile (purged, expired, deleted) are skipped; then waiting Basic.Get
+        calls go first, dead-letters next, consumers last."""
+        paged = self._paged
+        reading = paged.reading
+        dead_letter_reads = paged.dead_letter_reads
+        unreadable = []
+        for entry, body in zip(entries, bodies):
+            seq = entry.seq
+            if reading.get(seq) is entry:
+                del reading[seq]
+                if body is None:
+                    unreadable.append(entry)
+                    continue
+            elif dead_letter_reads.get(seq) is entry:
+                del dead_letter_reads[seq]
+                if body is None:
+                    continue    # _send_dead_letters drops it
+            else:
+                continue
+            entry.message = entry.message.with_body(body)
+            self.held_bytes += len(body)
+        if unreadable:
+            self._forget_unreadable(unreadable)
+        if paged.dead_letters:
+            self._send_dead_letters()
+        waiters, paged.waiters = paged.waiters, []
+        for callback in waiters:
+            callback()
+        if not self.deleted:
+            self.dispatch()
+
+    def _forget_unreadable(self, entries: list[QueueEntry]) -> None:
+        """Bodies the store could not read (it logged why): the messages leave the
+        queue but stay in its file, so a restart finds them again if they are sound."""
+        for entry in entries:
+            self.ready.remove(entry)
+            self.held_bytes -= ENTRY_COST
+        log.error("event=paged_messages_unreadable vhost=%r queue=%r count=%d hint=%r",
+                  self.vhost.name, self.name, len(entries),
+                  "they stay in the queue file; restart the broker to recover them")
+
+    def _leaves_ready(self, entry: QueueEntry) -> bool:
+        """A paged-out entry left the ready queue from its head (expired, over the
+        length limit): its body is no longer needed for a delivery. Whether a read of
+        it is in flight."""
+        paged = self._paged
+        if paged.reading.pop(entry.seq, None) is not None:
+            return True
+        on_disk = paged.on_disk
+        if on_disk and on_disk[0] is entry:
+            on_disk.popleft()
+        else:
+            on_disk.remove(entry)
+        return False
 
     def expire(self, now: float) -> None:
         """Drop (or dead-letter) expired messages at the head, as RabbitMQ does:
@@ -249,18 +364,49 @@ class Queue(QueueBase[QueueEntry, Consumer]):
 
     def discard(self, entries: list[QueueEntry], reason: str) -> None:
         """Messages leave the queue for good without being acked: rejected, expired or
-        over the length limit. They go to the dead-letter exchange when there is one."""
-        for entry in entries:
-            self.held_bytes -= _held_size(entry)
-            self.store.settle(entry)
-        exchange = self._dead_letter_exchange()
-        if exchange is None or not entries:
+        over the length limit. They go to the dead-letter exchange when there is one,
+        in order: those whose bodies are on disk once the store has read them back
+        (until then they stay in the store, and so do those behind them)."""
+        paged_out = [entry for entry in entries if entry.message.body is None]
+        unread = [entry for entry in paged_out if not self._leaves_ready(entry)]
+        if self._dead_letter_exchange() is None or not entries:
+            for entry in entries:
+                self.held_bytes -= _held_size(entry)
+                self.store.settle(entry)
             return
         now = datetime.datetime.now(datetime.timezone.utc)
-        for entry in entries:
+        paged = self._paged
+        paged.dead_letters.extend((entry, reason, now) for entry in entries)
+        reads = paged.dead_letter_reads
+        for entry in paged_out:
+            reads[entry.seq] = entry    # a read in flight for delivery serves too
+        if unread:
+            self.store.read_bodies(unread, self._bodies_read)
+        self._send_dead_letters()
+
+    def _send_dead_letters(self) -> None:
+        """Dead-letter the waiting messages whose bodies are in memory, in order,
+        up to the first one still being read. One that could not be read is dropped
+        (it stays in the queue file; the store logged why)."""
+        paged = self._paged
+        waiting = paged.dead_letters
+        reads = paged.dead_letter_reads
+        exchange = None
+        while waiting:
+            entry, reason, now = waiting[0]
+            if entry.message.body is None and entry.seq in reads:
+                return
+            waiting.popleft()
+            self.held_bytes -= _held_size(entry)
             if entry.message.body is None:
-                self.store.page_in(entry)
-            self._republish(exchange, entry.message, reason, now)
+                log.error("event=dead_letter_unreadable vhost=%r queue=%r seq=%d",
+                          self.vhost.name, self.name, entry.seq)
+                continue
+            self.store.settle(entry)
+            if exchange is None:
+                exchange = self._dead_letter_exchange()
+            if exchange is not None:
+                self._republish(exchange, entry.message, reason, now)
 
     def _dead_letter_refused(self, message: Message) -> None:
         exchange = self._dead_letter_exchange()
@@ -320,6 +466,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.held_bytes -= _held_size(entry)
             self.store.settle(entry)
         self.ready.clear()
+        self._paged.on_disk.clear()
+        self._paged.reading.clear()    # reads in flight are dropped when they come back
         return count
 
     def make_consumer(self, tag: str, channel: "Channel", no_ack: bool, exclusive: bool,
@@ -327,7 +475,10 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         return Consumer(tag, channel, self, no_ack, exclusive, prefetch, arguments)
 
     def drop_messages(self) -> int:
-        """The queue is deleted: let go of its messages; how many were ready."""
+        """The queue is deleted: let go of its messages; how many were ready.
+        Dead-letters still waiting for their bodies are dropped with it."""
+        self._paged.dead_letters.clear()
+        self._paged.dead_letter_reads.clear()
         return self.purge()
 
     def add_consumer(self, consumer: Consumer) -> None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .vhost import VirtualHost
 
 OFFSET_HEADER = b"x-stream-offset"
-READ_BATCH = 256   # messages read from the log per call, at most
+READ_BATCH = 256   # messages asked of the store per call, at most
 
 
 class StreamConsumer(Consumer):
@@ -51,18 +51,17 @@ class DeliveredOffset:
 
 
 class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
-    """A durable stream over a DurableStreamStore (a StreamLog). It is never exclusive
-    nor auto-deleted, and holds nothing in memory: consumers read the log."""
+    """A durable stream over a StreamStore (ports.py). It is never exclusive
+    nor auto-deleted, and holds no messages itself: consumers read them through its store."""
 
     def __init__(self, vhost: "VirtualHost", name: str, arguments: dict, store):
         super().__init__(vhost, name, True, None, False, arguments, store)
-        self.log = store.log
         store.queue = self
 
     @property
     def message_count(self) -> int:
         """Messages in the stream (retention may have removed older ones)."""
-        return self.log.next_offset - self.log.first_offset
+        return self.store.next_offset - self.store.first_offset
 
     # -- publishing ------------------------------------------------------------------
 
@@ -95,34 +94,34 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
                                   options)
         consumer.position = self._start_offset(options.start)
         if consumer.tracking:
-            stored = self.log.consumer_offset(tag)
+            stored = self.store.consumer_offset(tag)
             if stored is not None:
                 consumer.position = consumer.stored = stored
                 consumer.position += 1
         return consumer
 
     def _start_offset(self, start: StreamStart) -> int:
-        log = self.log
+        store = self.store
         kind = start.kind
         if kind == "first":
-            return log.first_offset
+            return store.first_offset
         if kind == "next":
-            return log.next_offset
+            return store.next_offset
         if kind == "last":
-            return max(log.first_offset, log.next_offset - 1)
+            return max(store.first_offset, store.next_offset - 1)
         if kind == "offset":
-            return max(start.value, log.first_offset)
+            return max(start.value, store.first_offset)
         if kind == "timestamp":
             moment = start.value
             assert isinstance(moment, datetime.datetime), "a timestamp start is a datetime"
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=datetime.timezone.utc)
-            return log.offset_for_timestamp(moment.timestamp())
+            return store.offset_for_timestamp(moment.timestamp())
         return self.store.offset_for_age(start.value)   # interval
 
     def add_consumer(self, consumer: StreamConsumer) -> None:
         self.consumers.append(consumer)
-        if self.log.next_offset > self.log.durable_offset + 1:
+        if self.store.next_offset > self.store.durable_offset + 1:
             self.vhost.persistence.request_commit()
         self._feed(consumer)
 
@@ -136,23 +135,24 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
             self._feed(consumer)
 
     def _feed(self, consumer: StreamConsumer) -> None:
-        """Deliver durable messages from the consumer's position while it has credit;
-        cancel it once it has reached its end offset."""
-        log = self.log
+        """Deliver durable messages from the consumer's position while it has credit
+        and the store has them in memory (it calls `dispatch` when more arrive); cancel
+        the consumer once it has reached its end offset."""
+        store = self.store
         channel = consumer.channel
         end = consumer.end
-        if consumer.position < log.first_offset:
-            consumer.position = log.first_offset   # retention removed what it had not read
+        if consumer.position < store.first_offset:
+            consumer.position = store.first_offset   # retention removed the rest
         while channel.can_deliver(consumer):
             position = consumer.position
-            limit = log.durable_offset + 1
+            limit = store.durable_offset + 1
             if end is not None:
                 limit = min(limit, end)
             if position >= limit:
                 break
             count = min(READ_BATCH, limit - position,
                         consumer.prefetch - consumer.unacked)
-            records = log.read(position, count, durable_only=True)
+            records = store.read(position, count)
             if not records:
                 break
             for record in records:

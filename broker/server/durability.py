@@ -9,6 +9,7 @@ import uuid
 from broker.core.broker import Broker
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from .durable_store import DurableQueueStore
+from .read_pool import ReadPool
 from broker.core.persistence import Persistence
 from broker.core.ports import (DeleteBinding, DeleteExchange, DeleteQueue, DropStoreFiles,
                                JournalEntry, SaveBinding, SaveExchange, SaveQueue)
@@ -29,6 +30,7 @@ class DurableStorage:
     """Owns the MetadataStore and the queue-file directories of one data directory."""
 
     def __init__(self, data_dir: str, metadata_url: str | None = None):
+        self.reads = ReadPool()     # paged-out bodies and stream records are read there
         self.queues_dir = os.path.join(data_dir, QUEUES_DIRECTORY)
         os.makedirs(self.queues_dir, exist_ok=True)
         guest_password = PasswordHash(hash_password(GUEST_PASSWORD), SHA256_ALGORITHM)
@@ -38,14 +40,14 @@ class DurableStorage:
     def new_queue_store(self, vhost: str, queue: str) -> DurableQueueStore:
         store_id = uuid.uuid4().hex
         queue_file = QueueFile(os.path.join(self.queues_dir, store_id))
-        return DurableQueueStore(queue_file, self.persistence, store_id)
+        return DurableQueueStore(queue_file, self.persistence, store_id, self.reads)
 
     def new_stream_store(self, vhost: str, queue: str,
                          retention: StreamRetention) -> DurableStreamStore:
         store_id = uuid.uuid4().hex
         log_ = StreamLog(os.path.join(self.queues_dir, store_id),
                          **_log_settings(retention))
-        return DurableStreamStore(log_, self.persistence, store_id)
+        return DurableStreamStore(log_, self.persistence, store_id, self.reads)
 
     # -- committing (worker thread) ---------------------------------------------------
 
@@ -136,7 +138,7 @@ class DurableStorage:
             self._restore_stream(vhost, record, directory)
             return
         queue_file, messages, problems = QueueFile.recover(directory, load_bodies=False)
-        store = DurableQueueStore(queue_file, self.persistence, record.id)
+        store = DurableQueueStore(queue_file, self.persistence, record.id, self.reads)
         vhost.restore_queue(record.name, record.auto_delete, record.arguments, store,
                             messages)
         log.info("event=queue_recovered vhost=%s queue=%s messages=%d problems=%d",
@@ -145,7 +147,7 @@ class DurableStorage:
     def _restore_stream(self, vhost, record, directory: str) -> None:
         retention = StreamRetention.from_arguments(record.arguments)
         log_, problems = StreamLog.recover(directory, **_log_settings(retention))
-        store = DurableStreamStore(log_, self.persistence, record.id)
+        store = DurableStreamStore(log_, self.persistence, record.id, self.reads)
         vhost.restore_stream(record.name, record.arguments, store)
         log.info("event=stream_recovered vhost=%s queue=%s first_offset=%d "
                  "next_offset=%d problems=%d", vhost.name, record.name,

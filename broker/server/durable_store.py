@@ -3,24 +3,32 @@ can be paged out of memory and read back from it.
 
 Writes only touch memory here; the server's group committer calls `sync` (fsync) off
 the event loop before the confirms that depend on it, and `drop_files` after the queue's
-deletion is committed to the metadata store.
+deletion is committed to the metadata store. Paged-out bodies are read back by the
+ReadPool's worker threads (`QueueFile.read` is safe beside a running sync or compaction).
 """
+
+import logging
+from functools import partial
 
 from broker.core.persistence import Persistence
 from broker.core.ports import DropStoreFiles
 from storage.queue_file import QueueFile
 
+log = logging.getLogger("warren.storage")
+
 
 class DurableQueueStore:
     """QueueStore over a QueueFile; transient messages stay in memory only."""
 
-    __slots__ = ("queue_file", "persistence", "store_id", "dropped")
+    __slots__ = ("queue_file", "persistence", "store_id", "dropped", "reads")
 
-    def __init__(self, queue_file: QueueFile, persistence: Persistence, store_id: str):
+    def __init__(self, queue_file: QueueFile, persistence: Persistence, store_id: str,
+                 reads):
         self.queue_file = queue_file
         self.persistence = persistence
         self.store_id = store_id
         self.dropped = False
+        self.reads = reads      # the ReadPool (or a test's stand-in)
 
     def append(self, entry) -> None:
         message = entry.message
@@ -46,9 +54,34 @@ class DurableQueueStore:
         if message.persistent and message.body is not None:
             entry.message = message.without_body()
 
-    def page_in(self, entry) -> None:
-        """Read a paged-out body back (one pread from the page cache or disk)."""
-        entry.message = entry.message.with_body(self.queue_file.read(entry.seq))
+    def read_bodies(self, entries: list, on_read) -> None:
+        """Read paged-out bodies back in a worker thread; `on_read(entries, bodies)`
+        follows on the event loop."""
+        seqs = [entry.seq for entry in entries]
+        self.reads.submit(partial(self._read_bodies, seqs), partial(on_read, entries))
+
+    def _read_bodies(self, seqs: list[int]) -> list:
+        """(worker thread) The bodies of `seqs`; None for one that cannot be read: gone
+        (acked meanwhile, or the queue was deleted), damaged, or an I/O error."""
+        try:
+            found = self.queue_file.read_many(seqs)
+        except Exception as error:      # e.g. too many open files: all of them failed
+            found = [error] * len(seqs)
+        bodies = []
+        failures = []
+        for seq, body in zip(seqs, found):
+            if isinstance(body, Exception):
+                bodies.append(None)
+                failures.append((seq, body))
+            else:
+                bodies.append(body)
+        if failures:
+            seq, error = failures[0]
+            gone = all(isinstance(error, KeyError) for _seq, error in failures)
+            log.log(logging.DEBUG if gone else logging.ERROR,
+                    "event=body_read_failed store=%s count=%d first_seq=%d error=%r",
+                    self.store_id, len(failures), seq, error)
+        return bodies
 
     def drop(self) -> None:
         """The queue is deleted: its files go once the deletion is committed."""

@@ -76,6 +76,7 @@ class SocketTransport:
         self._chunks: list = []       # bytes-like chunks to send before _buffer
         self._queued = 0              # bytes in _chunks and _buffer
         self._data_ready = trio.Event()
+        self._input_resumed = trio.Event()   # set when held-back input is handled
         self._handling = False        # the reader answers its own batch itself
         self._sending = False         # the writer task waits for the socket mid-send
         self._closing = False
@@ -183,6 +184,8 @@ class SocketTransport:
                 await self._wait_for_alarm_to_clear()
             if self.connection.throttled:
                 await self._wait_while_throttled()
+            if self.connection.input_deferred:
+                await self._wait_for_deferred_input()
             data = _receive(fd)
             if data is None:
                 if self.connection.state == "closing":
@@ -256,6 +259,20 @@ class SocketTransport:
         while self.connection.throttled and trio.current_time() < deadline:
             await self.drain_signal.wait(deadline)
         self._last_received = trio.current_time()
+
+    async def _wait_for_deferred_input(self) -> None:
+        """A Basic.Get waits for a body read from disk and the connection holds back
+        what was read after it: read nothing more until that is handled, so held input
+        stays one read's worth (THROTTLE_WAIT at most at a time, as for flow control)."""
+        self._input_resumed = trio.Event()
+        with trio.move_on_after(THROTTLE_WAIT):
+            while self.connection.input_deferred:
+                await self._input_resumed.wait()
+                self._input_resumed = trio.Event()
+        self._last_received = trio.current_time()
+
+    def input_resumed(self) -> None:
+        self._input_resumed.set()
 
     async def _wait_for_alarm_to_clear(self) -> None:
         """A publishing connection is not read while a resource alarm is raised."""

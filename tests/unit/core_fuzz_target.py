@@ -24,6 +24,7 @@ import os
 import struct
 import tempfile
 import traceback
+import weakref
 from dataclasses import dataclass
 
 from pamqp import commands
@@ -34,11 +35,12 @@ from broker.core.connection import Connection
 from broker.core.persistence import Persistence
 from broker.server.durable_store import DurableQueueStore
 from broker.server.stream_store import DurableStreamStore
-from core_harness import Client, RecordingTransport
+from core_harness import Client, ManualReads, RecordingTransport
 from storage.queue_file import QueueFile
 from storage.stream_log import StreamLog
 
 _TIMER_ADVANCE = 10.0 ** 9     # seconds: past any TTL or expiry a session can set
+_reads_of: "weakref.WeakKeyDictionary[Broker, ManualReads]" = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -76,20 +78,23 @@ def new_broker(data_dir: str) -> Broker:
     session or several in a row."""
     persistence = Persistence()
     files = itertools.count()
+    reads = ManualReads()   # run after every read of the session (`_handle_batch`)
 
     def queue_store(vhost: str, queue: str) -> DurableQueueStore:
         number = next(files)
         return DurableQueueStore(QueueFile(os.path.join(data_dir, f"q{number}")),
-                                 persistence, f"q{number}")
+                                 persistence, f"q{number}", reads)
 
     def stream_store(vhost: str, queue: str, retention) -> DurableStreamStore:
         number = next(files)
         return DurableStreamStore(StreamLog(os.path.join(data_dir, f"s{number}")),
-                                  persistence, f"s{number}")
+                                  persistence, f"s{number}", reads)
 
     persistence.store_factory = queue_store
     persistence.stream_factory = stream_store
-    return Broker(clock=_Clock(), persistence=persistence)
+    broker = Broker(clock=_Clock(), persistence=persistence)
+    _reads_of[broker] = reads
+    return broker
 
 
 def run_session(stream: bytes, cuts: list, broker: Broker | None = None) -> Failure | None:
@@ -119,6 +124,8 @@ def _run(stream: bytes, cuts: list, broker: Broker) -> Failure | None:
     if failure is None:
         clock.now += _TIMER_ADVANCE
         failure = _guarded("timers", broker.scheduler.run_due)
+    if failure is None:
+        failure = _guarded("core", _run_reads, broker)
     if failure is None:
         failure = _guarded("core", connection.lost)
     return (failure or _check_output(bytes(transport.output))
@@ -181,6 +188,14 @@ def _handle_batch(connection: Connection, items: list) -> None:
     connection.end_of_batch()
     persistence = connection.broker.persistence
     persistence.committed([], persistence.writes)
+    _run_reads(connection.broker)
+
+
+def _run_reads(broker: Broker) -> None:
+    """Do the reads of paged-out bodies and stream records the session started."""
+    reads = _reads_of.get(broker)
+    if reads is not None:
+        reads.run()
 
 
 def _protocol_error(connection: Connection, error: ProtocolError) -> None:

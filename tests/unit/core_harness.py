@@ -25,6 +25,9 @@ class RecordingTransport:
     def close(self) -> None:
         self.closed = True
 
+    def input_resumed(self) -> None:
+        pass
+
     def tuned(self, heartbeat: int) -> None:
         self.tuned_with = heartbeat
 
@@ -49,11 +52,33 @@ class RecordingTransport:
                 if not isinstance(frame, (header.ContentHeader, pamqp_body.ContentBody))]
 
 
+class ManualReads:
+    """Stands in for the server's ReadPool: a read waits until `run` (as if a worker
+    thread had done it), which hands results back in the order they were asked for."""
+
+    def __init__(self):
+        self.pending: list = []
+
+    def submit(self, read, done) -> None:
+        self.pending.append((read, done))
+
+    def run(self) -> int:
+        """Do every pending read, and those their results start; how many."""
+        done = 0
+        while self.pending:
+            read, deliver = self.pending.pop(0)
+            deliver(read())
+            done += 1
+        return done
+
+
 class Client:
     """A fake client connection on a real Broker, already through Connection.Open."""
 
-    def __init__(self, broker: Broker | None = None, capabilities: dict | None = None):
+    def __init__(self, broker: Broker | None = None, capabilities: dict | None = None,
+                 reads: ManualReads | None = None):
         self.broker = broker or Broker()
+        self.reads = reads      # when given, the reads each batch started run after it
         self.transport = RecordingTransport()
         self.connection = Connection(self.broker, self.transport, "test")
         self.connection.start()
@@ -77,6 +102,8 @@ class Client:
         self.connection.end_of_batch()
         persistence = self.broker.persistence
         persistence.committed([], persistence.writes)
+        if self.reads is not None:
+            self.reads.run()
 
     def open_channel(self, channel: int = 1) -> None:
         (number, reply), = self.method(channel, commands.Channel.Open())
@@ -96,15 +123,20 @@ class Client:
         return ok.queue
 
 
-def paging_client(tmp_path, window: int):
+def paging_client(tmp_path, window: int, reads: ManualReads | None = None, clock=None,
+                  arguments: dict | None = None):
     """A Client whose broker keeps durable queues in queue files under tmp_path, and its
-    durable queue "long" that keeps only `window` ready bodies in memory."""
+    durable queue "long" (with `arguments`) that keeps only `window` ready bodies in
+    memory. Paged-out bodies are read by `reads`, pending until `reads.run()`; without
+    it, the client runs the reads each batch started after it."""
     persistence = Persistence()
+    client_reads = None if reads else ManualReads()
+    reads = reads or client_reads
     persistence.store_factory = lambda vhost, queue: DurableQueueStore(
-        QueueFile(str(tmp_path / queue)), persistence, queue)
-    client = Client(Broker(persistence=persistence))
+        QueueFile(str(tmp_path / queue)), persistence, queue, reads)
+    client = Client(Broker(persistence=persistence, clock=clock), reads=client_reads)
     client.open_channel()
-    client.declare_queue(1, "long", durable=True)
+    client.declare_queue(1, "long", durable=True, arguments=arguments or {})
     queue = client.broker.vhosts["/"].queues["long"]
     queue.page_window = window
     return client, queue

@@ -1,14 +1,36 @@
-"""Paging: a long durable queue keeps bodies beyond its window only in the queue file."""
+"""Paging: a long durable queue keeps bodies beyond its window only in the queue file,
+and the core reads none back itself: it asks its store, which answers later (here when
+the test runs the pending reads, as the server's worker threads would)."""
+
+import logging
 
 from pamqp import commands
 
-from core_harness import deliveries, paging_client
+from amqp_codec import InboundMethod
+from broker.core.queue import ENTRY_COST
+from core_harness import Client, ManualReads, deliveries, kinds, paging_client
 
 
-def publish(client, count, mode=2, start=0):
+def publish(client, count, mode=2, start=0, queue="long"):
     for index in range(start, start + count):
-        client.publish(1, "", "long", f"body-{index}".encode(),
+        client.publish(1, "", queue, f"body-{index}".encode(),
                        properties=commands.Basic.Properties(delivery_mode=mode))
+
+
+def bodies(frames) -> list[bytes]:
+    return [frame.value for _, frame in frames if hasattr(frame, "value")]
+
+
+def expected(indexes) -> list[bytes]:
+    return [f"body-{i}".encode() for i in indexes]
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def test_bodies_beyond_the_window_are_not_kept_in_memory(tmp_path):
@@ -19,26 +41,155 @@ def test_bodies_beyond_the_window_are_not_kept_in_memory(tmp_path):
     assert in_memory == [True] * 10 + [False] * 40
 
 
-def test_paged_messages_are_delivered_with_their_bodies_in_order(tmp_path):
-    client, queue = paging_client(tmp_path, window=5)
+def test_consumers_get_paged_messages_once_the_store_has_read_them(tmp_path):
+    reads = ManualReads()
+    client, queue = paging_client(tmp_path, window=5, reads=reads)
     publish(client, 30)
     queue.store.sync()
-    got = deliveries(client.method(1, commands.Basic.Consume(queue="long", consumer_tag="c",
-                                                             no_ack=True)))
-    assert [body for _, body in got] == [f"body-{i}".encode() for i in range(30)]
+    got = deliveries(client.method(1, commands.Basic.Consume(
+        queue="long", consumer_tag="c", no_ack=True)))
+    assert [body for _, body in got] == expected(range(5))
+    assert reads.pending, "the next bodies are asked for before the consumer needs them"
+    reads.run()
+    got = deliveries(client.transport.frames())
+    assert [body for _, body in got] == expected(range(5, 30))
+    assert queue.held_bytes == 0
 
 
-def test_basic_get_reads_a_paged_body_back_before_its_sync(tmp_path):
-    client, queue = paging_client(tmp_path, window=1)
+def test_nothing_is_read_while_enough_bodies_are_in_memory(tmp_path):
+    reads = ManualReads()
+    client, queue = paging_client(tmp_path, window=2000, reads=reads)
+    publish(client, 2100)
+    client.method(1, commands.Basic.Qos(prefetch_count=100))
+    client.method(1, commands.Basic.Consume(queue="long", consumer_tag="c"))
+    assert not reads.pending     # 1,900 bodies in memory still precede the first on disk
+
+
+def test_a_get_waits_for_the_head_body_and_later_commands_wait_behind_it(tmp_path):
+    reads = ManualReads()
+    client, queue = paging_client(tmp_path, window=1, reads=reads)
     publish(client, 3)
-    frames = []
+    client.method(1, commands.Basic.Get(queue="long", no_ack=True))   # body-0, in memory
+    connection = client.connection
+    connection.handle(InboundMethod(1, commands.Basic.Get(queue="long", no_ack=True)))
+    connection.handle(InboundMethod(1, commands.Queue.Declare(queue="long", durable=True,
+                                                              passive=True)))
+    client.end_batch()
+    assert client.transport.frames() == []      # neither Get-Empty nor the Declare-Ok
+    reads.run()
+    replies = client.transport.frames()
+    assert kinds(replies)[0] == (1, commands.Basic.GetOk)
+    assert bodies(replies) == [b"body-1"]
+    assert kinds(replies)[-1] == (1, commands.Queue.DeclareOk)
+    assert replies[-1][1].message_count == 1
+    assert bodies(client.method(1, commands.Basic.Get(queue="long", no_ack=True))) == \
+        [b"body-2"]
+
+
+def test_a_purge_while_a_read_is_pending_drops_its_late_result(tmp_path):
+    reads = ManualReads()
+    client, queue = paging_client(tmp_path, window=2, reads=reads)
+    publish(client, 10)
+    got = deliveries(client.method(1, commands.Basic.Consume(
+        queue="long", consumer_tag="c", no_ack=True)))
+    assert len(got) == 2 and reads.pending
+    other = Client(client.broker)
+    other.open_channel()
+    (_, purge_ok), = other.method(1, commands.Queue.Purge(queue="long"))
+    assert purge_ok.message_count == 8
+    reads.run()
+    assert deliveries(client.transport.frames()) == []
+    assert queue.message_count == 0 and queue.held_bytes == 0
+    publish(other, 1, start=10)
+    assert [body for _, body in deliveries(client.transport.frames())] == [b"body-10"]
+
+
+def test_a_waiting_get_sees_a_purge_as_if_it_came_first(tmp_path):
+    reads = ManualReads()
+    client, queue = paging_client(tmp_path, window=0, reads=reads)
+    publish(client, 3)
+    assert client.method(1, commands.Basic.Get(queue="long", no_ack=True)) == []
+    other = Client(client.broker)
+    other.open_channel()
+    other.method(1, commands.Queue.Purge(queue="long"))
+    reads.run()
+    assert kinds(client.transport.frames()) == [(1, commands.Basic.GetEmpty)]
+
+
+def test_a_waiting_get_on_a_deleted_queue_is_answered_404(tmp_path):
+    reads = ManualReads()
+    client, queue = paging_client(tmp_path, window=0, reads=reads)
+    publish(client, 3)
+    assert client.method(1, commands.Basic.Get(queue="long")) == []
+    other = Client(client.broker)
+    other.open_channel()
+    other.method(1, commands.Queue.Delete(queue="long"))
+    reads.run()
+    (_, close), = client.transport.frames()
+    assert isinstance(close, commands.Channel.Close) and close.reply_code == 404
+
+
+def test_expired_paged_messages_are_dead_lettered_with_their_bodies_in_order(tmp_path):
+    reads = ManualReads()
+    clock = FakeClock()
+    client, queue = paging_client(tmp_path, window=3, reads=reads, clock=clock,
+                                  arguments={"x-message-ttl": 1000,
+                                             "x-dead-letter-exchange": "",
+                                             "x-dead-letter-routing-key": "dead"})
+    client.declare_queue(1, "dead")
+    publish(client, 8)
+    clock.now += 2
+    client.broker.scheduler.run_due()
+    dead = client.broker.vhosts["/"].queues["dead"]
+    assert [entry.message.body for entry in dead.ready] == expected(range(3))
+    reads.run()
+    assert [entry.message.body for entry in dead.ready] == expected(range(8))
+    assert all(entry.message.headers["x-death"][0]["reason"] == "expired"
+               for entry in dead.ready)
+    assert queue.message_count == 0 and queue.held_bytes == 0
+
+
+def test_requeued_messages_go_back_ahead_of_paged_ones(tmp_path):
+    reads = ManualReads()
+    client, queue = paging_client(tmp_path, window=2, reads=reads)
+    publish(client, 6)
+    client.method(1, commands.Basic.Qos(prefetch_count=2))
+    got = deliveries(client.method(1, commands.Basic.Consume(queue="long",
+                                                             consumer_tag="c")))
+    assert [body for _, body in got] == expected(range(2))
+    got += deliveries(client.method(1, commands.Basic.Recover(requeue=True)))
+    reads.run()
+    frames = client.transport.frames()      # prefetch 2: the redelivered pair holds it
     for _ in range(3):
-        frames += client.method(1, commands.Basic.Get(queue="long", no_ack=True))
-    bodies = [frame.value for _, frame in frames if hasattr(frame, "value")]
-    assert bodies == [b"body-0", b"body-1", b"body-2"]
+        got += deliveries(client.method(1, commands.Basic.Ack(delivery_tag=0,
+                                                              multiple=True)))
+        reads.run()
+        got += deliveries(client.transport.frames())
+    assert [body for _, body in got] == expected([0, 1, 0, 1, 2, 3, 4, 5])
+    assert [deliver.redelivered for deliver, _ in got] == [False] * 2 + [True] * 2 + \
+        [False] * 4
+    assert frames == []
+
+
+def test_unreadable_bodies_cost_only_their_messages(tmp_path, caplog):
+    reads = ManualReads()
+    client, queue = paging_client(tmp_path, window=1, reads=reads)
+    publish(client, 4)
+    client.method(1, commands.Basic.Consume(queue="long", consumer_tag="c", no_ack=True))
+    client.transport.frames()
+    (read, done), = reads.pending
+    reads.pending.clear()
+    found = read()
+    with caplog.at_level(logging.ERROR, "warren.queue"):
+        done([found[0], None, found[2]])    # the second one is damaged on disk
+    got = deliveries(client.transport.frames())
+    assert [body for _, body in got] == [b"body-1", b"body-3"]
+    assert "event=paged_messages_unreadable" in caplog.text
+    assert queue.held_bytes == 0 and not queue.ready
 
 
 def test_transient_messages_keep_their_bodies(tmp_path):
     client, queue = paging_client(tmp_path, window=2)
     publish(client, 5, mode=1)
     assert all(entry.message.body is not None for entry in queue.ready)
+    assert queue.held_bytes == sum(ENTRY_COST + len(e.message.body) for e in queue.ready)

@@ -10,7 +10,7 @@ from broker.core.broker import Broker
 from broker.core.persistence import Persistence
 from broker.core.ports import DeleteQueue, DropStoreFiles
 from broker.server.stream_store import DurableStreamStore
-from core_harness import Client, close_code, deliveries, kinds
+from core_harness import Client, ManualReads, close_code, deliveries, kinds
 from storage.stream_log import StreamLog
 
 STREAM = {"x-queue-type": "stream"}
@@ -29,6 +29,7 @@ class StreamBroker:
         self.tmp_path = tmp_path
         self.clock = clock
         self.stores = []
+        self.reads = ManualReads()
 
     def _requested(self):
         self.commit_requests += 1
@@ -37,20 +38,22 @@ class StreamBroker:
         extra = {} if self.clock is None else {"clock": self.clock}
         log = StreamLog(self.tmp_path / f"s{len(self.stores)}", **extra)
         store = DurableStreamStore(log, self.persistence, f"s{len(self.stores)}",
-                                   **extra)
+                                   self.reads, **extra)
         self.stores.append(store)
         return store
 
     def client(self) -> Client:
-        client = Client(self.broker)
+        client = Client(self.broker, reads=self.reads)
         client.open_channel()
         return client
 
     def commit(self):
+        """Commit, then do the reads it started (consumers get what became durable)."""
         _, stores, writes = self.persistence.take_pending()
         for store in stores:
             store.sync()
         self.persistence.committed(stores, writes)
+        self.reads.run()
 
 
 @pytest.fixture

@@ -259,6 +259,43 @@ def test_read_finds_bodies_buffered_and_on_disk(tmp_path):
         queue_file.read(1000)
 
 
+def test_read_many_gives_what_read_gives_seq_by_seq(tmp_path):
+    queue_file = QueueFile(tmp_path, segment_size=2048)
+    bodies = {seq: os.urandom(seq * 7) for seq in range(1, 60)}
+    for seq, body in bodies.items():
+        publish(queue_file, seq, body)
+        if seq % 5 == 0:
+            queue_file.sync()
+    acked = {seq for seq in range(1, 50) if seq % 4}
+    for seq in acked:
+        queue_file.ack(seq)
+    queue_file.sync()
+    assert queue_file.compact() > 0     # some live records moved to another segment
+    bodies[60] = b"buffered"
+    publish(queue_file, 60, bodies[60])
+    asked = [60, 1000, *range(1, 60)]
+    found = queue_file.read_many(asked, run_bytes=200)
+    for seq, body in zip(asked, found):
+        if seq in bodies and seq not in acked:
+            assert body == bodies[seq] == queue_file.read(seq)
+        else:
+            assert isinstance(body, KeyError)
+
+
+def test_read_many_reports_a_damaged_record_and_reads_its_neighbours(tmp_path):
+    queue_file = QueueFile(tmp_path)
+    for seq in (1, 2, 3):
+        publish(queue_file, seq, bytes([seq]) * 100)
+    queue_file.sync()
+    path = tmp_path / "00000001.seg"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF        # inside the second record
+    path.write_bytes(bytes(data))
+    first, second, third = queue_file.read_many([1, 2, 3])
+    assert (first, third) == (b"\x01" * 100, b"\x03" * 100)
+    assert isinstance(second, StorageError)
+
+
 def test_read_reports_a_damaged_record(tmp_path):
     queue_file = QueueFile(tmp_path)
     publish(queue_file, 1, b"A" * 100)
