@@ -11,6 +11,7 @@ class MemoryQueueStore(QueueStore):
 
     __slots__ = ()
     store_id: str | None = None
+    last_seq = 0
 
     def append(self, entry) -> None:
         pass

@@ -114,6 +114,7 @@ class QueueStore(Protocol):
     """Per-queue message persistence. Entries carry `.seq` and `.message`."""
 
     store_id: str | None   # names the store's directory; None for memory-only stores
+    last_seq: int          # the highest seq it was ever given: the queue continues after it
 
     def append(self, entry) -> None:
         """A message entered the queue."""

@@ -168,7 +168,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.ready.append(entry)
             if record.body is None:
                 on_disk.append(entry)
-            self._next_seq = record.seq
+        # Seqs continue after the last one the store ever had, acked ones included (the
+        # queue file refuses a seq it has seen).
+        self._next_seq = self.store.last_seq
         self._arm_expiry()
 
     def _expiry(self, message: Message, now: float) -> float | None:

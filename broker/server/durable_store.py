@@ -83,6 +83,10 @@ class DurableQueueStore:
                     self.store_id, len(failures), seq, error)
         return bodies
 
+    @property
+    def last_seq(self) -> int:
+        return self.queue_file.last_seq
+
     def drop(self) -> None:
         """The queue is deleted: its files go once the deletion is committed."""
         self.dropped = True

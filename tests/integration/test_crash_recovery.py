@@ -68,3 +68,41 @@ def test_a_damaged_record_is_reported_and_the_rest_recovered(broker_factory, tmp
     assert drain(broker.port) == ["message-0", "message-1", "message-3", "message-4"]
     problems = [line for line in broker.log_lines if "event=recovery_problem" in line]
     assert len(problems) == 1 and segment.name in problems[0]
+
+
+def test_a_drained_durable_queue_takes_persistent_messages_after_a_restart(broker_factory,
+                                                                           tmp_path):
+    """Every message acked, clean stop, restart: the queue file continues after its last
+    seq, so the next persistent publish is confirmed (it was a 541 when the recovered
+    queue started counting again at 0)."""
+    data_dir = str(tmp_path / "data")
+    for stop in ("clean", "sigkill"):
+        broker = broker_factory(data_dir=data_dir)
+        declare(broker.port)
+        connection = pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", broker.port))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for index in range(3):
+            channel.basic_publish("", QUEUE, f"{stop}-{index}".encode(), PERSISTENT)
+        for _ in range(3):
+            method, _, _ = channel.basic_get(QUEUE)
+            channel.basic_ack(method.delivery_tag)
+        # A confirmed publish to another durable queue: its commit writes the acks too.
+        channel.queue_declare("barrier", durable=True)
+        channel.basic_publish("", "barrier", b"barrier", PERSISTENT)
+        connection.close()
+        if stop == "clean":
+            assert broker.stop() == 0
+        else:
+            broker.process.kill()
+            broker.process.wait(10)
+        broker = broker_factory(data_dir=data_dir)
+        connection = pika.BlockingConnection(
+            pika.ConnectionParameters("127.0.0.1", broker.port))
+        channel = connection.channel()
+        channel.confirm_delivery()
+        channel.basic_publish("", QUEUE, f"after-{stop}".encode(), PERSISTENT)
+        connection.close()
+        assert drain(broker.port) == [f"after-{stop}"]
+        broker.stop()
