@@ -69,6 +69,7 @@ class RunResult:
     consume_per_s: float
     broker_cpu_share: float    # broker CPU seconds / wall seconds during the consume drain
     client_cpu_share: float    # the same for the consumer (this process)
+    broker_cpu_us_per_msg: float   # broker CPU time of the consume drain per message
     disk_read_mib: float       # the broker's reads from the block device during it
     get_per_s: float | None
 
@@ -222,8 +223,8 @@ def expect_depth(cfg: Config, queue: str, expected: int, when: str) -> None:
 
 
 def consume_drain(args: argparse.Namespace, broker: BrokerProcess) -> tuple:
-    """Drain the deep queue with one consumer; returns (msg/s, broker CPU share, client
-    CPU share, MiB the broker read from disk)."""
+    """Drain the deep queue with one consumer; returns (msg/s, broker and client CPU
+    shares, broker CPU µs per message, MiB the broker read from disk)."""
     cfg = client_config(args, broker.port, args.count)
     pid = broker.process.pid
     broker_cpu, client_cpu = proc_stat_cpu_s(pid), time.process_time()
@@ -231,12 +232,13 @@ def consume_drain(args: argparse.Namespace, broker: BrokerProcess) -> tuple:
     started = time.perf_counter()
     result = cast(ReadResult, timed(cfg, read_run(cfg, QUEUE, False, None)))
     wall = time.perf_counter() - started
-    broker_share = (proc_stat_cpu_s(pid) - broker_cpu) / wall
+    broker_cpu = proc_stat_cpu_s(pid) - broker_cpu
+    broker_share = broker_cpu / wall
     client_share = (time.process_time() - client_cpu) / wall
     disk_read_mib = (disk_read_bytes(pid) - disk_read) / MIB
     expect_depth(cfg, QUEUE, 0, "after the drain")
     rate = args.count * NS_PER_S / max(result.finished_ns - result.started_ns, 1)
-    return rate, broker_share, client_share, disk_read_mib
+    return rate, broker_share, client_share, broker_cpu * 1e6 / args.count, disk_read_mib
 
 
 def get_drain(args: argparse.Namespace, broker: BrokerProcess) -> float:
@@ -271,8 +273,7 @@ def one_run(args: argparse.Namespace, filled_dir: str, run_dir: str) -> RunResul
 
 
 def drain(args: argparse.Namespace, broker: BrokerProcess) -> tuple:
-    """(RSS after recovery, consume msg/s, broker and client CPU shares, disk MiB read,
-    basic.get msg/s)."""
+    """(RSS after recovery, the consume drain's figures, basic.get msg/s)."""
     cfg = client_config(args, broker.port, args.count)
     expect_depth(cfg, QUEUE, args.count, "after the restart")
     expect_depth(cfg, GET_QUEUE, args.get_count, "after the restart")
@@ -297,7 +298,8 @@ def describe_run(index: int, run: RunResult, size: int) -> str:
     get = f"{run.get_per_s:,.0f} msg/s" if run.get_per_s is not None else "skipped"
     return (f"run {index}: consume {run.consume_per_s:,.0f} msg/s "
             f"({run.consume_per_s * size / MIB:,.1f} MiB/s, CPU broker "
-            f"{run.broker_cpu_share:.0%} client {run.client_cpu_share:.0%}, disk read "
+            f"{run.broker_cpu_share:.0%} client {run.client_cpu_share:.0%}, broker "
+            f"{run.broker_cpu_us_per_msg:.1f} µs/msg, disk read "
             f"{run.disk_read_mib:,.0f} MiB), basic.get {get}, recovery {run.recovery_s:.1f} s, "
             f"RSS {run.rss_mib:,.0f} MiB, load {run.load_1m:.1f}")
 
@@ -310,9 +312,9 @@ def median_cell(values: list[float], digits: int = 0) -> str:
 
 
 HEADER = ("| drain | messages | consume msg/s | consume MiB/s | CPU broker / client "
-          "| disk read MiB | basic.get msg/s | recovery s | RSS after recovery MiB "
-          "| runs (load) |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+          "| broker CPU µs/msg | disk read MiB | basic.get msg/s | recovery s "
+          "| RSS after recovery MiB | runs (load) |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def markdown_row(args: argparse.Namespace, runs: list[RunResult]) -> str:
@@ -325,6 +327,7 @@ def markdown_row(args: argparse.Namespace, runs: list[RunResult]) -> str:
         median_cell([rate * args.size / MIB for rate in rates], 1),
         f"{statistics.median(run.broker_cpu_share for run in runs):.0%} / "
         f"{statistics.median(run.client_cpu_share for run in runs):.0%}",
+        median_cell([run.broker_cpu_us_per_msg for run in runs], 1),
         median_cell([run.disk_read_mib for run in runs]),
         median_cell(gets) if gets else "–",
         median_cell([run.recovery_s for run in runs], 1),
