@@ -19,7 +19,8 @@ import pika.exceptions
 import pytest
 
 from pika_helpers import close_quietly, expect_channel_error
-from storage.metadata import SQLITE_FILE_NAME, MetadataStore
+from broker.core.passwords import SHA256_ALGORITHM, hash_password
+from storage.metadata import SQLITE_FILE_NAME, MetadataStore, PasswordHash
 from stream_helpers import Reader
 
 PER_ROUTE = 5          # messages published along each route in each phase
@@ -188,7 +189,8 @@ def _persistent(headers: dict | None) -> pika.BasicProperties:
 
 def _check_metadata_is_in_postgres(url: str, tmp_path: Path) -> None:
     """The durable topology the broker confirmed is in the PostgreSQL database."""
-    with MetadataStore.open(url, str(tmp_path / "unused")) as store:
+    guest = PasswordHash(hash_password("guest"), SHA256_ALGORITHM)   # not used: it exists
+    with MetadataStore.open(url, str(tmp_path / "unused"), guest) as store:
         exchanges = {record.name: record for record in store.list_exchanges("/")}
         queues = {record.name: record for record in store.list_queues("/")}
         bindings = {(record.source, record.destination_kind, record.destination)
