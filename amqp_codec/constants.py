@@ -17,3 +17,6 @@ FRAME_MIN_SIZE = 4096          # smallest frame_max a peer may negotiate
 DEFAULT_FRAME_MAX = 131072
 
 CONTENT_HEADER_PREFIX_SIZE = 12  # class_id(2) weight(2) body_size(8)
+
+# The one-octet length prefix of a shortstr of each length (0-255), built once.
+SHORTSTR_LENGTH = tuple(bytes((n,)) for n in range(256))

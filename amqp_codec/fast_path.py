@@ -16,7 +16,7 @@ from pamqp import commands
 
 from .constants import (
     CONTENT_HEADER_PREFIX_SIZE, FRAME_BODY, FRAME_END, FRAME_END_BYTE, FRAME_HEADER,
-    FRAME_METHOD, FRAME_OVERHEAD,
+    FRAME_METHOD, FRAME_OVERHEAD, SHORTSTR_LENGTH,
 )
 from .wire_ids import (
     BASIC_ACK, BASIC_CLASS, BASIC_DELIVER, BASIC_GET_OK, BASIC_NACK, BASIC_RETURN,
@@ -32,7 +32,7 @@ _REPLY_CODE = Struct(">H")
 _MESSAGE_COUNT = Struct(">I")
 _COUNTS = Struct(">IIB")                  # message_count, consumer_count, frame end
 _ACK_FRAME = Struct(">BHIHHQBB")         # a whole Basic.Ack / Basic.Nack frame
-_LENGTH_OCTET = [bytes((n,)) for n in range(256)]
+_LENGTH_OCTET = SHORTSTR_LENGTH
 _SHORTSTRS: dict[str, bytes] = {}
 _SHORTSTRS_KEPT = 4096
 _DELIVER_PARTS: dict[tuple, tuple[bytes, bytes]] = {}

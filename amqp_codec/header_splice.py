@@ -16,6 +16,7 @@ overwrites it, so the old entry is dropped and the new one goes at the end).
 
 from struct import Struct
 
+from .constants import SHORTSTR_LENGTH
 from .properties import headers_entries, replace_properties
 from .wire_ids import (CONTENT_ENCODING_FLAG, CONTENT_TYPE_FLAG, CONTINUATION_FLAG,
                        HEADERS_FLAG)
@@ -23,7 +24,7 @@ from .wire_ids import (CONTENT_ENCODING_FLAG, CONTENT_TYPE_FLAG, CONTINUATION_FL
 _FLAGS = Struct(">H")
 _TABLE_LENGTH = Struct(">I")
 _LONG_LONG = Struct(">q")
-_LENGTH_OCTET = [bytes((n,)) for n in range(256)]
+_LENGTH_OCTET = SHORTSTR_LENGTH
 
 
 def with_long_header(properties: bytes, name: bytes, value: int) -> bytes:

@@ -17,6 +17,7 @@ from struct import Struct, error as StructError
 
 from pamqp import commands
 
+from .constants import SHORTSTR_LENGTH
 from .field_table import TableError, decode_table, table_entries, timestamp_value
 from .wire_ids import (
     APP_ID_FLAG, CLUSTER_ID_FLAG, CONTENT_ENCODING_FLAG, CONTENT_TYPE_FLAG,
@@ -42,7 +43,7 @@ LAYOUT = (
 )
 _SIZES = {_OCTET: 1, _STAMP: 8}
 _KINDS = {name: kind for name, _flag, kind in LAYOUT}
-_LENGTH_OCTET = [bytes((n,)) for n in range(256)]
+_LENGTH_OCTET = SHORTSTR_LENGTH
 
 
 class MalformedProperties(ValueError):
