@@ -4,6 +4,7 @@ reach Basic.Get and consumers whole and in order."""
 
 import pika
 
+from numbered_bodies import body_index, numbered_body
 from pika_helpers import _test_deadline, wait_until  # noqa: F401  (fixture)
 
 PIKA_TEST_TIMEOUT = 300
@@ -16,12 +17,7 @@ TX_BATCH = 1_000
 
 
 def body(index: int) -> bytes:
-    head = f"message-{index:08d}:".encode()
-    return head + bytes((index + offset) % 251 for offset in range(BODY_SIZE - len(head)))
-
-
-def index_of(data: bytes) -> int:
-    return int(data[len("message-"):len("message-") + 8])
+    return numbered_body(index, BODY_SIZE)
 
 
 def connect(port: int) -> pika.BlockingConnection:
@@ -50,7 +46,7 @@ def consume(port: int, first: int, prefetch: int = 500) -> list[int]:
     seen = []
 
     def on_message(channel_, method, _properties, data):
-        index = index_of(data)
+        index = body_index(data)
         assert data == body(index)
         seen.append(index)
         if len(seen) % 100 == 0 or index == MESSAGES - 1:
@@ -95,7 +91,7 @@ def test_a_deep_queue_beyond_the_page_window_redelivers_in_order(broker_factory)
     taken = []
 
     def on_message(_channel, method, _properties, data):
-        taken.append((method.delivery_tag, index_of(data), data, method.redelivered))
+        taken.append((method.delivery_tag, body_index(data), data, method.redelivered))
 
     tag = channel.basic_consume(QUEUE, on_message)
     assert wait_until(connection, lambda: len(taken) == 200)

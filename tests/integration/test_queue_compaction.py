@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pika
 
+from numbered_bodies import body_index, numbered_body
 from pika_helpers import _test_deadline, wait_until  # noqa: F401  (fixture)
 
 PIKA_TEST_TIMEOUT = 300     # publishes and consumes ~48 MiB: about 15 s here
@@ -23,12 +24,7 @@ SHRUNK = 0.4                # the segments must shrink below this share of what 
 
 
 def body(index: int) -> bytes:
-    head = f"message-{index:08d}:".encode()
-    return head + bytes((index + offset) % 251 for offset in range(BODY_SIZE - len(head)))
-
-
-def index_of(data: bytes) -> int:
-    return int(data[len("message-"):len("message-") + 8])
+    return numbered_body(index, BODY_SIZE)
 
 
 def connect(port: int) -> pika.BlockingConnection:
@@ -65,7 +61,7 @@ def test_compaction_reclaims_acked_segments_and_keeps_the_rest(broker_factory, t
     held = []
 
     def on_message(channel_, method, _properties, data):
-        index = index_of(data)
+        index = body_index(data)
         assert data == body(index)
         if index % KEPT == 0:
             held.append(index)
@@ -113,7 +109,7 @@ def test_compaction_reclaims_acked_segments_and_keeps_the_rest(broker_factory, t
         method, _properties, data = channel.basic_get(QUEUE, auto_ack=True)
         if method is None:
             break
-        recovered.append((index_of(data), data, method.redelivered))
+        recovered.append((body_index(data), data, method.redelivered))
     assert [index for index, _, _ in recovered] == list(range(0, MESSAGES, KEPT))
     assert all(data == body(index) for index, data, _ in recovered)
     assert all(redelivered for _, _, redelivered in recovered)
