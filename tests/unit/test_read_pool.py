@@ -16,6 +16,7 @@ def test_reads_run_off_the_loop_and_answer_on_it_a_few_at_a_time():
     most = 0
     lock = threading.Lock()
     gate = threading.Event()
+    two_running = threading.Event()
     answers = []
 
     def read(number):
@@ -23,6 +24,8 @@ def test_reads_run_off_the_loop_and_answer_on_it_a_few_at_a_time():
         with lock:
             running += 1
             most = max(most, running)
+            if running == 2:
+                two_running.set()
         gate.wait(10)
         with lock:
             running -= 1
@@ -38,9 +41,8 @@ def test_reads_run_off_the_loop_and_answer_on_it_a_few_at_a_time():
 
         for number in range(6):
             pool.submit(lambda number=number: read(number), done)
-        with trio.fail_after(10):
-            while running < 2:  # two reads started and wait: the others must wait too
-                await trio.sleep(0.001)
+        assert len(pool._waiting) == 4      # two reads started, the others wait their turn
+        assert await trio.to_thread.run_sync(two_running.wait, 10)
         gate.set()
         with trio.fail_after(10):
             await finished.wait()
