@@ -2,39 +2,19 @@
 restarted (a restart loads no body), they are read back off the event loop and still
 reach Basic.Get and consumers whole and in order."""
 
-import pika
-
-from numbered_bodies import body_index, numbered_body
+from numbered_bodies import (PERSISTENT, body_index, connect, fill_durable_queue,
+                             numbered_body)
 from pika_helpers import _test_deadline, wait_until  # noqa: F401  (fixture)
 
 PIKA_TEST_TIMEOUT = 300
 QUEUE = "deep-durable"
-PERSISTENT = pika.BasicProperties(delivery_mode=2)
 MESSAGES = 10_500           # more than the page window (10,000 bodies in memory)
 BODY_SIZE = 300
 GETS = 1_500
-TX_BATCH = 1_000
 
 
 def body(index: int) -> bytes:
     return numbered_body(index, BODY_SIZE)
-
-
-def connect(port: int) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
-
-
-def fill(port: int) -> None:
-    connection = connect(port)
-    channel = connection.channel()
-    channel.queue_declare(QUEUE, durable=True)
-    channel.tx_select()
-    for index in range(MESSAGES):
-        channel.basic_publish("", QUEUE, body(index), PERSISTENT)
-        if (index + 1) % TX_BATCH == 0:
-            channel.tx_commit()
-    channel.tx_commit()
-    connection.close()
 
 
 def consume(port: int, first: int, prefetch: int = 500) -> list[int]:
@@ -63,7 +43,7 @@ def test_a_restarted_deep_queue_drains_by_get_then_consume_in_order(broker_facto
                                                                     tmp_path):
     data_dir = str(tmp_path / "data")
     broker = broker_factory(data_dir=data_dir)
-    fill(broker.port)
+    fill_durable_queue(broker.port, QUEUE, MESSAGES, BODY_SIZE)
     assert broker.stop() == 0
     broker.start()          # every body is on disk only now
 
@@ -84,7 +64,7 @@ def test_a_restarted_deep_queue_drains_by_get_then_consume_in_order(broker_facto
 
 def test_a_deep_queue_beyond_the_page_window_redelivers_in_order(broker_factory):
     broker = broker_factory()
-    fill(broker.port)
+    fill_durable_queue(broker.port, QUEUE, MESSAGES, BODY_SIZE)
     connection = connect(broker.port)
     channel = connection.channel()
     channel.basic_qos(prefetch_count=200)

@@ -5,18 +5,16 @@ the broker is killed with SIGKILL afterwards."""
 
 from pathlib import Path
 
-import pika
 
-from numbered_bodies import body_index, numbered_body
+from numbered_bodies import (PERSISTENT, body_index, connect, fill_durable_queue,
+                             numbered_body)
 from pika_helpers import _test_deadline, wait_until  # noqa: F401  (fixture)
 
 PIKA_TEST_TIMEOUT = 300     # publishes and consumes ~48 MiB: about 15 s here
 QUEUE = "compaction-durable"
 BARRIER_QUEUE = "compaction-barrier"
-PERSISTENT = pika.BasicProperties(delivery_mode=2)
 MESSAGES = 48_000
 BODY_SIZE = 1024            # 48,000 x 1 KiB: three 16 MiB segments and a bit
-TX_BATCH = 1_000
 KEPT = 10                   # messages with index % KEPT == 0 are never acked
 PREFETCH = 6_000            # above the 4,800 held unacked, or delivery would stall
 COMPACTION_WAIT = 30.0
@@ -25,10 +23,6 @@ SHRUNK = 0.4                # the segments must shrink below this share of what 
 
 def body(index: int) -> bytes:
     return numbered_body(index, BODY_SIZE)
-
-
-def connect(port: int) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
 
 
 def segment_bytes(directory: Path) -> int:
@@ -40,16 +34,7 @@ def test_compaction_reclaims_acked_segments_and_keeps_the_rest(broker_factory, t
     broker = broker_factory(data_dir=str(data_dir))
 
     # 1. ~48 MiB of persistent messages, durable once each Tx.Commit-Ok arrives.
-    publisher = connect(broker.port)
-    channel = publisher.channel()
-    channel.queue_declare(QUEUE, durable=True)
-    channel.tx_select()
-    for index in range(MESSAGES):
-        channel.basic_publish("", QUEUE, body(index), PERSISTENT)
-        if (index + 1) % TX_BATCH == 0:
-            channel.tx_commit()
-    channel.tx_commit()
-    publisher.close()
+    fill_durable_queue(broker.port, QUEUE, MESSAGES, BODY_SIZE)
     (queue_dir,) = (data_dir / "queues").iterdir()
     published = segment_bytes(queue_dir)
     assert published >= MESSAGES * BODY_SIZE
