@@ -156,6 +156,20 @@ def get_bodies(channel, queue: str):
     return [body.decode() for _, _, body in get_all(channel, queue)]
 
 
+def consume_and_ack(channel, queue: str, count: int, timeout: float = WAIT) -> list[bytes]:
+    """Basic.Consume `queue` until `count` messages came, each acked; fails if none came
+    for `timeout` seconds. Cancels the consumer before returning the bodies."""
+    bodies = []
+    for method, _properties, body in channel.consume(queue, inactivity_timeout=timeout):
+        assert method is not None, f"got {len(bodies)} of {count} messages from {queue}"
+        channel.basic_ack(method.delivery_tag)
+        bodies.append(body)
+        if len(bodies) == count:
+            break
+    channel.cancel()
+    return bodies
+
+
 def wait_for_bodies(channel, queue: str, count: int, timeout: float = WAIT):
     """Basic.Get (auto-ack) until `count` messages came or `timeout` passed; returns the
     bodies decoded as text. For messages published on another channel or connection:

@@ -20,7 +20,7 @@ from pamqp import commands
 
 import raw_amqp
 from bystander import RunningBystander
-from pika_helpers import _test_deadline, connect  # noqa: F401  (fixture)
+from pika_helpers import _test_deadline, connect, consume_and_ack  # noqa: F401  (fixture)
 
 PIKA_TEST_TIMEOUT = 240
 DISK_SIZE = 20 * 1024 * 1024
@@ -74,14 +74,7 @@ def drain(broker, count: int, transactional: bool = False) -> list[bytes]:
     channel = connection.channel()
     if transactional:
         channel.tx_select()
-    bodies = []
-    for method, _properties, received in channel.consume(QUEUE, inactivity_timeout=WAIT):
-        assert method is not None, f"got {len(bodies)} of {count} messages"
-        channel.basic_ack(method.delivery_tag)
-        bodies.append(received)
-        if len(bodies) == count:
-            break
-    channel.cancel()
+    bodies = consume_and_ack(channel, QUEUE, count, WAIT)
     if transactional:
         channel.tx_commit()
     connection.close()

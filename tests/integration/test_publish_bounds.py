@@ -10,6 +10,7 @@ import pytest
 from pamqp import commands, frame
 
 from bystander import RunningBystander
+from pika_helpers import consume_and_ack
 from raw_amqp import connect, content_body_frame, content_header_frame
 
 WATERMARK = 4_000_000            # bytes: [alarms] memory_high_watermark_absolute
@@ -69,20 +70,10 @@ def message_count(broker, queue: str) -> int:
 def consume(broker, queue: str, count: int) -> list[bytes]:
     """`count` messages from `queue`, acked, on a connection that never publishes."""
     connection = pika_connection(broker)
-    received = []
     try:
-        channel = connection.channel()
-        for method, _properties, body in channel.consume(
-                queue, inactivity_timeout=EVENT_TIMEOUT):
-            assert method is not None, f"got {len(received)} of {count} from {queue}"
-            channel.basic_ack(method.delivery_tag)
-            received.append(body)
-            if len(received) == count:
-                break
-        channel.cancel()
+        return consume_and_ack(connection.channel(), queue, count, EVENT_TIMEOUT)
     finally:
         connection.close()
-    return received
 
 
 def test_memory_alarm_blocks_publishers_and_clears_when_the_queue_drains(
