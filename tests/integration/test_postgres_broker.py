@@ -18,7 +18,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from pika_helpers import close_quietly, expect_channel_error
+from pika_helpers import close_quietly, expect_channel_error, get_all
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from storage.metadata import SQLITE_FILE_NAME, MetadataStore, PasswordHash
 from stream_helpers import Reader
@@ -258,12 +258,7 @@ def _check_messages(broker, expected: dict[str, list[str]], when: str) -> None:
 def _browse(connection, queue: str) -> list[str]:
     channel = connection.channel()
     count = channel.queue_declare(queue, passive=True).method.message_count
-    bodies = []
-    while True:
-        method, _properties, body = channel.basic_get(queue, auto_ack=False)
-        if method is None:
-            break
-        bodies.append(body.decode())
+    bodies = [body.decode() for _, _, body in get_all(channel, queue, auto_ack=False)]
     channel.close()       # the unacked messages go back to the queue, in order
     assert count == len(bodies), (queue, count, bodies)
     return bodies
