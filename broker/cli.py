@@ -13,6 +13,7 @@ from broker.config import ConfigError, load_settings
 from broker.core.broker import Broker
 from broker.server.admission import default_connection_caps, raise_file_limit
 from broker.server.committer import GroupCommitter
+from broker.server.control import CONTROL_SOCKET_NAME, MAX_SOCKET_PATH, ControlSocket
 from broker.server.durability import DurableStorage
 from broker.server.listener import Server
 
@@ -50,6 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--metadata-url",
                        help="SQLAlchemy URL of the metadata database (default: SQLite "
                             "in the data directory)")
+    serve.add_argument("--control-socket",
+                       help="Unix socket for admin operations (default: control.sock in "
+                            "the data directory; '' turns it off)")
     serve.add_argument("--config", help="TOML configuration file; flags override it")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                        help="default info")
@@ -61,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(args.config, {
             "host": args.host, "port": args.port, "data_dir": args.data_dir,
-            "metadata_url": args.metadata_url, "log_level": args.log_level})
+            "metadata_url": args.metadata_url, "log_level": args.log_level,
+            "control_socket": args.control_socket})
     except ConfigError as error:
         print(f"warren: {error}", file=sys.stderr)
         return 2
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     committer = GroupCommitter(storage.persistence, storage.apply_changes,
                                storage.sync_stores, storage.maintain_stores)
     server = Server(broker, settings.host, settings.port, committer, settings.alarms,
-                    settings.data_dir)
+                    settings.data_dir, _control_socket(settings, broker, committer))
     try:
         trio.run(server.run)
     except OSError as error:
@@ -86,6 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         storage.close(broker)
     return 0
+
+
+def _control_socket(settings, broker: Broker,
+                    committer: GroupCommitter) -> ControlSocket | None:
+    path = settings.control_socket
+    if path is None:
+        path = os.path.join(settings.data_dir, CONTROL_SOCKET_NAME)
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        logging.getLogger("warren.control").warning(
+            "event=control_socket_disabled path=%s reason=%r", path,
+            f"Unix socket paths are limited to {MAX_SOCKET_PATH} bytes: set "
+            "control_socket to a shorter path")
+        return None
+    return ControlSocket(broker, committer, path) if path else None
 
 
 def _fill_connection_caps(limits) -> None:

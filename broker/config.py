@@ -5,6 +5,7 @@ Example file:
     host = "0.0.0.0"
     port = 5672
     data_dir = "/var/lib/warren"
+    control_socket = "/run/warren/control.sock"   # default: control.sock in data_dir; "" off
     metadata_url = "postgresql+psycopg://warren@localhost/warren"   # default: SQLite
     log_level = "info"
 
@@ -49,6 +50,7 @@ class ServeSettings:
     port: int = 5672
     data_dir: str = "./data"
     metadata_url: str | None = None
+    control_socket: str | None = None   # None: <data_dir>/control.sock; "": no socket
     log_level: str = "info"
     limits: BrokerConfig = field(default_factory=BrokerConfig)
     alarms: AlarmLimits = field(default_factory=AlarmLimits)

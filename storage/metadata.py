@@ -1,4 +1,5 @@
-"""The metadata store: vhosts, users, permissions, durable exchanges, queues, bindings.
+"""The metadata store: vhosts, users, permissions, topic permissions, policies, limits,
+durable exchanges, queues, bindings.
 
 Plain synchronous SQLAlchemy Core; every public method is one transaction and takes and
 returns plain values and frozen dataclasses. The broker calls it from a worker thread
@@ -19,14 +20,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import (
-    Connection, Engine, and_, create_engine, delete, event, insert, or_, select,
+    Connection, Engine, and_, create_engine, delete, event, insert, or_, select, update,
 )
 from sqlalchemy.engine import URL, make_url
 
 from storage import migrations
 from storage.schema import (
     DESTINATION_KINDS, arguments_digest, bindings, decode_arguments, encode_arguments,
-    exchanges, queues, users, vhosts,
+    exchanges, policies, queues, topic_permissions, user_limits, users, vhost_limits,
+    vhosts,
 )
 from storage.schema import permissions as permissions_table
 
@@ -36,6 +38,7 @@ SQLITE_PRAGMAS = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
 DEFAULT_VHOST = "/"
 DEFAULT_USER = "guest"
 FULL_ACCESS = ".*"
+POLICY_KINDS = ("policy", "operator_policy")
 
 
 class MetadataError(Exception):
@@ -69,11 +72,11 @@ class VhostRecord:
 @dataclass(frozen=True)
 class Credential:
     """What the broker needs to authenticate a user: the salted hash (never a plain
-    password) and the vhosts the user has permissions on."""
+    password; "" for a user without one) and the user's tags."""
     name: str
     password_hash: str
     hashing_algorithm: str
-    vhosts: tuple[str, ...]
+    tags: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,32 @@ class PermissionRecord:
     configure: str
     write: str
     read: str
+
+
+@dataclass(frozen=True)
+class TopicPermissionRecord:
+    user: str
+    vhost: str
+    exchange: str
+    write: str
+    read: str
+
+
+@dataclass(frozen=True)
+class PolicyRecord:
+    vhost: str
+    kind: str          # "policy" or "operator_policy"
+    name: str
+    pattern: str
+    apply_to: str      # "queues", "exchanges" or "all"
+    priority: int
+    definition: dict
+
+
+@dataclass(frozen=True)
+class LimitsRecord:
+    owner: str         # the vhost's or the user's name
+    limits: dict       # e.g. {"max-connections": 10}
 
 
 @dataclass(frozen=True)
@@ -234,22 +263,151 @@ class MetadataStore:
             _set_permissions(connection, _user_id(connection, user),
                              _vhost_id(connection, vhost), configure, write, read)
 
+    def save_user(self, name: str, password: PasswordHash | None,
+                  tags: Iterable[str] = ()) -> None:
+        """Add the user, or replace its password hash and tags."""
+        if isinstance(tags, str):
+            raise TypeError("tags must be an iterable of str, not one str")
+        password = password or NO_PASSWORD
+        values = {"password_hash": password.text, "hashing_algorithm": password.algorithm,
+                  "tags_json": json.dumps(list(tags))}
+        with self._engine.begin() as connection:
+            user_id = connection.scalar(select(users.c.id).where(users.c.name == name))
+            if user_id is None:
+                connection.execute(insert(users).values(name=name, **values))
+            else:
+                connection.execute(update(users).where(users.c.id == user_id)
+                                   .values(**values))
+
+    def save_vhost(self, name: str) -> None:
+        """Add the vhost unless it exists."""
+        with self._engine.begin() as connection:
+            if _vhost_id_or_none(connection, name) is None:
+                _insert_vhost(connection, name)
+
+    def clear_permissions(self, user: str, vhost: str) -> bool:
+        with self._engine.begin() as connection:
+            table = permissions_table
+            return _deleted(connection.execute(delete(table).where(
+                table.c.user_id == _user_id(connection, user),
+                table.c.vhost_id == _vhost_id(connection, vhost))))
+
     def credentials(self) -> list[Credential]:
-        """Every user with a password, for the broker to check logins in memory."""
+        """Every user, for the broker to check logins in memory."""
+        with self._engine.begin() as connection:
+            rows = connection.execute(
+                select(users.c.name, users.c.password_hash, users.c.hashing_algorithm,
+                       users.c.tags_json).order_by(users.c.name)).all()
+        return [Credential(row.name, row.password_hash, row.hashing_algorithm,
+                           tuple(json.loads(row.tags_json))) for row in rows]
+
+    def list_permissions(self) -> list[PermissionRecord]:
         table = permissions_table
         with self._engine.begin() as connection:
             rows = connection.execute(
-                select(users.c.name, users.c.password_hash, users.c.hashing_algorithm)
-                .where(users.c.password_hash != "").order_by(users.c.name)).all()
-            grants = connection.execute(
-                select(users.c.name, vhosts.c.name.label("vhost"))
-                .join(table, users.c.id == table.c.user_id)
-                .join(vhosts, vhosts.c.id == table.c.vhost_id)).all()
-        by_user: dict[str, list[str]] = {}
-        for grant in grants:
-            by_user.setdefault(grant.name, []).append(grant.vhost)
-        return [Credential(row.name, row.password_hash, row.hashing_algorithm,
-                           tuple(sorted(by_user.get(row.name, ())))) for row in rows]
+                select(users.c.name.label("user"), vhosts.c.name.label("vhost"),
+                       table.c.configure, table.c.write, table.c.read)
+                .join(users, users.c.id == table.c.user_id)
+                .join(vhosts, vhosts.c.id == table.c.vhost_id)
+                .order_by(users.c.name, vhosts.c.name)).all()
+        return [PermissionRecord(row.user, row.vhost, row.configure, row.write, row.read)
+                for row in rows]
+
+    # --- topic permissions --------------------------------------------------------------
+
+    def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str,
+                              read: str) -> None:
+        """Set (replace) the user's routing-key patterns for a topic exchange."""
+        table = topic_permissions
+        with self._engine.begin() as connection:
+            key = {"user_id": _user_id(connection, user),
+                   "vhost_id": _vhost_id(connection, vhost), "exchange": exchange}
+            connection.execute(delete(table).where(
+                *(table.c[column] == value for column, value in key.items())))
+            connection.execute(insert(table).values(**key, write=write, read=read))
+
+    def clear_topic_permissions(self, user: str, vhost: str,
+                                exchange: str | None = None) -> bool:
+        """Clear the user's topic permissions on one exchange, or on all of them."""
+        table = topic_permissions
+        with self._engine.begin() as connection:
+            where = [table.c.user_id == _user_id(connection, user),
+                     table.c.vhost_id == _vhost_id(connection, vhost)]
+            if exchange is not None:
+                where.append(table.c.exchange == exchange)
+            return _deleted(connection.execute(delete(table).where(*where)))
+
+    def list_topic_permissions(self) -> list[TopicPermissionRecord]:
+        table = topic_permissions
+        with self._engine.begin() as connection:
+            rows = connection.execute(
+                select(users.c.name.label("user"), vhosts.c.name.label("vhost"),
+                       table.c.exchange, table.c.write, table.c.read)
+                .join(users, users.c.id == table.c.user_id)
+                .join(vhosts, vhosts.c.id == table.c.vhost_id)
+                .order_by(users.c.name, vhosts.c.name, table.c.exchange)).all()
+        return [TopicPermissionRecord(row.user, row.vhost, row.exchange, row.write,
+                                      row.read) for row in rows]
+
+    # --- policies -----------------------------------------------------------------------
+
+    def save_policy(self, record: PolicyRecord) -> None:
+        """Add the policy (or operator policy), or replace the one of that name."""
+        if record.kind not in POLICY_KINDS:
+            raise ValueError(f"kind must be one of {POLICY_KINDS}, not {record.kind!r}")
+        with self._engine.begin() as connection:
+            vhost_id = _vhost_id(connection, record.vhost)
+            connection.execute(delete(policies).where(
+                policies.c.vhost_id == vhost_id, policies.c.kind == record.kind,
+                policies.c.name == record.name))
+            connection.execute(insert(policies).values(
+                vhost_id=vhost_id, kind=record.kind, name=record.name,
+                pattern=record.pattern, apply_to=record.apply_to,
+                priority=record.priority,
+                definition_json=json.dumps(record.definition, sort_keys=True)))
+
+    def delete_policy(self, vhost: str, kind: str, name: str) -> bool:
+        with self._engine.begin() as connection:
+            return _deleted(connection.execute(delete(policies).where(
+                policies.c.vhost_id == _vhost_id(connection, vhost),
+                policies.c.kind == kind, policies.c.name == name)))
+
+    def list_policies(self) -> list[PolicyRecord]:
+        with self._engine.begin() as connection:
+            rows = connection.execute(
+                select(policies, vhosts.c.name.label("vhost"))
+                .join(vhosts, vhosts.c.id == policies.c.vhost_id)
+                .order_by(vhosts.c.name, policies.c.kind, policies.c.name)).all()
+        return [PolicyRecord(row.vhost, row.kind, row.name, row.pattern, row.apply_to,
+                             row.priority, json.loads(row.definition_json))
+                for row in rows]
+
+    # --- limits -------------------------------------------------------------------------
+
+    def set_vhost_limits(self, vhost: str, limits: Mapping) -> None:
+        """Replace the vhost's limits ({} clears them)."""
+        with self._engine.begin() as connection:
+            _replace_limits(connection, vhost_limits, vhost_limits.c.vhost_id,
+                            _vhost_id(connection, vhost), limits)
+
+    def set_user_limits(self, user: str, limits: Mapping) -> None:
+        """Replace the user's limits ({} clears them)."""
+        with self._engine.begin() as connection:
+            _replace_limits(connection, user_limits, user_limits.c.user_id,
+                            _user_id(connection, user), limits)
+
+    def list_vhost_limits(self) -> list[LimitsRecord]:
+        return self._list_limits(vhost_limits, vhosts, vhost_limits.c.vhost_id)
+
+    def list_user_limits(self) -> list[LimitsRecord]:
+        return self._list_limits(user_limits, users, user_limits.c.user_id)
+
+    def _list_limits(self, table, owners, owner_id) -> list[LimitsRecord]:
+        with self._engine.begin() as connection:
+            rows = connection.execute(
+                select(owners.c.name, table.c.limits_json)
+                .join(owners, owners.c.id == owner_id).order_by(owners.c.name)).all()
+        return [LimitsRecord(row.name, json.loads(row.limits_json)) for row in rows]
 
     def permissions(self, user: str, vhost: str) -> PermissionRecord | None:
         """The user's permissions on the vhost; None when it has none."""
@@ -374,6 +532,15 @@ class MetadataStore:
             return [BindingRecord(vhost, row.source, row.destination_kind, row.destination,
                                   row.routing_key, decode_arguments(row.arguments_json))
                     for row in rows]
+
+
+def _replace_limits(connection: Connection, table, owner_column, owner_id: int,
+                    limits: Mapping) -> None:
+    connection.execute(delete(table).where(owner_column == owner_id))
+    if limits:
+        connection.execute(insert(table).values(
+            {owner_column.name: owner_id,
+             "limits_json": json.dumps(dict(limits), sort_keys=True)}))
 
 
 # --- statements shared by the methods (each runs inside the caller's transaction) ------

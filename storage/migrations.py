@@ -94,9 +94,45 @@ def _create_durable_topology(connection: Connection) -> None:
     metadata.create_all(connection, tables=[exchanges, queues, bindings])
 
 
+def _add_policies_and_limits(connection: Connection) -> None:
+    """Topic permissions, policies and operator policies, vhost and user limits."""
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    Table("vhosts", metadata, Column("id", Integer, primary_key=True))  # for the keys
+    Table("users", metadata, Column("id", Integer, primary_key=True))
+
+    def reference(table: str, primary_key: bool) -> Column:
+        return Column(f"{table[:-1]}_id", Integer,
+                      ForeignKey(f"{table}.id", ondelete="CASCADE"),
+                      primary_key=primary_key, nullable=False)
+
+    created = [
+        Table("topic_permissions", metadata,
+              reference("users", True), reference("vhosts", True),
+              Column("exchange", String(255), primary_key=True),
+              Column("write", Text, nullable=False),
+              Column("read", Text, nullable=False)),
+        Table("policies", metadata,
+              Column("id", Integer, primary_key=True), reference("vhosts", False),
+              Column("kind", String(16), nullable=False),
+              Column("name", Text, nullable=False),
+              Column("pattern", Text, nullable=False),
+              Column("apply_to", String(16), nullable=False),
+              Column("priority", Integer, nullable=False),
+              Column("definition_json", Text, nullable=False),
+              UniqueConstraint("vhost_id", "kind", "name"),
+              CheckConstraint("kind IN ('policy', 'operator_policy')", name="kind")),
+        Table("vhost_limits", metadata, reference("vhosts", True),
+              Column("limits_json", Text, nullable=False)),
+        Table("user_limits", metadata, reference("users", True),
+              Column("limits_json", Text, nullable=False)),
+    ]
+    metadata.create_all(connection, tables=created)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_access_control,
     _create_durable_topology,
+    _add_policies_and_limits,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -63,6 +63,47 @@ permissions = Table(
     Column("read", Text, nullable=False),
 )
 
+topic_permissions = Table(
+    "topic_permissions", metadata,
+    Column("user_id", Integer, ForeignKey("users.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("vhost_id", Integer, ForeignKey("vhosts.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("exchange", AMQP_NAME, primary_key=True),
+    Column("write", Text, nullable=False),
+    Column("read", Text, nullable=False),
+)
+
+# Policies and operator policies (kind) of a vhost; definition_json is a JSON object.
+policies = Table(
+    "policies", metadata,
+    Column("id", Integer, primary_key=True),
+    _vhost_reference(),
+    Column("kind", String(16), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("pattern", Text, nullable=False),
+    Column("apply_to", String(16), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("definition_json", Text, nullable=False),
+    UniqueConstraint("vhost_id", "kind", "name"),
+    CheckConstraint("kind IN ('policy', 'operator_policy')", name="kind"),
+)
+
+# Limits as JSON objects, e.g. {"max-connections": 10, "max-queues": 100}.
+vhost_limits = Table(
+    "vhost_limits", metadata,
+    Column("vhost_id", Integer, ForeignKey("vhosts.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("limits_json", Text, nullable=False),
+)
+
+user_limits = Table(
+    "user_limits", metadata,
+    Column("user_id", Integer, ForeignKey("users.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("limits_json", Text, nullable=False),
+)
+
 exchanges = Table(
     "exchanges", metadata,
     Column("id", Integer, primary_key=True),

@@ -1,11 +1,14 @@
 """A Warren broker running as a subprocess, for tests and stress scripts."""
 
+import os
 import re
 import signal
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
+
+from broker_admin import WarrenAdmin
 
 LISTENING = re.compile(r"event=listening .*host=(\S+) port=(\d+)")
 
@@ -22,6 +25,15 @@ class BrokerProcess:
     process: subprocess.Popen | None = None
     log_lines: list = field(default_factory=list)
     _listening: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def control_socket(self) -> str:
+        """The broker's control socket (broker/server/control.py)."""
+        return os.path.join(self.data_dir, "control.sock")
+
+    def admin(self) -> WarrenAdmin:
+        """Admin operations on this broker (users, vhosts, permissions...)."""
+        return WarrenAdmin(self.control_socket)
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         self._listening.clear()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import settings
 
+from broker_admin import RabbitAdmin, WarrenAdmin
 from broker_process import BrokerProcess
 from postgres_support import postgres_server  # noqa: F401  (session fixture)
 
@@ -28,6 +29,13 @@ settings.load_profile("warren")
 class BrokerAddress:
     host: str
     port: int
+    control_socket: str | None = None   # Warren's; None for an external broker
+
+    def admin(self):
+        """Admin operations on this broker: its control socket, or rabbitmqctl."""
+        if self.control_socket is None:
+            return RabbitAdmin()
+        return WarrenAdmin(self.control_socket)
 
 
 def _external_broker():
@@ -62,5 +70,5 @@ def broker(tmp_path_factory):
         yield external
         return
     process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-shared"))).start()
-    yield BrokerAddress(process.host, process.port)
+    yield BrokerAddress(process.host, process.port, process.control_socket)
     process.kill()

@@ -1,40 +1,11 @@
-"""Users and SASL mechanisms (PLAIN, AMQPLAIN). Passwords are kept as salted hashes
-in RabbitMQ's format (passwords.py); plain passwords are never stored."""
+"""SASL mechanisms (PLAIN, AMQPLAIN): the credentials in a Connection.StartOk. Users
+and their password hashes are access_control.py's."""
 
 import struct
 
 from amqp_codec.field_table import TableError, decode_table
 
-from .passwords import SHA256_ALGORITHM, hash_password, verify_password
-
 MECHANISMS = ("PLAIN", "AMQPLAIN")
-
-
-class UserDatabase:
-    """Users, their password hashes and the vhosts they may open, held in memory
-    (loaded from the metadata store at start-up)."""
-
-    def __init__(self):
-        self._hashes: dict[str, tuple[str, str]] = {}
-        self._vhosts: dict[str, set[str]] = {}
-
-    def add(self, name: str, password: str, vhosts=("/",)) -> None:
-        self.add_hashed(name, hash_password(password), SHA256_ALGORITHM, vhosts)
-
-    def add_hashed(self, name: str, password_hash: str, algorithm: str, vhosts) -> None:
-        self._hashes[name] = (password_hash, algorithm)
-        self._vhosts[name] = set(vhosts)
-
-    def clear(self) -> None:
-        self._hashes.clear()
-        self._vhosts.clear()
-
-    def authenticate(self, name: str, password: str) -> bool:
-        stored = self._hashes.get(name)
-        return stored is not None and verify_password(password, *stored)
-
-    def may_open(self, name: str, vhost: str) -> bool:
-        return vhost in self._vhosts.get(name, ())
 
 
 class AuthenticationFailure(Exception):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 from amqp_codec.constants import DEFAULT_FRAME_MAX
 from amqp_codec.decoder import MAX_BODY_SIZE
 
-from .auth import UserDatabase
+from .access_control import AccessControl
 from .direct_reply import DirectReplies
 from .persistence import Persistence
 from .scheduler import Scheduler
@@ -58,8 +58,9 @@ class Broker:
         self.persistence = persistence or Persistence()
         self.vhosts: dict[str, VirtualHost] = {}
         self.add_vhost("/")
-        self.users = UserDatabase()
-        self.users.add("guest", "guest", vhosts=("/",))
+        self.access = AccessControl()   # the metadata store's users replace guest
+        self.access.add_user("guest", "guest", ("administrator",))
+        self.access.set_permissions("guest", "/", ".*", ".*", ".*")
         self.connections: set[Connection] = set()
         self.direct_replies = DirectReplies()
 

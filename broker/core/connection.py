@@ -415,7 +415,7 @@ class Connection:
             self.state = "closed"   # RabbitMQ closes the socket without a frame
             self._close_transport()
             return
-        if not self.broker.users.authenticate(user, password):
+        if self.broker.access.authenticate(user, password) is None:
             self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
             log.debug("event=login_refused peer=%s user=%r", self.peer, user)
             return
@@ -456,7 +456,7 @@ class Connection:
 
     def _open(self, method) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
-        if vhost is None or not self.broker.users.may_open(self.user, method.virtual_host):
+        if vhost is None or not self.broker.access.may_open(self.user, method.virtual_host):
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
                 f"access to vhost '{method.virtual_host}' refused for user '{self.user}'",

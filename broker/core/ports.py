@@ -76,6 +76,102 @@ class DeleteBinding(JournalEntry):
     arguments: dict
 
 
+@dataclass(frozen=True)
+class SaveUser(JournalEntry):
+    """Adds the user or replaces its password hash and tags."""
+
+    name: str
+    password_hash: str      # "": no password login
+    algorithm: str
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DeleteUser(JournalEntry):
+    """Also deletes the user's permissions, topic permissions and limits."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class SaveVhost(JournalEntry):
+    name: str
+
+
+@dataclass(frozen=True)
+class DeleteVhost(JournalEntry):
+    """Also deletes everything in the vhost and every permission on it."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class SavePermissions(JournalEntry):
+    user: str
+    vhost: str
+    configure: str
+    write: str
+    read: str
+
+
+@dataclass(frozen=True)
+class DeletePermissions(JournalEntry):
+    user: str
+    vhost: str
+
+
+@dataclass(frozen=True)
+class SaveTopicPermissions(JournalEntry):
+    user: str
+    vhost: str
+    exchange: str
+    write: str
+    read: str
+
+
+@dataclass(frozen=True)
+class DeleteTopicPermissions(JournalEntry):
+    user: str
+    vhost: str
+    exchange: str | None    # None: on every exchange
+
+
+@dataclass(frozen=True)
+class SavePolicy(JournalEntry):
+    """Adds or replaces a policy (kind "policy") or operator policy ("operator_policy")."""
+
+    vhost: str
+    kind: str
+    name: str
+    pattern: str
+    apply_to: str           # "queues", "exchanges" or "all"
+    priority: int
+    definition: dict
+
+
+@dataclass(frozen=True)
+class DeletePolicy(JournalEntry):
+    vhost: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class SaveVhostLimits(JournalEntry):
+    """Replaces the vhost's limits ({} clears them)."""
+
+    vhost: str
+    limits: dict
+
+
+@dataclass(frozen=True)
+class SaveUserLimits(JournalEntry):
+    """Replaces the user's limits ({} clears them)."""
+
+    user: str
+    limits: dict
+
+
 class StoreFiles(Protocol):
     """A deleted queue's store, whose files go once the deletion is committed."""
 

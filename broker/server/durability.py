@@ -6,16 +6,20 @@ import os
 import shutil
 import uuid
 
+from broker.core.access_control import AccessControl, TopicPermission, User
 from broker.core.broker import Broker
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from .durable_store import DurableQueueStore
 from .read_pool import ReadPool
 from broker.core.persistence import Persistence
-from broker.core.ports import (DeleteBinding, DeleteExchange, DeleteQueue, DropStoreFiles,
-                               JournalEntry, SaveBinding, SaveExchange, SaveQueue)
+from broker.core.ports import (
+    DeleteBinding, DeleteExchange, DeletePermissions, DeletePolicy, DeleteQueue,
+    DeleteTopicPermissions, DeleteUser, DeleteVhost, DropStoreFiles, JournalEntry,
+    SaveBinding, SaveExchange, SavePermissions, SavePolicy, SaveQueue,
+    SaveTopicPermissions, SaveUser, SaveUserLimits, SaveVhost, SaveVhostLimits)
 from broker.core.stream_arguments import StreamRetention, is_stream
 from .stream_store import DurableStreamStore
-from storage.metadata import MetadataStore, PasswordHash
+from storage.metadata import MetadataStore, PasswordHash, PolicyRecord
 from storage.queue_file import QueueFile
 from storage.stream_log import DEFAULT_MAX_SEGMENT_BYTES, StreamLog
 
@@ -86,6 +90,42 @@ class DurableStorage:
             case DropStoreFiles():
                 entry.store.drop_files()
             case _:
+                self._apply_access(entry)
+
+    def _apply_access(self, entry: JournalEntry) -> None:
+        """Users, vhosts, permissions, policies and limits."""
+        metadata = self.metadata
+        match entry:
+            case SaveUser():
+                metadata.save_user(entry.name, PasswordHash(entry.password_hash,
+                                                            entry.algorithm), entry.tags)
+            case DeleteUser():
+                metadata.delete_user(entry.name)
+            case SaveVhost():
+                metadata.save_vhost(entry.name)
+            case DeleteVhost():
+                metadata.delete_vhost(entry.name)
+            case SavePermissions():
+                metadata.set_permissions(entry.user, entry.vhost, entry.configure,
+                                         entry.write, entry.read)
+            case DeletePermissions():
+                metadata.clear_permissions(entry.user, entry.vhost)
+            case SaveTopicPermissions():
+                metadata.set_topic_permissions(entry.user, entry.vhost, entry.exchange,
+                                               entry.write, entry.read)
+            case DeleteTopicPermissions():
+                metadata.clear_topic_permissions(entry.user, entry.vhost, entry.exchange)
+            case SavePolicy():
+                metadata.save_policy(PolicyRecord(
+                    entry.vhost, entry.kind, entry.name, entry.pattern, entry.apply_to,
+                    entry.priority, entry.definition))
+            case DeletePolicy():
+                metadata.delete_policy(entry.vhost, entry.kind, entry.name)
+            case SaveVhostLimits():
+                metadata.set_vhost_limits(entry.vhost, entry.limits)
+            case SaveUserLimits():
+                metadata.set_user_limits(entry.user, entry.limits)
+            case _:
                 raise TypeError(
                     f"no case for journal entry {entry!r} in DurableStorage._apply: "
                     "every entry type of broker/core/ports.py needs one")
@@ -113,10 +153,7 @@ class DurableStorage:
     def restore(self, broker: Broker) -> None:
         """Load users, vhosts, durable exchanges, queues (with their messages) and
         bindings into a fresh broker."""
-        broker.users.clear()
-        for credential in self.metadata.credentials():
-            broker.users.add_hashed(credential.name, credential.password_hash,
-                                    credential.hashing_algorithm, credential.vhosts)
+        self._restore_access(broker)
         known_stores = set()
         for vhost_record in self.metadata.list_vhosts():
             vhost = broker.add_vhost(vhost_record.name)
@@ -131,6 +168,19 @@ class DurableStorage:
                                       binding.destination, binding.routing_key,
                                       binding.arguments)
         self._remove_orphans(known_stores)
+
+    def _restore_access(self, broker: Broker) -> None:
+        access = broker.access = AccessControl()
+        metadata = self.metadata
+        for credential in metadata.credentials():
+            access.put_user(User(credential.name, credential.password_hash,
+                                 credential.hashing_algorithm, credential.tags))
+        for grant in metadata.list_permissions():
+            access.set_permissions(grant.user, grant.vhost, grant.configure, grant.write,
+                                   grant.read)
+        for topic in metadata.list_topic_permissions():
+            access.set_topic_permission(topic.user, topic.vhost, TopicPermission(
+                topic.exchange, topic.write, topic.read))
 
     def _restore_queue(self, vhost, record) -> None:
         directory = os.path.join(self.queues_dir, record.id)

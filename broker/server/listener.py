@@ -13,6 +13,7 @@ from broker.core.broker import Broker
 from .admission import SUMMARY_INTERVAL, Admission
 from .alarms import ResourceAlarm, held_memory
 from .committer import GroupCommitter
+from .control import ControlSocket
 from .transport import DrainSignal, SocketTransport
 
 log = logging.getLogger("warren.server")
@@ -25,8 +26,10 @@ class Server:
     """The listening socket and every live SocketTransport."""
 
     def __init__(self, broker: Broker, host: str, port: int, committer: GroupCommitter,
-                 alarm_limits: AlarmLimits, data_dir: str):
+                 alarm_limits: AlarmLimits, data_dir: str,
+                 control: ControlSocket | None = None):
         self.broker = broker
+        self.control = control
         self.host = host
         self.port = port
         self.committer = committer
@@ -49,6 +52,8 @@ class Server:
                 nursery.start_soon(self._summarise_refusals)
                 nursery.start_soon(self.alarm.run)
                 nursery.start_soon(self.committer.flush_periodically, FLUSH_INTERVAL)
+                if self.control is not None:
+                    await nursery.start(self.control.run)
                 port = listeners[0].socket.getsockname()[1]
                 log.info("event=listening host=%s port=%s", self.host, port)
                 async for signum in signals:

@@ -13,10 +13,15 @@ import os
 import pytest
 
 from broker.core import ports
-from broker.core.ports import (DeleteBinding, DeleteExchange, DeleteQueue, DropStoreFiles,
-                               JournalEntry, SaveBinding, SaveExchange, SaveQueue)
+from broker.core.ports import (
+    DeleteBinding, DeleteExchange, DeletePermissions, DeletePolicy, DeleteQueue,
+    DeleteTopicPermissions, DeleteUser, DeleteVhost, DropStoreFiles, JournalEntry,
+    SaveBinding, SaveExchange, SavePermissions, SavePolicy, SaveQueue,
+    SaveTopicPermissions, SaveUser, SaveUserLimits, SaveVhost, SaveVhostLimits)
 from broker.server.durability import DurableStorage
-from storage.metadata import BindingRecord, ExchangeRecord, QueueRecord
+from storage.metadata import (BindingRecord, Credential, ExchangeRecord, LimitsRecord,
+                              PermissionRecord, PolicyRecord, QueueRecord,
+                              TopicPermissionRecord, VhostRecord)
 
 ARGUMENTS = {"x-max-length": 10, "alternate-exchange": "ae", "x-flag": True,
              "x-table": {"nested": [1, "two"]}}
@@ -155,11 +160,141 @@ def drop_store_files(journal: Journal) -> None:
         assert metadata.list_queues("/") == []
 
 
+def user(name: str = "alice", tags=("management", "policymaker")) -> SaveUser:
+    return SaveUser(name=name, password_hash="aGFzaA==", algorithm="sha256", tags=tags)
+
+
+def save_user(journal: Journal) -> None:
+    journal.apply(user(), user("alice", ("monitoring",)), user("bob", ()))
+    with journal.reopened() as metadata:
+        assert [credential for credential in metadata.credentials()
+                if credential.name != "guest"] == [
+            Credential("alice", "aGFzaA==", "sha256", ("monitoring",)),
+            Credential("bob", "aGFzaA==", "sha256", ())]
+
+
+def delete_user(journal: Journal) -> None:
+    journal.apply(user(), permissions("alice"), topic_permissions("alice", "amq.topic"),
+                  SaveUserLimits(user="alice", limits={"max-channels": 3}),
+                  DeleteUser(name="alice"))
+    with journal.reopened() as metadata:
+        assert "alice" not in [credential.name for credential in metadata.credentials()]
+        assert metadata.list_topic_permissions() == []
+        assert metadata.list_user_limits() == []
+        assert [grant.user for grant in metadata.list_permissions()] == ["guest"]
+
+
+def save_vhost(journal: Journal) -> None:
+    journal.apply(SaveVhost(name="v"), SaveVhost(name="v"))
+    with journal.reopened() as metadata:
+        assert metadata.list_vhosts() == [VhostRecord("/"), VhostRecord("v")]
+
+
+def delete_vhost(journal: Journal) -> None:
+    journal.apply(SaveVhost(name="v"), SavePermissions("guest", "v", ".*", "", "^r"),
+                  policy("v", "p"), DeleteVhost(name="v"))
+    with journal.reopened() as metadata:
+        assert metadata.list_vhosts() == [VhostRecord("/")]
+        assert [grant.vhost for grant in metadata.list_permissions()] == ["/"]
+        assert metadata.list_policies() == []
+
+
+def permissions(name: str) -> SavePermissions:
+    return SavePermissions(user=name, vhost="/", configure="^c", write="", read="^r")
+
+
+def save_permissions(journal: Journal) -> None:
+    journal.apply(user(), permissions("alice"))
+    with journal.reopened() as metadata:
+        assert PermissionRecord("alice", "/", "^c", "", "^r") in (
+            metadata.list_permissions())
+
+
+def delete_permissions(journal: Journal) -> None:
+    journal.apply(user(), permissions("alice"), DeletePermissions(user="alice", vhost="/"))
+    with journal.reopened() as metadata:
+        assert [grant.user for grant in metadata.list_permissions()] == ["guest"]
+
+
+def topic_permissions(name: str, exchange: str) -> SaveTopicPermissions:
+    return SaveTopicPermissions(user=name, vhost="/", exchange=exchange,
+                                write="^{username}", read="")
+
+
+def save_topic_permissions(journal: Journal) -> None:
+    journal.apply(user(), topic_permissions("alice", "amq.topic"),
+                  topic_permissions("alice", "t"))
+    with journal.reopened() as metadata:
+        assert metadata.list_topic_permissions() == [
+            TopicPermissionRecord("alice", "/", "amq.topic", "^{username}", ""),
+            TopicPermissionRecord("alice", "/", "t", "^{username}", "")]
+
+
+def delete_topic_permissions(journal: Journal) -> None:
+    journal.apply(user(), topic_permissions("alice", "a"), topic_permissions("alice", "b"),
+                  topic_permissions("alice", "c"),
+                  DeleteTopicPermissions(user="alice", vhost="/", exchange="b"))
+    with journal.reopened() as metadata:
+        assert [topic.exchange for topic in metadata.list_topic_permissions()] == [
+            "a", "c"]
+    journal.apply(DeleteTopicPermissions(user="alice", vhost="/", exchange=None))
+    with journal.reopened() as metadata:
+        assert metadata.list_topic_permissions() == []
+
+
+def policy(vhost: str, name: str, kind: str = "policy",
+           definition=None) -> SavePolicy:
+    return SavePolicy(vhost=vhost, kind=kind, name=name, pattern="^q", apply_to="queues",
+                      priority=3, definition=definition or {"max-length": 10})
+
+
+def save_policy(journal: Journal) -> None:
+    journal.apply(policy("/", "p"), policy("/", "p", definition={"message-ttl": 5}),
+                  policy("/", "p", "operator_policy"))
+    with journal.reopened() as metadata:
+        assert metadata.list_policies() == [
+            PolicyRecord("/", "operator_policy", "p", "^q", "queues", 3,
+                         {"max-length": 10}),
+            PolicyRecord("/", "policy", "p", "^q", "queues", 3, {"message-ttl": 5})]
+
+
+def delete_policy(journal: Journal) -> None:
+    journal.apply(policy("/", "p"), policy("/", "p", "operator_policy"),
+                  DeletePolicy(vhost="/", kind="policy", name="p"))
+    with journal.reopened() as metadata:
+        assert [record.kind for record in metadata.list_policies()] == [
+            "operator_policy"]
+
+
+def save_vhost_limits(journal: Journal) -> None:
+    journal.apply(SaveVhost(name="v"),
+                  SaveVhostLimits(vhost="v", limits={"max-queues": 1}),
+                  SaveVhostLimits(vhost="/", limits={"max-connections": 2}),
+                  SaveVhostLimits(vhost="/", limits={}))
+    with journal.reopened() as metadata:
+        assert metadata.list_vhost_limits() == [LimitsRecord("v", {"max-queues": 1})]
+
+
+def save_user_limits(journal: Journal) -> None:
+    journal.apply(user(), SaveUserLimits(user="alice", limits={"max-channels": 3}),
+                  SaveUserLimits(user="guest", limits={"max-connections": 1}))
+    with journal.reopened() as metadata:
+        assert metadata.list_user_limits() == [
+            LimitsRecord("alice", {"max-channels": 3}),
+            LimitsRecord("guest", {"max-connections": 1})]
+
+
 ROUND_TRIPS = {
     SaveExchange: save_exchange, DeleteExchange: delete_exchange,
     SaveQueue: save_queue, DeleteQueue: delete_queue,
     SaveBinding: save_binding, DeleteBinding: delete_binding,
     DropStoreFiles: drop_store_files,
+    SaveUser: save_user, DeleteUser: delete_user, SaveVhost: save_vhost,
+    DeleteVhost: delete_vhost, SavePermissions: save_permissions,
+    DeletePermissions: delete_permissions, SaveTopicPermissions: save_topic_permissions,
+    DeleteTopicPermissions: delete_topic_permissions, SavePolicy: save_policy,
+    DeletePolicy: delete_policy, SaveVhostLimits: save_vhost_limits,
+    SaveUserLimits: save_user_limits,
 }
 
 

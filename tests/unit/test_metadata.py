@@ -296,19 +296,28 @@ class TestMetadataStore:
         store.delete_queue("/", "q")
         assert store.save_queue("/", "q", False, {}) != queue_id
 
-    def test_credentials_carry_hashes_and_granted_vhosts_only(self, store):
+    def test_credentials_carry_hashes_and_tags_and_permissions_list_grants(self, store):
         store.add_vhost("other")
-        store.add_user("alice", hashed("secret"))
-        store.set_permissions("alice", "other")
+        store.add_user("alice", hashed("secret"), ("monitoring",))
+        store.set_permissions("alice", "other", "^c", "", ".*")
         store.add_user("nobody", None)
         by_name = {credential.name: credential for credential in store.credentials()}
-        assert set(by_name) == {"guest", "alice"}
+        assert set(by_name) == {"guest", "alice", "nobody"}
         alice = by_name["alice"]
-        assert alice.vhosts == ("other",)
+        assert alice.tags == ("monitoring",)
         assert "secret" not in alice.password_hash
         assert passwords.verify_password("secret", alice.password_hash,
                                          alice.hashing_algorithm)
-        assert by_name["guest"].vhosts == ("/",)
+        assert by_name["nobody"].password_hash == ""    # no password login
+        assert store.list_permissions() == [
+            PermissionRecord("alice", "other", "^c", "", ".*"),
+            PermissionRecord("guest", "/", ".*", ".*", ".*")]
+
+    def test_save_user_adds_or_replaces_hash_and_tags(self, store):
+        store.save_user("alice", hashed("one"), ("management",))
+        store.save_user("alice", hashed("two"), ("administrator",))
+        assert logs_in(store, "alice", "two") and not logs_in(store, "alice", "one")
+        assert UserRecord("alice", ("administrator",)) in store.list_users()
 
     def test_a_new_queue_can_be_given_its_id(self, store):
         chosen = "0123456789abcdef0123456789abcdef"
@@ -413,7 +422,7 @@ class TestMetadataStore:
         finally:
             engine.dispose()
         with target.open() as store:
-            assert store.schema_version() == migrations.LATEST_VERSION == 2
+            assert store.schema_version() == migrations.LATEST_VERSION == 3
             assert store.list_vhosts() == [VhostRecord("old")]  # not seeded: not fresh
             assert store.list_users() == [UserRecord("old-user", ("management",))]
             assert logs_in(store, "old-user", "pw")
@@ -451,7 +460,8 @@ class TestMetadataStore:
             engine.dispose()
         assert recorded == [
             (1, "Vhosts, users with salted password hashes, per-vhost permissions."),
-            (2, "Durable exchanges, durable queues with stable ids, bindings.")]
+            (2, "Durable exchanges, durable queues with stable ids, bindings."),
+            (3, "Topic permissions, policies and operator policies, vhost and user limits.")]
 
     def test_database_from_a_newer_warren_is_refused(self, target):
         with target.open():

@@ -1,0 +1,187 @@
+"""Operator actions on a running broker: users, vhosts, permissions and topic
+permissions. Each changes the live broker at once (a new user can log in, a permission
+applies to the next operation of open connections) and records its journal entry, so
+the change is in the metadata store after the next commit. The control socket
+(broker/server/control.py) calls these; so will the management API and CLI.
+
+Every method raises AdminError, naming what is wrong, for a request it cannot carry out
+(and then changes nothing).
+"""
+
+import base64
+import binascii
+import re
+from typing import TYPE_CHECKING
+
+from amqp_codec.reply_codes import ReplyCode
+
+from .access_control import ACCESS_KINDS, TopicPermission, User, compile_pattern
+from .passwords import SHA256_ALGORITHM, hash_password
+from .ports import (DeletePermissions, DeleteTopicPermissions, DeleteUser, DeleteVhost,
+                    SavePermissions, SaveTopicPermissions, SaveUser, SaveVhost)
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+
+class AdminError(Exception):
+    """An operator request that cannot be carried out as asked."""
+
+
+class Administration:
+    """The admin operations of one broker (see the module docstring)."""
+
+    def __init__(self, broker: "Broker"):
+        self.broker = broker
+
+    # -- users ---------------------------------------------------------------------
+
+    def add_user(self, name: str, password: str | None = None,
+                 password_hash: str | None = None, tags=()) -> None:
+        """A new user with a password, a password hash in RabbitMQ's format (base64 of
+        salt + SHA-256), or neither (no password login: EXTERNAL only)."""
+        if not name:
+            raise AdminError("a user needs a non-empty name")
+        if name in self.broker.access.users:
+            raise AdminError(f"user '{name}' already exists")
+        self._save_user(User(name, *_hashed(password, password_hash), _tags(tags)))
+
+    def change_password(self, name: str, password: str) -> None:
+        user = self._user(name)
+        self._save_user(User(name, hash_password(password), SHA256_ALGORITHM, user.tags))
+
+    def clear_password(self, name: str) -> None:
+        user = self._user(name)
+        self._save_user(User(name, "", "", user.tags))
+
+    def set_user_tags(self, name: str, tags) -> None:
+        user = self._user(name)
+        self._save_user(User(name, user.password_hash, user.algorithm, _tags(tags)))
+
+    def delete_user(self, name: str) -> None:
+        """Delete the user; its open connections are closed, as RabbitMQ closes them."""
+        self._user(name)
+        self.broker.access.remove_user(name)
+        self._record(DeleteUser(name=name))
+        self._close_connections(lambda connection: connection.user == name,
+                                f"user '{name}' is deleted")
+
+    def _save_user(self, user: User) -> None:
+        self.broker.access.put_user(user)
+        self._record(SaveUser(name=user.name, password_hash=user.password_hash,
+                              algorithm=user.algorithm, tags=user.tags))
+
+    def _user(self, name: str) -> User:
+        user = self.broker.access.users.get(name)
+        if user is None:
+            raise AdminError(f"no user '{name}'")
+        return user
+
+    # -- vhosts --------------------------------------------------------------------
+
+    def add_vhost(self, name: str) -> None:
+        if not name:
+            raise AdminError("a vhost needs a non-empty name")
+        if name in self.broker.vhosts:
+            raise AdminError(f"vhost '{name}' already exists")
+        self.broker.add_vhost(name)
+        self._record(SaveVhost(name=name))
+
+    def delete_vhost(self, name: str) -> None:
+        """Delete the vhost with its queues (and their messages), exchanges, bindings and
+        the permissions on it; its connections are closed, as RabbitMQ closes them."""
+        vhost = self._vhost(name)
+        self._close_connections(lambda connection: connection.vhost is vhost,
+                                f"vhost '{name}' is deleted")
+        for queue in list(vhost.queues.values()):
+            vhost.delete_queue(queue)
+        del self.broker.vhosts[name]
+        self.broker.access.forget_vhost(name)
+        self._record(DeleteVhost(name=name))
+
+    def _vhost(self, name: str):
+        vhost = self.broker.vhosts.get(name)
+        if vhost is None:
+            raise AdminError(f"no vhost '{name}'")
+        return vhost
+
+    # -- permissions ---------------------------------------------------------------
+
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str,
+                        read: str) -> None:
+        self._user(user)
+        self._vhost(vhost)
+        for access, pattern in zip(ACCESS_KINDS, (configure, write, read)):
+            _check_pattern(access, pattern)
+        self.broker.access.set_permissions(user, vhost, configure, write, read)
+        self._record(SavePermissions(user=user, vhost=vhost, configure=configure,
+                                     write=write, read=read))
+
+    def clear_permissions(self, user: str, vhost: str) -> None:
+        self._user(user)
+        self._vhost(vhost)
+        self.broker.access.clear_permissions(user, vhost)
+        self._record(DeletePermissions(user=user, vhost=vhost))
+
+    def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str,
+                              read: str) -> None:
+        self._user(user)
+        self._vhost(vhost)
+        for access, pattern in (("write", write), ("read", read)):
+            _check_pattern(access, pattern)
+        self.broker.access.set_topic_permission(user, vhost,
+                                                TopicPermission(exchange, write, read))
+        self._record(SaveTopicPermissions(user=user, vhost=vhost, exchange=exchange,
+                                          write=write, read=read))
+
+    def clear_topic_permissions(self, user: str, vhost: str,
+                                exchange: str | None = None) -> None:
+        self._user(user)
+        self._vhost(vhost)
+        self.broker.access.clear_topic_permissions(user, vhost, exchange)
+        self._record(DeleteTopicPermissions(user=user, vhost=vhost, exchange=exchange))
+
+    # -- shared --------------------------------------------------------------------
+
+    def _record(self, entry) -> None:
+        self.broker.persistence.record(entry)
+
+    def _close_connections(self, selected, reason: str) -> None:
+        for connection in [c for c in self.broker.connections if selected(c)]:
+            try:
+                connection.close(ReplyCode.CONNECTION_FORCED,
+                                 f"CONNECTION_FORCED - {reason}")
+            except Exception as error:   # that connection fails, the change stands
+                connection.fail(error)
+
+
+def _hashed(password: str | None, password_hash: str | None) -> tuple[str, str]:
+    if password is not None and password_hash is not None:
+        raise AdminError("give a password or a password hash, not both")
+    if password is not None:
+        return hash_password(password), SHA256_ALGORITHM
+    if password_hash:
+        try:
+            decoded = base64.b64decode(password_hash, validate=True)
+        except binascii.Error:
+            raise AdminError("password_hash is not base64 (RabbitMQ's format: base64 of "
+                             "a 4-byte salt and the SHA-256 of salt + password)") from None
+        if len(decoded) != 36:
+            raise AdminError(f"password_hash decodes to {len(decoded)} bytes; "
+                             "rabbit_password_hashing_sha256 hashes are 36")
+        return password_hash, SHA256_ALGORITHM
+    return "", ""
+
+
+def _tags(tags) -> tuple[str, ...]:
+    if isinstance(tags, str):   # RabbitMQ's API takes "a,b" as well as a list
+        tags = [tag.strip() for tag in tags.split(",")]
+    return tuple(tag for tag in tags if tag)
+
+
+def _check_pattern(access: str, pattern: str) -> None:
+    try:
+        compile_pattern(pattern)
+    except re.error as error:
+        raise AdminError(f"invalid {access} regular expression {pattern!r}: {error}") \
+            from None

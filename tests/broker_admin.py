@@ -1,0 +1,126 @@
+"""Admin operations on a running broker for tests: users, vhosts, permissions, topic
+permissions (and, as they come, policies and limits), with the same methods for Warren
+(its control socket, broker/server/control.py) and for RabbitMQ (`rabbitmqctl`), so a
+differential test sets up both brokers the same way.
+
+`broker_admin(address)` picks the right one for the `broker` fixture's address.
+"""
+
+import json
+import os
+import socket
+import subprocess
+
+
+class AdminRefused(Exception):
+    """The broker refused the operation (the text is the broker's)."""
+
+
+class WarrenAdmin:
+    """Talks to a Warren broker's control socket."""
+
+    def __init__(self, socket_path: str, timeout: float = 30.0):
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def call(self, op: str, **args) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+            sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
+            reply = b""
+            while not reply.endswith(b"\n"):
+                data = sock.recv(65536)
+                if not data:
+                    raise ConnectionError("control socket closed without a reply")
+                reply += data
+        answer = json.loads(reply)
+        if not answer["ok"]:
+            raise AdminRefused(answer["error"])
+
+    def add_user(self, name: str, password: str | None = None, tags=()) -> None:
+        self.call("add_user", name=name, password=password, tags=list(tags))
+
+    def delete_user(self, name: str) -> None:
+        self.call("delete_user", name=name)
+
+    def change_password(self, name: str, password: str) -> None:
+        self.call("change_password", name=name, password=password)
+
+    def set_user_tags(self, name: str, tags) -> None:
+        self.call("set_user_tags", name=name, tags=list(tags))
+
+    def add_vhost(self, name: str) -> None:
+        self.call("add_vhost", name=name)
+
+    def delete_vhost(self, name: str) -> None:
+        self.call("delete_vhost", name=name)
+
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str,
+                        read: str) -> None:
+        self.call("set_permissions", user=user, vhost=vhost, configure=configure,
+                  write=write, read=read)
+
+    def clear_permissions(self, user: str, vhost: str) -> None:
+        self.call("clear_permissions", user=user, vhost=vhost)
+
+    def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str,
+                              read: str) -> None:
+        self.call("set_topic_permissions", user=user, vhost=vhost, exchange=exchange,
+                  write=write, read=read)
+
+    def clear_topic_permissions(self, user: str, vhost: str,
+                                exchange: str | None = None) -> None:
+        self.call("clear_topic_permissions", user=user, vhost=vhost, exchange=exchange)
+
+
+class RabbitAdmin:
+    """Runs `rabbitmqctl` against the local RabbitMQ node (RABBITMQ_NODENAME, or the
+    default node of this host)."""
+
+    def __init__(self, node: str | None = None):
+        self.node = node or os.environ.get("RABBITMQ_NODENAME")
+
+    def call(self, *args: str) -> None:
+        command = ["rabbitmqctl", *(["-n", self.node] if self.node else []), "-q", *args]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise AdminRefused((result.stderr or result.stdout).strip())
+
+    def add_user(self, name: str, password: str | None = None, tags=()) -> None:
+        self.call("add_user", name, password or "")
+        if password is None:
+            self.call("clear_password", name)
+        if tags:
+            self.call("set_user_tags", name, *tags)
+
+    def delete_user(self, name: str) -> None:
+        self.call("delete_user", name)
+
+    def change_password(self, name: str, password: str) -> None:
+        self.call("change_password", name, password)
+
+    def set_user_tags(self, name: str, tags) -> None:
+        self.call("set_user_tags", name, *tags)
+
+    def add_vhost(self, name: str) -> None:
+        self.call("add_vhost", name)
+
+    def delete_vhost(self, name: str) -> None:
+        self.call("delete_vhost", name)
+
+    def set_permissions(self, user: str, vhost: str, configure: str, write: str,
+                        read: str) -> None:
+        self.call("set_permissions", "-p", vhost, user, configure, write, read)
+
+    def clear_permissions(self, user: str, vhost: str) -> None:
+        self.call("clear_permissions", "-p", vhost, user)
+
+    def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str,
+                              read: str) -> None:
+        self.call("set_topic_permissions", "-p", vhost, user, exchange, write, read)
+
+    def clear_topic_permissions(self, user: str, vhost: str,
+                                exchange: str | None = None) -> None:
+        self.call("clear_topic_permissions", "-p", vhost, user,
+                  *([exchange] if exchange is not None else []))
