@@ -30,7 +30,7 @@ from amqp_codec.wire_ids import (BASIC_PUBLISH, CHANNEL_OPEN, CONNECTION_OPEN,
                                  CONNECTION_TUNE_OK, TX_COMMIT)
 
 from .auth import (MECHANISMS, AuthenticationFailure, UndecodableCredentials,
-                   parse_credentials)
+                   is_loopback, parse_credentials)
 from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
@@ -52,10 +52,12 @@ _LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For deta
 class Connection:
     """The AMQP state of one client connection."""
 
-    def __init__(self, broker: "Broker", transport: Transport, peer: str = ""):
+    def __init__(self, broker: "Broker", transport: Transport, peer: str = "",
+                 address: str = ""):
         self.broker = broker
         self.transport = transport
-        self.peer = peer
+        self.peer = peer         # for logs: "host:port"
+        self.address = address   # the client's IP address, without the port
         self.state = "awaiting-start-ok"
         self.login_refused = False   # the server slows down the refusal it sends
         self.user = ""
@@ -418,6 +420,13 @@ class Connection:
         if not self.broker.users.authenticate(user, password):
             self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
             log.debug("event=login_refused peer=%s user=%r", self.peer, user)
+            return
+        if user in self.broker.loopback_users and not is_loopback(self.address):
+            self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
+            log.warning("event=login_refused peer=%s user=%r reason=not_loopback hint=%r",
+                        self.peer, user, f"'{user}' is in loopback_users: it may log in "
+                        "only from a loopback address; connect from this machine, use "
+                        "another user, or change loopback_users")
             return
         self.user = user
         self.state = "awaiting-tune-ok"

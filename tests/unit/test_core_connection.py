@@ -12,7 +12,7 @@ from core_harness import Client, RecordingTransport, close_code, kinds
 def negotiate(broker, response="\0guest\0guest", capabilities=None, vhost="/",
               tune=(2047, 131072, 0)):
     transport = RecordingTransport()
-    connection = Connection(broker, transport, "test")
+    connection = Connection(broker, transport, "test", "127.0.0.1")
     connection.start()
     replies = [transport.methods()]
     caps = capabilities if capabilities is not None else {}
