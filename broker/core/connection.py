@@ -505,7 +505,7 @@ class Connection:
             return
         channel = self.channels.get(number)
         if channel is None:
-            self._check_channel_number(number, *_ids(method))
+            self._check_channel_count()
             self._open_channel(number, method)
             return
         handler = HANDLERS.get(type(method))
@@ -551,14 +551,14 @@ class Connection:
                 for data in captured:
                     self.write(data)
 
-    def _check_channel_number(self, number: int, class_id: int, method_id: int) -> None:
-        """Channel numbers run from 1 to the negotiated channel_max (AMQP 0-9-1, Tune)."""
-        if number > self.channel_max:
+    def _check_channel_count(self) -> None:
+        """A frame on a channel that is not open would open one more: as RabbitMQ 3.10,
+        refuse it once channel_max channels are open or closing, whatever the numbers."""
+        count = len(self.channels) + len(self.closing_channels)
+        if count >= self.channel_max:
             raise ConnectionFailure(
-                ReplyCode.NOT_ALLOWED,
-                f"channel number {number} is above the negotiated channel_max "
-                f"({self.channel_max}); use channels 1..{self.channel_max}",
-                class_id, method_id)
+                ReplyCode.NOT_ALLOWED, f"number of channels opened ({count}) has reached "
+                f"the negotiated channel_max ({self.channel_max})")
 
     def _open_channel(self, number: int, method) -> None:
         if not isinstance(method, commands.Channel.Open):
@@ -583,7 +583,7 @@ class Connection:
         if channel is None:
             if number in self.closing_channels:
                 return
-            self._check_channel_number(number, *BASIC_PUBLISH)
+            self._check_channel_count()
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
                                     *BASIC_PUBLISH)
         persistence = self.broker.persistence
