@@ -146,7 +146,7 @@ def test_a_flood_past_connection_max_is_refused_cleanly_while_clients_are_served
         start_broker):
     """With connection_max = 4 held by the bystander and three clients, 100 sockets do
     the whole handshake at once: each gets Connection.Close 530 at Connection.Open (as
-    RabbitMQ after rabbitmq-server#7753, in 3.11 and 3.12; 3.10 stops accepting sockets
+    RabbitMQ versions after 3.10 do, rabbitmq-server#7753; 3.10 stops accepting sockets
     and leaves them unanswered) and, once it answers Close-Ok, its socket is closed. The
     bystander works throughout, and a freed slot takes a new client (its final check)."""
     broker = start_broker("connection_max = 4")
