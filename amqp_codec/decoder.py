@@ -222,8 +222,10 @@ class Decoder:
         """Reject an oversized or unknown frame as soon as its 7-byte prefix is in."""
         frame_max = self.frame_max
         if frame_max and size > frame_max:
-            raise ProtocolError(FRAME_ERROR, f"frame of type {frame_type} is {size + 8} "
-                                f"bytes, frame_max is {frame_max}", channel)
+            # RabbitMQ 3.10's text: the payload size and the largest payload it names
+            # (frame_max - 8; it lets payloads of up to frame_max through).
+            raise ProtocolError(FRAME_ERROR, f"type {frame_type}, all octets = <<>>: "
+                                f"{{frame_too_large,{size},{frame_max - 8}}}", channel)
         if frame_type not in FRAME_TYPES:
             raise ProtocolError(FRAME_ERROR, f"unknown frame type {frame_type}", channel)
 

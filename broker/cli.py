@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     _fill_connection_caps(settings.limits)
     os.makedirs(settings.data_dir, exist_ok=True)
     storage = DurableStorage(settings.data_dir, settings.metadata_url)
-    broker = Broker(settings.limits, persistence=storage.persistence, version=__version__)
+    broker = Broker(settings.limits, persistence=storage.persistence, version=__version__,
+                    loopback_users=settings.loopback_users)
     storage.restore(broker)
     committer = GroupCommitter(storage.persistence, storage.apply_changes,
                                storage.sync_stores, storage.maintain_stores)

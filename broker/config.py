@@ -8,6 +8,7 @@ Example file:
     control_socket = "/run/warren/control.sock"   # default: control.sock in data_dir; "" off
     metadata_url = "postgresql+psycopg://warren@localhost/warren"   # default: SQLite
     log_level = "info"
+    loopback_users = ["guest"]      # may log in only from 127.0.0.0/8 or ::1; [] for none
 
     [limits]
     channel_max = 2047
@@ -52,6 +53,7 @@ class ServeSettings:
     metadata_url: str | None = None
     control_socket: str | None = None   # None: <data_dir>/control.sock; "": no socket
     log_level: str = "info"
+    loopback_users: list[str] = field(default_factory=lambda: ["guest"])
     limits: BrokerConfig = field(default_factory=BrokerConfig)
     alarms: AlarmLimits = field(default_factory=AlarmLimits)
 
@@ -83,6 +85,7 @@ def _apply_file(settings: ServeSettings, path: str) -> None:
     _assign(settings.alarms, alarms, path + " [alarms]")
     _require_positive_int(settings.limits.max_message_size, "max_message_size",
                           path + " [limits]")
+    _require_user_names(settings.loopback_users, "loopback_users", path)
     if settings.alarms.memory_high_watermark_absolute is not None:
         _require_positive_int(settings.alarms.memory_high_watermark_absolute,
                               "memory_high_watermark_absolute", path + " [alarms]")
@@ -92,6 +95,12 @@ def _require_positive_int(value, name: str, where: str) -> None:
     if type(value) is not int or value <= 0:
         raise ConfigError(f"'{name}' in {where} must be a positive number of bytes, "
                           f"got {value!r}")
+
+
+def _require_user_names(value, name: str, where: str) -> None:
+    if type(value) is not list or not all(type(user) is str for user in value):
+        raise ConfigError(f"'{name}' in {where} must be a list of user names, e.g. "
+                          f'["guest"] or [], got {value!r}')
 
 
 def _assign(target, values: dict, where: str) -> None:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs (Debian packages: a JDK, Go and the RabbitMQ
-# Java and Go clients for the interop tests, PostgreSQL for the metadata tests;
-# .venv with Warren and its test dependencies) and run the whole suite.
+# Java and Go clients for the interop tests, PostgreSQL for the metadata tests, iproute2
+# for the network namespace of the loopback_users tests; .venv with Warren and its test
+# dependencies) and run the whole suite.
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ command -v javac >/dev/null || debian_packages+=(default-jdk-headless)
 [ -f /usr/share/java/slf4j-api.jar ] || debian_packages+=(libslf4j-java)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || debian_packages+=(postgresql)
 command -v go >/dev/null || debian_packages+=(golang-go)
+command -v ip >/dev/null || debian_packages+=(iproute2)
 [ -f /usr/share/gocode/src/github.com/rabbitmq/amqp091-go/channel.go ] \
     || debian_packages+=(golang-github-rabbitmq-amqp091-go-dev)
 if [ ${#debian_packages[@]} -gt 0 ]; then

@@ -25,6 +25,7 @@ class BrokerProcess:
     process: subprocess.Popen | None = None
     log_lines: list = field(default_factory=list)
     _listening: threading.Event = field(default_factory=threading.Event)
+    _logged: threading.Condition = field(default_factory=threading.Condition)
 
     @property
     def control_socket(self) -> str:
@@ -48,11 +49,24 @@ class BrokerProcess:
 
     def _read_log(self, process: subprocess.Popen) -> None:
         for line in process.stderr:
-            self.log_lines.append(line)
+            with self._logged:
+                self.log_lines.append(line)
+                self._logged.notify_all()
             match = LISTENING.search(line)
             if match:
                 self.port = int(match.group(2))
                 self._listening.set()
+
+    def wait_for_log(self, text: str, timeout: float = 30.0) -> str:
+        """The first log line containing `text`, once the broker has written it; raises
+        AssertionError when none has after `timeout` seconds."""
+        def found() -> str | None:
+            return next((line for line in self.log_lines if text in line), None)
+
+        with self._logged:
+            line = self._logged.wait_for(found, timeout)
+        assert line is not None, f"no log line with {text!r} within {timeout} s"
+        return line
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         """Send `sig` and wait for the exit code."""

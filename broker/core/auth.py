@@ -1,6 +1,7 @@
 """SASL mechanisms (PLAIN, AMQPLAIN): the credentials in a Connection.StartOk. Users
 and their password hashes are access_control.py's."""
 
+import ipaddress
 import struct
 
 from amqp_codec.field_table import TableError, decode_table
@@ -43,3 +44,17 @@ def _text(value) -> str:
         except UnicodeDecodeError:
             raise UndecodableCredentials("user name or password is not UTF-8") from None
     return "" if value is None else str(value)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether `address` (an IP address as the socket reports it, without a port) is
+    this machine's loopback: 127.0.0.0/8, ::1, or 127.x mapped into IPv6
+    (::ffff:127.x.y.z), as RabbitMQ's loopback_users check counts it. Anything else,
+    an empty or unparsable address included, is not."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback

@@ -3,7 +3,7 @@
 import platform
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from amqp_codec.constants import DEFAULT_FRAME_MAX
 from amqp_codec.decoder import MAX_BODY_SIZE
@@ -51,9 +51,12 @@ class Broker:
 
     def __init__(self, config: BrokerConfig | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 persistence: Persistence | None = None, version: str = "unknown"):
+                 persistence: Persistence | None = None, version: str = "unknown",
+                 loopback_users: Iterable[str] = ("guest",)):
         self.config = config or BrokerConfig()
         self.version = version   # advertised in Connection.Start (the package's version)
+        # Users who may log in only from a loopback address (RabbitMQ's loopback_users).
+        self.loopback_users = frozenset(loopback_users)
         self.scheduler = Scheduler(clock)
         self.persistence = persistence or Persistence()
         self.vhosts: dict[str, VirtualHost] = {}

@@ -30,7 +30,7 @@ from amqp_codec.wire_ids import (BASIC_PUBLISH, CHANNEL_OPEN, CONNECTION_OPEN,
                                  CONNECTION_TUNE_OK, TX_COMMIT)
 
 from .auth import (MECHANISMS, AuthenticationFailure, UndecodableCredentials,
-                   parse_credentials)
+                   is_loopback, parse_credentials)
 from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
@@ -52,10 +52,12 @@ _LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For deta
 class Connection:
     """The AMQP state of one client connection."""
 
-    def __init__(self, broker: "Broker", transport: Transport, peer: str = ""):
+    def __init__(self, broker: "Broker", transport: Transport, peer: str = "",
+                 address: str = ""):
         self.broker = broker
         self.transport = transport
-        self.peer = peer
+        self.peer = peer         # for logs: "host:port"
+        self.address = address   # the client's IP address, without the port
         self.state = "awaiting-start-ok"
         self.login_refused = False   # the server slows down the refusal it sends
         self.user = ""
@@ -419,6 +421,13 @@ class Connection:
             self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
             log.debug("event=login_refused peer=%s user=%r", self.peer, user)
             return
+        if user in self.broker.loopback_users and not is_loopback(self.address):
+            self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
+            log.warning("event=login_refused peer=%s user=%r reason=not_loopback hint=%r",
+                        self.peer, user, f"'{user}' is in loopback_users: it may log in "
+                        "only from a loopback address; connect from this machine, use "
+                        "another user, or change loopback_users")
+            return
         self.user = user
         self.state = "awaiting-tune-ok"
         config = self.broker.config
@@ -496,7 +505,7 @@ class Connection:
             return
         channel = self.channels.get(number)
         if channel is None:
-            self._check_channel_number(number, *_ids(method))
+            self._check_channel_count()
             self._open_channel(number, method)
             return
         handler = HANDLERS.get(type(method))
@@ -542,14 +551,14 @@ class Connection:
                 for data in captured:
                     self.write(data)
 
-    def _check_channel_number(self, number: int, class_id: int, method_id: int) -> None:
-        """Channel numbers run from 1 to the negotiated channel_max (AMQP 0-9-1, Tune)."""
-        if number > self.channel_max:
+    def _check_channel_count(self) -> None:
+        """A frame on a channel that is not open would open one more: as RabbitMQ 3.10,
+        refuse it once channel_max channels are open or closing, whatever the numbers."""
+        count = len(self.channels) + len(self.closing_channels)
+        if count >= self.channel_max:
             raise ConnectionFailure(
-                ReplyCode.NOT_ALLOWED,
-                f"channel number {number} is above the negotiated channel_max "
-                f"({self.channel_max}); use channels 1..{self.channel_max}",
-                class_id, method_id)
+                ReplyCode.NOT_ALLOWED, f"number of channels opened ({count}) has reached "
+                f"the negotiated channel_max ({self.channel_max})")
 
     def _open_channel(self, number: int, method) -> None:
         if not isinstance(method, commands.Channel.Open):
@@ -574,7 +583,7 @@ class Connection:
         if channel is None:
             if number in self.closing_channels:
                 return
-            self._check_channel_number(number, *BASIC_PUBLISH)
+            self._check_channel_count()
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
                                     *BASIC_PUBLISH)
         persistence = self.broker.persistence

@@ -104,7 +104,7 @@ class Server:
             return
         try:
             host, port = stream.socket.getpeername()[:2]
-            transport = SocketTransport(stream, self.broker, f"{host}:{port}", self.alarm,
+            transport = SocketTransport(stream, self.broker, (host, port), self.alarm,
                                         self.drain_signal, self.admission)
         except Exception as error:   # e.g. the peer reset the socket before this ran
             self.admission.handshake_ended()

@@ -55,11 +55,12 @@ class DrainSignal:
 class SocketTransport:
     """Implements the core's Transport over a trio stream."""
 
-    def __init__(self, stream: trio.abc.Stream, broker, peer: str, alarm: ResourceAlarm,
-                 drain_signal: DrainSignal, admission: Admission):
+    def __init__(self, stream: trio.abc.Stream, broker, peer: tuple[str, int],
+                 alarm: ResourceAlarm, drain_signal: DrainSignal, admission: Admission):
         self.stream = stream
-        self.peer = peer
-        self.address = peer.rsplit(":", 1)[0]
+        self.address, port = peer   # the client's IP address and port
+        self.peer = (f"[{self.address}]:{port}" if ":" in self.address
+                     else f"{self.address}:{port}")
         self.admission = admission
         self._in_handshake = True     # counted by admission until Connection.Open
         self._refusal_delayed = False
@@ -68,7 +69,7 @@ class SocketTransport:
         self.drain_signal = drain_signal
         self._held_by_alarm = False
         self._started = False   # Connection.Start sent (after the protocol header)
-        self.connection = Connection(broker, self, peer)
+        self.connection = Connection(broker, self, self.peer, self.address)
         self.framer = self.connection.framer   # the bytes read go in here
         self.writable = True
         self.heartbeat = 0

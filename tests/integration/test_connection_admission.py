@@ -13,13 +13,22 @@ import time
 import pika
 import pika.exceptions
 import pytest
-from pamqp import commands
+from pamqp import commands, frame
 
 from broker_process import BrokerProcess
 from bystander import RunningBystander, assert_broker_serves
-from raw_amqp import PROTOCOL_HEADER, RawAmqpClient, connect
+from raw_amqp import (PROTOCOL_HEADER, RawAmqpClient, connect, plain_response,
+                      start_ok_frame)
 
 DEADLINE = 30.0   # the longest any single wait below may take on a loaded machine
+FLOOD = 100       # sockets past connection_max that handshake at once
+# Protocol header, Start-Ok, Tune-Ok and Open in one write, as a flood would send them.
+PIPELINED_HANDSHAKE = (
+    PROTOCOL_HEADER
+    + start_ok_frame("PLAIN", plain_response("guest", "guest"), {"capabilities": {}})
+    + frame.marshal(commands.Connection.TuneOk(channel_max=2047, frame_max=131072,
+                                               heartbeat=0), 0)
+    + frame.marshal(commands.Connection.Open(virtual_host="/"), 0))
 
 
 def _start(tmp_path, limits: str, command_prefix: tuple = ()) -> BrokerProcess:
@@ -68,6 +77,12 @@ def test_silent_socket_is_dropped_after_the_handshake_timeout(start_broker):
         silent = _socket(broker)
         stalled = _socket(broker)
         stalled.sendall(PROTOCOL_HEADER)     # gets Connection.Start, never answers it
+        with RawAmqpClient(broker.host, broker.port, timeout=DEADLINE) as tuned:
+            tuned.start_handshake()
+            tuned.send_start_ok()
+            tuned.tune = tuned.expect(commands.Connection.Tune, channel=0)
+            tuned.send_tune_ok(heartbeat=0)  # ... and never sends Connection.Open
+            assert tuned.read_until_closed() == []
         assert _wait_closed_by_broker(silent) == b""
         assert _wait_closed_by_broker(stalled).startswith(b"\x01\x00\x00")  # the Start
         silent.close()
@@ -127,20 +142,30 @@ def _wait_closed_or_start(sock: socket.socket) -> bool:
         return False
 
 
-def test_connections_past_connection_max_are_refused_with_530(start_broker):
-    broker = start_broker("connection_max = 3")
-    with RunningBystander(broker):           # the bystander holds one of the three
-        held = [pika.BlockingConnection(_params(broker)) for _ in range(2)]
-        with RawAmqpClient(broker.host, broker.port, timeout=DEADLINE) as client:
-            client.start_handshake()
-            client.send_start_ok()
-            client.tune = client.expect(commands.Connection.Tune, channel=0)
-            client.send_tune_ok()
-            client.send_method(0, commands.Connection.Open(virtual_host="/"))
-            close = client.wait_for_connection_close()
-        assert close.reply_code == 530
-        assert close.reply_text == ("NOT_ALLOWED - connection refused: node connection "
-                                    "limit (3) is reached")
+def test_a_flood_past_connection_max_is_refused_cleanly_while_clients_are_served(
+        start_broker):
+    """With connection_max = 4 held by the bystander and three clients, 100 sockets do
+    the whole handshake at once: each gets Connection.Close 530 at Connection.Open (as
+    RabbitMQ versions after 3.10 do, rabbitmq-server#7753; 3.10 stops accepting sockets
+    and leaves them unanswered) and, once it answers Close-Ok, its socket is closed. The
+    bystander works throughout, and a freed slot takes a new client (its final check)."""
+    broker = start_broker("connection_max = 4")
+    with RunningBystander(broker):
+        held = [pika.BlockingConnection(_params(broker)) for _ in range(3)]
+        flood = [RawAmqpClient(broker.host, broker.port, timeout=DEADLINE)
+                 for _ in range(FLOOD)]
+        try:
+            for client in flood:
+                client.send_raw(PIPELINED_HANDSHAKE)
+            for client in flood:
+                close = client.wait_for_connection_close()       # answers Close-Ok
+                assert (close.reply_code, close.reply_text, close.class_id,
+                        close.method_id) == (530, "NOT_ALLOWED - connection refused: "
+                                             "node connection limit (4) is reached", 10, 40)
+                assert client.read_until_closed() == []
+        finally:
+            for client in flood:
+                client.close()
         held.pop().close()                   # the bystander's final check needs a slot
     for connection in held:
         connection.close()

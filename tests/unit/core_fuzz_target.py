@@ -117,7 +117,7 @@ def run_session(stream: bytes, cuts: list, broker: Broker | None = None) -> Fail
 def _run(stream: bytes, cuts: list, broker: Broker) -> Failure | None:
     clock = broker.scheduler.clock
     transport = RecordingTransport()
-    connection = Connection(broker, transport, "fuzz")
+    connection = Connection(broker, transport, "fuzz", "127.0.0.1")
     failure = _feed(stream, cuts, connection, transport)
     if failure is None:
         failure = _guarded("core", connection.input_ended)

@@ -80,7 +80,7 @@ class Client:
         self.broker = broker or Broker()
         self.reads = reads      # when given, the reads each batch started run after it
         self.transport = RecordingTransport()
-        self.connection = Connection(self.broker, self.transport, "test")
+        self.connection = Connection(self.broker, self.transport, "test", "127.0.0.1")
         self.connection.start()
         caps = {"consumer_cancel_notify": True} if capabilities is None else capabilities
         self.method(0, commands.Connection.StartOk(

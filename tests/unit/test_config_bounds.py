@@ -14,6 +14,9 @@ def settings_from(tmp_path, text: str):
 def test_defaults_are_rabbitmqs(tmp_path):
     settings = settings_from(tmp_path, "")
     assert settings.limits.max_message_size == 128 * 1024 * 1024
+    limits = settings.limits
+    assert (limits.channel_max, limits.frame_max, limits.handshake_timeout) == (
+        2047, 131072, 10.0)
     assert settings.alarms.memory_high_watermark_absolute is None
 
 

@@ -12,7 +12,7 @@ from core_harness import Client, RecordingTransport, close_code, kinds
 def negotiate(broker, response="\0guest\0guest", capabilities=None, vhost="/",
               tune=(2047, 131072, 0)):
     transport = RecordingTransport()
-    connection = Connection(broker, transport, "test")
+    connection = Connection(broker, transport, "test", "127.0.0.1")
     connection.start()
     replies = [transport.methods()]
     caps = capabilities if capabilities is not None else {}
@@ -102,20 +102,27 @@ def test_method_on_unopened_channel_is_504():
     assert close_code(client.method(3, commands.Queue.Declare(queue="x"))) == 504
 
 
-def test_every_channel_number_up_to_channel_max_opens():
+def test_channel_max_channels_open_and_one_more_is_530():
     client = Client()                # negotiated channel_max=100
     for number in range(1, 101):
         client.open_channel(number)
-    assert close_code(client.method(101, commands.Channel.Open())) == 530
+    (_, close), = client.method(101, commands.Channel.Open())
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        530, "NOT_ALLOWED - number of channels opened (100) has reached the negotiated "
+             "channel_max (100)", 0, 0)
 
 
-def test_channel_numbers_above_channel_max_are_refused_with_530():
-    """AMQP 0-9-1: usable channel numbers are 1..channel-max (RabbitMQ 3.10 only limits
-    how many are open; Warren also refuses the numbers, as the spec says)."""
-    client = Client()
-    reply = client.method(5000, commands.Channel.Open())
-    assert close_code(reply) == 530
-    assert "channel_max" in reply[-1][1].reply_text
+def test_channel_max_limits_how_many_channels_are_open_not_their_numbers():
+    """As RabbitMQ 3.10: any channel number opens while fewer than channel_max channels
+    are open or closing (closed by the broker, Close-Ok not yet received)."""
+    client = Client()                # negotiated channel_max=100
+    for number in [5000, 65535, *range(1, 99)]:
+        client.open_channel(number)
+    client.method(5000, commands.Queue.Declare(queue="missing", passive=True))   # 404
+    client.method(5000, commands.Channel.CloseOk())
+    client.open_channel(4000)                       # 5000 no longer counts
+    client.method(4000, commands.Queue.Declare(queue="missing", passive=True))   # 404
+    assert close_code(client.method(200, commands.Channel.Open())) == 530
 
 
 def test_capabilities_that_are_not_a_table_count_as_none():

@@ -137,7 +137,7 @@ def _server_side_transport(server_socket, broker):
     alarm = ResourceAlarm(AlarmLimits(), ".", lambda raised: None,
                           read_memory=lambda: 0, read_disk=lambda path: 1 << 40)
     return SocketTransport(trio.SocketStream(trio.socket.from_stdlib_socket(server_socket)),
-                           broker, "127.0.0.1:1", alarm, DrainSignal(),
+                           broker, ("127.0.0.1", 1), alarm, DrainSignal(),
                            Admission(10, trio.current_time))
 
 

@@ -35,7 +35,7 @@ def _frame_sizes(data: bytes) -> list[int]:
 def _tuned_connection(frame_max: int, server_frame_max: int = 131072) -> Connection:
     """A connection negotiated up to Connection.Open with the client's frame_max."""
     broker = Broker(BrokerConfig(frame_max=server_frame_max))
-    connection = Connection(broker, RecordingTransport(), "test")
+    connection = Connection(broker, RecordingTransport(), "test", "127.0.0.1")
     connection.framer.feed(PROTOCOL_HEADER)
     connection.start()
     for method in (commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
