@@ -20,6 +20,9 @@ from raw_amqp import CloseInfo, RawAmqpClient
 # How long a broker may take to count a closed connection or channel out (RabbitMQ
 # tracks them asynchronously; Warren at once).
 RELEASE_DEADLINE = 10.0
+# Deadline of each read: Warren answers a refused login after a delay that grows up to
+# 5 s with repeated failures from one address.
+READ_DEADLINE = 15.0
 
 
 @dataclass
@@ -67,14 +70,16 @@ class OpenRefused(Exception):
 
 def open_as(broker, user: str, password: str, vhost: str) -> RawAmqpClient:
     """A raw connection through Connection.OpenOk; OpenRefused carries the refusal."""
-    client = RawAmqpClient(broker.host, broker.port)
+    client = RawAmqpClient(broker.host, broker.port, READ_DEADLINE)
     try:
         client.start_handshake()
         client.send_start_ok(user, password)
-        client.tune = client.expect(commands.Connection.Tune, channel=0)
-        client.send_tune_ok(heartbeat=0)
-        client.send_method(0, commands.Connection.Open(virtual_host=vhost))
-        reply = client.read_frame_skip_heartbeats()
+        reply = client.read_frame_skip_heartbeats()     # Tune, or a refused login
+        if isinstance(reply.value, commands.Connection.Tune):
+            client.tune = reply.value
+            client.send_tune_ok(heartbeat=0)
+            client.send_method(0, commands.Connection.Open(virtual_host=vhost))
+            reply = client.read_frame_skip_heartbeats()
     except BaseException:
         client.close()
         raise
@@ -83,7 +88,7 @@ def open_as(broker, user: str, password: str, vhost: str) -> RawAmqpClient:
     client.close()
     close = reply.value
     if not isinstance(close, commands.Connection.Close):
-        raise AssertionError(f"expected OpenOk or Close, got {reply!r}")
+        raise AssertionError(f"expected Tune, OpenOk or Close, got {reply!r}")
     raise OpenRefused(CloseInfo(reply.channel, close.reply_code, close.reply_text,
                                 close.class_id, close.method_id))
 
