@@ -214,6 +214,9 @@ def _hashed(password: str | None, password_hash: str | None) -> tuple[str, str]:
 def _tags(tags) -> tuple[str, ...]:
     if isinstance(tags, str):   # RabbitMQ's API takes "a,b" as well as a list
         tags = [tag.strip() for tag in tags.split(",")]
+    if not isinstance(tags, (list, tuple)) or not all(isinstance(tag, str) for tag in tags):
+        raise AdminError(f"tags must be a list of strings or one string of "
+                         f"comma-separated tags, not {tags!r}")
     return tuple(tag for tag in tags if tag)
 
 

@@ -125,6 +125,13 @@ def test_tags_are_any_strings_and_replace_the_old_ones(broker, admin):
         algorithm=broker.access.users["alice"].algorithm, tags=())
 
 
+@pytest.mark.parametrize("tags", [[1], 5, {"a": 1}, None])
+def test_tags_that_are_not_strings_are_refused(broker, admin, tags):
+    refused(broker, lambda: admin.set_user_tags("alice", tags), "tags must be a list")
+    refused(broker, lambda: admin.add_user("bob", password="pw", tags=tags),
+            "tags must be a list")
+
+
 # -- vhosts --------------------------------------------------------------------------
 
 def test_a_duplicate_or_nameless_vhost_is_refused(broker, admin):
