@@ -1,7 +1,7 @@
 """Operator actions on a running broker: users, vhosts, permissions, topic
-permissions and limits. Each changes the live broker at once (a new user can log in, a permission
-applies to the next operation of open connections) and records its journal entry, so
-the change is in the metadata store after the next commit. The control socket
+permissions and limits. Each changes the live broker at once (a new user can log in, a
+permission applies to the next operation of open connections) and records its journal
+entry, so the change is in the metadata store after the next commit. The control socket
 (broker/server/control.py) calls these; so will the management API and CLI.
 
 Every method raises AdminError, naming what is wrong, for a request it cannot carry out
