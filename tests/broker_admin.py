@@ -1,5 +1,5 @@
 """Admin operations on a running broker for tests: users, vhosts, permissions, topic
-permissions (and, as they come, policies and limits), with the same methods for Warren
+permissions, limits (and, as they come, policies), with the same methods for Warren
 (its control socket, broker/server/control.py) and for RabbitMQ (`rabbitmqctl`), so a
 differential test sets up both brokers the same way.
 
@@ -73,6 +73,18 @@ class WarrenAdmin:
                                 exchange: str | None = None) -> None:
         self.call("clear_topic_permissions", user=user, vhost=vhost, exchange=exchange)
 
+    def set_vhost_limits(self, vhost: str, limits: dict) -> None:
+        self.call("set_vhost_limits", vhost=vhost, limits=limits)
+
+    def clear_vhost_limits(self, vhost: str) -> None:
+        self.call("clear_vhost_limits", vhost=vhost)
+
+    def set_user_limits(self, user: str, limits: dict) -> None:
+        self.call("set_user_limits", user=user, limits=limits)
+
+    def clear_user_limits(self, user: str, limit: str = "all") -> None:
+        self.call("clear_user_limits", user=user, limit=limit)
+
 
 class RabbitAdmin:
     """Runs `rabbitmqctl` against the local RabbitMQ node (RABBITMQ_NODENAME, or the
@@ -124,3 +136,15 @@ class RabbitAdmin:
                                 exchange: str | None = None) -> None:
         self.call("clear_topic_permissions", "-p", vhost, user,
                   *([exchange] if exchange is not None else []))
+
+    def set_vhost_limits(self, vhost: str, limits: dict) -> None:
+        self.call("set_vhost_limits", "-p", vhost, json.dumps(limits))
+
+    def clear_vhost_limits(self, vhost: str) -> None:
+        self.call("clear_vhost_limits", "-p", vhost)
+
+    def set_user_limits(self, user: str, limits: dict) -> None:
+        self.call("set_user_limits", user, json.dumps(limits))
+
+    def clear_user_limits(self, user: str, limit: str = "all") -> None:
+        self.call("clear_user_limits", user, limit)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from .passwords import SHA256_ALGORITHM, hash_password, verify_password
 
 ACCESS_KINDS = ("configure", "write", "read")
+# The tag that lets a user publish messages whose user_id names another user.
+IMPERSONATOR = "impersonator"
 
 
 @dataclass(frozen=True)

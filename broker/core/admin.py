@@ -1,7 +1,7 @@
-"""Operator actions on a running broker: users, vhosts, permissions and topic
-permissions. Each changes the live broker at once (a new user can log in, a permission
-applies to the next operation of open connections) and records its journal entry, so
-the change is in the metadata store after the next commit. The control socket
+"""Operator actions on a running broker: users, vhosts, permissions, topic
+permissions and limits. Each changes the live broker at once (a new user can log in, a
+permission applies to the next operation of open connections) and records its journal
+entry, so the change is in the metadata store after the next commit. The control socket
 (broker/server/control.py) calls these; so will the management API and CLI.
 
 Every method raises AdminError, naming what is wrong, for a request it cannot carry out
@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING
 from amqp_codec.reply_codes import ReplyCode
 
 from .access_control import ACCESS_KINDS, TopicPermission, User, compile_pattern
+from .limits import USER_LIMITS, VHOST_LIMITS
 from .passwords import SHA256_ALGORITHM, hash_password
 from .ports import (DeletePermissions, DeleteTopicPermissions, DeleteUser, DeleteVhost,
-                    SavePermissions, SaveTopicPermissions, SaveUser, SaveVhost)
+                    SavePermissions, SaveTopicPermissions, SaveUser, SaveUserLimits,
+                    SaveVhost, SaveVhostLimits)
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -62,6 +64,7 @@ class Administration:
         """Delete the user; its open connections are closed, as RabbitMQ closes them."""
         self._user(name)
         self.broker.access.remove_user(name)
+        self.broker.limits.set_user_limits(name, {})
         self._record(DeleteUser(name=name))
         self._close_connections(lambda connection: connection.user == name,
                                 f"user '{name}' is deleted")
@@ -97,6 +100,7 @@ class Administration:
             vhost.delete_queue(queue)
         del self.broker.vhosts[name]
         self.broker.access.forget_vhost(name)
+        self.broker.limits.set_vhost_limits(name, {})
         self._record(DeleteVhost(name=name))
 
     def _vhost(self, name: str):
@@ -141,6 +145,40 @@ class Administration:
         self.broker.access.clear_topic_permissions(user, vhost, exchange)
         self._record(DeleteTopicPermissions(user=user, vhost=vhost, exchange=exchange))
 
+    # -- limits --------------------------------------------------------------------
+
+    def set_vhost_limits(self, vhost: str, limits: dict) -> None:
+        """Replace the vhost's limits, as `rabbitmqctl set_vhost_limits` does: e.g.
+        {"max-connections": 10, "max-queues": 100}; a negative value is no limit, 0
+        allows nothing new, {} clears them."""
+        self._vhost(vhost)
+        limits = _checked_limits("vhost", limits, VHOST_LIMITS)
+        self.broker.limits.set_vhost_limits(vhost, limits)
+        self._record(SaveVhostLimits(vhost=vhost, limits=limits))
+
+    def clear_vhost_limits(self, vhost: str) -> None:
+        self.set_vhost_limits(vhost, {})
+
+    def set_user_limits(self, user: str, limits: dict) -> None:
+        """Set some of the user's limits ("max-connections", "max-channels"), keeping
+        the others, as `rabbitmqctl set_user_limits` does; values as for vhosts."""
+        self._user(user)
+        limits = _checked_limits("user", limits, USER_LIMITS)
+        self._save_user_limits(user, {**self.broker.limits.users.get(user, {}), **limits})
+
+    def clear_user_limits(self, user: str, limit: str = "all") -> None:
+        """Clear one of the user's limits, or "all" of them (as in RabbitMQ, a name that
+        is not set changes nothing)."""
+        self._user(user)
+        kept = {} if limit == "all" else {
+            key: value for key, value in self.broker.limits.users.get(user, {}).items()
+            if key != limit}
+        self._save_user_limits(user, kept)
+
+    def _save_user_limits(self, user: str, limits: dict) -> None:
+        self.broker.limits.set_user_limits(user, limits)
+        self._record(SaveUserLimits(user=user, limits=limits))
+
     # -- shared --------------------------------------------------------------------
 
     def _record(self, entry) -> None:
@@ -176,7 +214,25 @@ def _hashed(password: str | None, password_hash: str | None) -> tuple[str, str]:
 def _tags(tags) -> tuple[str, ...]:
     if isinstance(tags, str):   # RabbitMQ's API takes "a,b" as well as a list
         tags = [tag.strip() for tag in tags.split(",")]
+    if not isinstance(tags, (list, tuple)) or not all(isinstance(tag, str) for tag in tags):
+        raise AdminError(f"tags must be a list of strings or one string of "
+                         f"comma-separated tags, not {tags!r}")
     return tuple(tag for tag in tags if tag)
+
+
+def _checked_limits(owner: str, limits, known: tuple[str, ...]) -> dict[str, int]:
+    """The limits, if every key is a known limit and every value an integer."""
+    if not isinstance(limits, dict):
+        raise AdminError(f"{owner} limits must be a JSON object such as "
+                         f'{{"{known[0]}": 10}}, not {limits!r}')
+    for key, value in limits.items():
+        if key not in known:
+            raise AdminError(f"unknown {owner} limit {key!r}: {owner} limits are "
+                             f"{' and '.join(known)}")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise AdminError(f"{owner} limit {key} must be an integer (negative: no "
+                             f"limit, 0: nothing new allowed), not {value!r}")
+    return dict(limits)
 
 
 def _check_pattern(access: str, pattern: str) -> None:

@@ -10,6 +10,7 @@ from amqp_codec.decoder import MAX_BODY_SIZE
 
 from .access_control import AccessControl
 from .direct_reply import DirectReplies
+from .limits import Limits
 from .persistence import Persistence
 from .scheduler import Scheduler
 from .vhost import VirtualHost
@@ -59,6 +60,7 @@ class Broker:
         self.loopback_users = frozenset(loopback_users)
         self.scheduler = Scheduler(clock)
         self.persistence = persistence or Persistence()
+        self.limits = Limits()   # per-vhost and per-user (broker/core/admin.py sets them)
         self.vhosts: dict[str, VirtualHost] = {}
         self.add_vhost("/")
         self.access = AccessControl()   # the metadata store's users replace guest
@@ -70,7 +72,8 @@ class Broker:
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = self.vhosts.get(name)
         if vhost is None:
-            vhost = self.vhosts[name] = VirtualHost(name, self.scheduler, self.persistence)
+            vhost = self.vhosts[name] = VirtualHost(name, self.scheduler, self.persistence,
+                                                       self.limits)
         return vhost
 
     def server_properties(self) -> dict:
@@ -86,6 +89,15 @@ class Broker:
 
     def connection_opened(self, connection: "Connection") -> None:
         self.connections.add(connection)
+        self.limits.connection_opened(connection.user, _vhost_name(connection))
 
     def connection_closed(self, connection: "Connection") -> None:
-        self.connections.discard(connection)
+        """An opened connection is gone (called again, or for one never opened: no-op)."""
+        if connection in self.connections:
+            self.connections.remove(connection)
+            self.limits.connection_closed(connection.user, _vhost_name(connection))
+
+
+def _vhost_name(connection: "Connection") -> str:
+    assert connection.vhost is not None, "only connections opened on a vhost are counted"
+    return connection.vhost.name

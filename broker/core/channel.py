@@ -9,6 +9,7 @@ from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER,
                                  CHANNEL_FLOW)
 
+from .access_control import IMPERSONATOR
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
@@ -151,12 +152,14 @@ class Channel:
         return message
 
     def _check_user_id(self, message: Message) -> None:
-        """RabbitMQ's validated user id: user_id, when set, must be the login user."""
+        """RabbitMQ's validated user id: user_id, when set, must be the login user,
+        unless the user had the impersonator tag when it logged in."""
         user_id = message.decoded_properties.user_id
-        if user_id != self.connection.user:
+        connection = self.connection
+        if user_id != connection.user and IMPERSONATOR not in connection.user_tags:
             raise precondition_failed(   # (a user_id that is not UTF-8 shows as '?')
                 f"user_id property set to '{user_id}' but authenticated user was "
-                f"'{self.connection.user}'")
+                f"'{connection.user}'")
 
     @staticmethod
     def _check_expiration(message: Message) -> None:

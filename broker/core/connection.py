@@ -61,6 +61,7 @@ class Connection:
         self.state = "awaiting-start-ok"
         self.login_refused = False   # the server slows down the refusal it sends
         self.user = ""
+        self.user_tags: tuple[str, ...] = ()   # as at login, as RabbitMQ keeps them
         self.vhost: VirtualHost | None = None
         self.client_properties: dict = {}
         self.capabilities: dict = {}
@@ -265,7 +266,7 @@ class Connection:
                      self.peer, channel.number, reason)
             del self.channels[channel.number]
             self.closing_channels.add(channel.number)
-            channel.shutdown()
+            self._shut_down(channel)
         if held:
             return True
         if self._close_when_released:
@@ -377,7 +378,7 @@ class Connection:
 
     def _release_resources(self) -> None:
         for channel in self.channels.values():
-            channel.shutdown()
+            self._shut_down(channel)
         self.channels.clear()
         for queue in list(self.exclusive_queues.values()):
             if not queue.deleted:
@@ -417,7 +418,8 @@ class Connection:
             self.state = "closed"   # RabbitMQ closes the socket without a frame
             self._close_transport()
             return
-        if self.broker.access.authenticate(user, password) is None:
+        account = self.broker.access.authenticate(user, password)
+        if account is None:
             self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
             log.debug("event=login_refused peer=%s user=%r", self.peer, user)
             return
@@ -429,6 +431,7 @@ class Connection:
                         "another user, or change loopback_users")
             return
         self.user = user
+        self.user_tags = account.tags
         self.state = "awaiting-tune-ok"
         config = self.broker.config
         self.send_method(0, commands.Connection.Tune(
@@ -464,11 +467,18 @@ class Connection:
         self.transport.tuned(method.heartbeat)
 
     def _open(self, method) -> None:
-        vhost = self.broker.vhosts.get(method.virtual_host)
-        if vhost is None or not self.broker.access.may_open(self.user, method.virtual_host):
+        """RabbitMQ's order: the vhost exists, its connection limit, the user's
+        connection limit, then the user's access to the vhost."""
+        name = method.virtual_host
+        vhost = self.broker.vhosts.get(name)
+        if vhost is None:
+            raise ConnectionFailure(ReplyCode.NOT_ALLOWED, f"vhost {name} not found",
+                                    *CONNECTION_OPEN)
+        self.broker.limits.check_connection(self.user, name)
+        if not self.broker.access.may_open(self.user, name):
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
-                f"access to vhost '{method.virtual_host}' refused for user '{self.user}'",
+                f"access to vhost '{name}' refused for user '{self.user}'",
                 *CONNECTION_OPEN)
         limit = self.broker.config.connection_max
         if limit and len(self.broker.connections) >= limit:
@@ -520,7 +530,7 @@ class Connection:
                     error.class_id, error.method_id = _ids(method)
                 raise
         elif isinstance(method, commands.Channel.Close):
-            channel.shutdown()
+            self._shut_down(channel)
             del self.channels[number]
             channel.send(commands.Channel.CloseOk())
         elif isinstance(method, commands.Channel.Open):
@@ -564,9 +574,18 @@ class Connection:
         if not isinstance(method, commands.Channel.Open):
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
                                     *_ids(method))
+        limits = self.broker.limits
+        limits.check_channel(self.user)
         channel = Channel(self, number)
         self.channels[number] = channel
+        limits.channel_opened(self.user)
         channel.send(commands.Channel.OpenOk())
+
+    def _shut_down(self, channel: Channel) -> None:
+        """A channel is gone from `channels`: it no longer counts against the user's
+        channel limit, and it gives back what it held."""
+        self.broker.limits.channel_closed(self.user)
+        channel.shutdown()
 
     def _closing_channel_method(self, number: int, method) -> None:
         """After our Channel.Close only Close/CloseOk matter (AMQP 0-9-1 §2.3.5.2)."""
@@ -599,7 +618,7 @@ class Connection:
     def _close_channel(self, number: int, error: ChannelError) -> None:
         channel = self.channels.pop(number, None)
         if channel is not None:
-            channel.shutdown()
+            self._shut_down(channel)
         self.closing_channels.add(number)
         self.send_method(number, commands.Channel.Close(
             reply_code=error.reply_code, reply_text=fit_reply_text(error.reply_text),

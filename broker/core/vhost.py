@@ -11,6 +11,7 @@ from .errors import (ConnectionFailure, access_refused, not_found, precondition_
 from .message_store import MEMORY_STORE
 
 from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
+from .limits import Limits
 from .message import Message
 from .queue import Queue
 from .queue_base import QueueBase
@@ -43,10 +44,11 @@ class VirtualHost:
     """Exchanges and queues of one vhost, with the checks RabbitMQ applies to them."""
 
     def __init__(self, name: str, scheduler: Scheduler,
-                 persistence: Persistence | None = None):
+                 persistence: Persistence | None = None, limits: Limits | None = None):
         self.name = name
         self.scheduler = scheduler
         self.persistence = persistence or Persistence()
+        self.limits = limits or Limits()   # the broker's: max-queues is checked here
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueBase] = {}
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
@@ -183,6 +185,8 @@ class VirtualHost:
         elif name.startswith("amq."):
             raise access_refused(
                 f"queue name '{name}' contains reserved prefix 'amq.*'")
+        if name not in self.queues:   # RabbitMQ checks the limit before the arguments
+            self.limits.check_new_queue(self.name, name, len(self.queues))
         arguments = arguments or {}
         validate_queue_arguments(arguments, name, self.name)
         stream = is_stream(arguments)

@@ -14,6 +14,8 @@ anything to the broker.
 import json
 import logging
 import os
+import types
+import typing
 
 import trio
 
@@ -91,6 +93,11 @@ class ControlSocket:
         method = _operation(self.admin, operation)
         if method is None:
             return _refused(f"unknown operation {operation!r}")
+        if not isinstance(arguments, dict):
+            return _refused(f'"args" of {operation} must be a JSON object')
+        mistyped = _mistyped_argument(method, arguments)
+        if mistyped:
+            return _refused(f"bad arguments for {operation}: {mistyped}")
         try:
             method(**arguments)
         except AdminError as error:
@@ -110,6 +117,39 @@ def _operation(admin: Administration, name: object):
         return None
     method = getattr(admin, name, None)
     return method if callable(method) else None
+
+
+def _mistyped_argument(method, arguments: dict) -> str | None:
+    """What is wrong with the first argument whose JSON type the method's annotation
+    does not accept (a number for a name, an array for limits...), checked before the
+    method runs so that it never sees one."""
+    hints = typing.get_type_hints(method)
+    for name, value in arguments.items():
+        hint = hints.get(name)
+        if hint is None:
+            continue
+        accepted = _accepted_types(hint)
+        if not isinstance(value, accepted) or (isinstance(value, bool)
+                                               and bool not in accepted):
+            names = " or ".join(_JSON_NAMES.get(kind, kind.__name__) for kind in accepted)
+            return f"{name!r} must be {names}, not {_json_name(value)}"
+    return None
+
+
+def _accepted_types(hint) -> tuple[type, ...]:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return tuple(kind for part in typing.get_args(hint)
+                     for kind in _accepted_types(part))
+    kind = typing.get_origin(hint) or hint
+    return (kind,) if isinstance(kind, type) else (object,)
+
+
+_JSON_NAMES = {str: "a string", int: "an integer", dict: "an object", list: "an array",
+               bool: "true or false", type(None): "null"}
+
+
+def _json_name(value) -> str:
+    return _JSON_NAMES.get(type(value), type(value).__name__)
 
 
 def _refused(error: str) -> dict:

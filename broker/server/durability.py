@@ -151,9 +151,10 @@ class DurableStorage:
     # -- start-up and shutdown --------------------------------------------------------
 
     def restore(self, broker: Broker) -> None:
-        """Load users, vhosts, durable exchanges, queues (with their messages) and
-        bindings into a fresh broker."""
+        """Load users, vhosts, limits, durable exchanges, queues (with their messages)
+        and bindings into a fresh broker."""
         self._restore_access(broker)
+        self._restore_limits(broker)
         known_stores = set()
         for vhost_record in self.metadata.list_vhosts():
             vhost = broker.add_vhost(vhost_record.name)
@@ -181,6 +182,12 @@ class DurableStorage:
         for topic in metadata.list_topic_permissions():
             access.set_topic_permission(topic.user, topic.vhost, TopicPermission(
                 topic.exchange, topic.write, topic.read))
+
+    def _restore_limits(self, broker: Broker) -> None:
+        for record in self.metadata.list_vhost_limits():
+            broker.limits.set_vhost_limits(record.owner, record.limits)
+        for record in self.metadata.list_user_limits():
+            broker.limits.set_user_limits(record.owner, record.limits)
 
     def _restore_queue(self, vhost, record) -> None:
         directory = os.path.join(self.queues_dir, record.id)

@@ -1,0 +1,139 @@
+"""A fresh vhost and user per test, for the differential tests of users, tags and limits:
+made through the broker's admin operations (Warren's control socket, or rabbitmqctl
+when WARREN_TEST_BROKER names RabbitMQ), the user with full permissions on the vhost,
+and deleted afterwards, so tests sharing a broker never see each other's users, vhosts
+or limits. Also raw AMQP connections as a given user, to read the exact Connection.Close
+(code, text, class and method) a refusal carries.
+"""
+
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from pamqp import commands
+
+from broker_admin import AdminRefused
+from raw_amqp import CloseInfo, RawAmqpClient
+
+# How long a broker may take to count a closed connection or channel out (RabbitMQ
+# tracks them asynchronously; Warren at once).
+RELEASE_DEADLINE = 10.0
+# Deadline of each read: Warren answers a refused login after a delay that grows up to
+# 5 s with repeated failures from one address.
+READ_DEADLINE = 15.0
+
+
+@dataclass
+class Tenant:
+    admin: object       # WarrenAdmin or RabbitAdmin (tests/broker_admin.py)
+    vhost: str
+    user: str
+    password: str
+
+
+@contextmanager
+def fresh_tenant(broker, prefix: str = "t") -> Iterator[Tenant]:
+    """A new vhost and a new user with full permissions on it, deleted on exit."""
+    admin = broker.admin()
+    suffix = uuid.uuid4().hex[:12]
+    tenant = Tenant(admin, f"{prefix}-vhost-{suffix}", f"{prefix}-user-{suffix}",
+                    uuid.uuid4().hex)
+    admin.add_vhost(tenant.vhost)
+    try:
+        admin.add_user(tenant.user, tenant.password)
+        try:
+            admin.set_permissions(tenant.user, tenant.vhost, ".*", ".*", ".*")
+            yield tenant
+        finally:
+            _quietly(admin.delete_user, tenant.user)
+    finally:
+        _quietly(admin.delete_vhost, tenant.vhost)
+
+
+def _quietly(operation, name: str) -> None:
+    """Deletes what the test may have deleted itself already."""
+    try:
+        operation(name)
+    except AdminRefused:
+        pass
+
+
+class OpenRefused(Exception):
+    """Connection.Open was answered with Connection.Close."""
+
+    def __init__(self, close: CloseInfo):
+        super().__init__(f"{close.reply_code} {close.reply_text}")
+        self.close = close
+
+
+def open_as(broker, user: str, password: str, vhost: str) -> RawAmqpClient:
+    """A raw connection through Connection.OpenOk; OpenRefused carries the refusal."""
+    client = RawAmqpClient(broker.host, broker.port, READ_DEADLINE)
+    try:
+        client.start_handshake()
+        client.send_start_ok(user, password)
+        reply = client.read_frame_skip_heartbeats()     # Tune, or a refused login
+        if isinstance(reply.value, commands.Connection.Tune):
+            client.tune = reply.value
+            client.send_tune_ok(heartbeat=0)
+            client.send_method(0, commands.Connection.Open(virtual_host=vhost))
+            reply = client.read_frame_skip_heartbeats()
+    except BaseException:
+        client.close()
+        raise
+    if isinstance(reply.value, commands.Connection.OpenOk):
+        return client
+    client.close()
+    close = reply.value
+    if not isinstance(close, commands.Connection.Close):
+        raise AssertionError(f"expected Tune, OpenOk or Close, got {reply!r}")
+    raise OpenRefused(CloseInfo(reply.channel, close.reply_code, close.reply_text,
+                                close.class_id, close.method_id))
+
+
+def open_tenant(broker, tenant: Tenant) -> RawAmqpClient:
+    return open_as(broker, tenant.user, tenant.password, tenant.vhost)
+
+
+def refusal_of_open(broker, user: str, password: str, vhost: str) -> CloseInfo:
+    """The Connection.Close that answers Connection.Open (fails when it opens)."""
+    try:
+        client = open_as(broker, user, password, vhost)
+    except OpenRefused as refused:
+        return refused.close
+    client.close()
+    raise AssertionError(f"user {user!r} could open vhost {vhost!r}")
+
+
+def opens_in_time(broker, user: str, password: str, vhost: str) -> RawAmqpClient:
+    """Open once the broker has counted closed connections out (see RELEASE_DEADLINE)."""
+    deadline = time.monotonic() + RELEASE_DEADLINE
+    while True:
+        try:
+            return open_as(broker, user, password, vhost)
+        except OpenRefused:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.02)   # poll interval while the broker catches up
+
+
+def close_connection(client: RawAmqpClient) -> None:
+    """Connection.Close, and wait for Connection.CloseOk."""
+    client.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye",
+                                                    class_id=0, method_id=0))
+    client.expect(commands.Connection.CloseOk, channel=0)
+    client.close()
+
+
+def reply_to(client: RawAmqpClient, channel: int, method):
+    """Send `method` and return the next frame's method (a reply, or a Close)."""
+    client.send_method(channel, method)
+    return client.read_frame_skip_heartbeats().value
+
+
+def reopen_after_close(client: RawAmqpClient, channel: int) -> None:
+    """Answer the broker's Channel.Close and open the channel again."""
+    client.send_method(channel, commands.Channel.CloseOk())
+    client.open_channel(channel)

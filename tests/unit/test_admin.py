@@ -1,0 +1,223 @@
+"""The admin operations (broker/core/admin.py) refuse what cannot be carried out, with an
+AdminError that names the problem, and then change nothing: neither the live broker nor
+the journal (nothing is recorded for the metadata store)."""
+
+import base64
+import hashlib
+
+import pytest
+
+from broker.core.admin import AdminError, Administration
+from broker.core.broker import Broker
+from broker.core.ports import SaveUser, SaveUserLimits, SaveVhostLimits
+
+SALT = b"salt"
+# The hash of "secret" in RabbitMQ's format: base64(salt + sha256(salt + password)).
+SECRET_HASH = base64.b64encode(SALT + hashlib.sha256(SALT + b"secret").digest()).decode()
+
+
+@pytest.fixture
+def broker():
+    broker = Broker()
+    admin = Administration(broker)
+    admin.add_user("alice", password="pw", tags=["monitoring"])
+    admin.add_vhost("v")
+    admin.set_permissions("alice", "v", "^a", "^b", "^c")
+    broker.persistence.take_pending()     # the set-up is not what the tests check
+    return broker
+
+
+@pytest.fixture
+def admin(broker):
+    return Administration(broker)
+
+
+def refused(broker: Broker, action, *words: str) -> str:
+    """Run `action`, which must raise AdminError naming `words`, and check that the
+    users, vhosts, permissions and limits and the journal are as they were."""
+    before = snapshot(broker)
+    writes = broker.persistence.writes
+    with pytest.raises(AdminError) as info:
+        action()
+    text = str(info.value)
+    for word in words:
+        assert word in text, text
+    assert snapshot(broker) == before
+    assert broker.persistence.writes == writes
+    return text
+
+
+def last_recorded(broker: Broker):
+    """The latest journal entry recorded (the journal is emptied)."""
+    changes, _stores, _writes = broker.persistence.take_pending()
+    return changes[-1]
+
+
+def snapshot(broker: Broker) -> tuple:
+    access = broker.access
+    return (dict(access.users), set(broker.vhosts),
+            {key: (p.configure, p.write, p.read) for key, p in access.permissions.items()},
+            {key: dict(value) for key, value in access.topic_permissions.items()},
+            dict(broker.limits.vhosts), dict(broker.limits.users))
+
+
+# -- users ---------------------------------------------------------------------------
+
+def test_a_duplicate_user_is_refused_and_keeps_its_password(broker, admin):
+    refused(broker, lambda: admin.add_user("alice", password="other"), "alice",
+            "already exists")
+    assert broker.access.authenticate("alice", "pw") is not None
+
+
+def test_a_user_needs_a_name(broker, admin):
+    refused(broker, lambda: admin.add_user("", password="pw"), "non-empty name")
+
+
+def test_a_password_and_a_hash_together_are_refused(broker, admin):
+    refused(broker, lambda: admin.add_user("bob", password="pw", password_hash=SECRET_HASH),
+            "not both")
+
+
+@pytest.mark.parametrize("bad_hash, words", [
+    ("not base64!", ("not base64",)),
+    (base64.b64encode(b"too short").decode(), ("9 bytes", "36")),
+])
+def test_a_hash_not_in_rabbitmqs_format_is_refused(broker, admin, bad_hash, words):
+    refused(broker, lambda: admin.add_user("bob", password_hash=bad_hash), *words)
+
+
+def test_a_hash_in_rabbitmqs_format_logs_in_with_its_password(broker, admin):
+    admin.add_user("bob", password_hash=SECRET_HASH)
+    assert broker.access.authenticate("bob", "secret") is not None
+    assert broker.access.authenticate("bob", "other") is None
+
+
+def test_a_user_without_password_cannot_log_in_with_one(broker, admin):
+    admin.add_user("bob")
+    assert broker.access.authenticate("bob", "") is None
+
+
+@pytest.mark.parametrize("operation", [
+    lambda admin: admin.change_password("nobody", "pw"),
+    lambda admin: admin.clear_password("nobody"),
+    lambda admin: admin.set_user_tags("nobody", ["administrator"]),
+    lambda admin: admin.delete_user("nobody"),
+    lambda admin: admin.set_permissions("nobody", "v", ".*", ".*", ".*"),
+    lambda admin: admin.clear_permissions("nobody", "v"),
+    lambda admin: admin.set_topic_permissions("nobody", "v", "amq.topic", ".*", ".*"),
+    lambda admin: admin.clear_topic_permissions("nobody", "v"),
+    lambda admin: admin.set_user_limits("nobody", {"max-channels": 1}),
+    lambda admin: admin.clear_user_limits("nobody"),
+])
+def test_operations_on_an_unknown_user_are_refused(broker, admin, operation):
+    refused(broker, lambda: operation(admin), "no user 'nobody'")
+
+
+def test_tags_are_any_strings_and_replace_the_old_ones(broker, admin):
+    admin.set_user_tags("alice", ["impersonator", "my team", "policymaker"])
+    assert broker.access.users["alice"].tags == ("impersonator", "my team", "policymaker")
+    admin.set_user_tags("alice", "management, monitoring")    # the HTTP API's form
+    assert broker.access.users["alice"].tags == ("management", "monitoring")
+    admin.set_user_tags("alice", [])
+    assert broker.access.users["alice"].tags == ()
+    assert last_recorded(broker) == SaveUser(
+        name="alice", password_hash=broker.access.users["alice"].password_hash,
+        algorithm=broker.access.users["alice"].algorithm, tags=())
+
+
+@pytest.mark.parametrize("tags", [[1], 5, {"a": 1}, None])
+def test_tags_that_are_not_strings_are_refused(broker, admin, tags):
+    refused(broker, lambda: admin.set_user_tags("alice", tags), "tags must be a list")
+    refused(broker, lambda: admin.add_user("bob", password="pw", tags=tags),
+            "tags must be a list")
+
+
+# -- vhosts --------------------------------------------------------------------------
+
+def test_a_duplicate_or_nameless_vhost_is_refused(broker, admin):
+    refused(broker, lambda: admin.add_vhost("v"), "vhost 'v' already exists")
+    refused(broker, lambda: admin.add_vhost(""), "non-empty name")
+
+
+@pytest.mark.parametrize("operation", [
+    lambda admin: admin.delete_vhost("nowhere"),
+    lambda admin: admin.set_permissions("alice", "nowhere", ".*", ".*", ".*"),
+    lambda admin: admin.clear_permissions("alice", "nowhere"),
+    lambda admin: admin.set_topic_permissions("alice", "nowhere", "amq.topic", ".*", ".*"),
+    lambda admin: admin.clear_topic_permissions("alice", "nowhere"),
+    lambda admin: admin.set_vhost_limits("nowhere", {"max-queues": 1}),
+    lambda admin: admin.clear_vhost_limits("nowhere"),
+])
+def test_operations_on_an_unknown_vhost_are_refused(broker, admin, operation):
+    refused(broker, lambda: operation(admin), "no vhost 'nowhere'")
+
+
+# -- permissions ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("patterns, access", [
+    (("(", ".*", ".*"), "configure"),
+    ((".*", "[a-", ".*"), "write"),
+    ((".*", ".*", "*x"), "read"),
+])
+def test_an_invalid_regex_is_refused_and_the_old_permissions_stay(broker, admin,
+                                                                  patterns, access):
+    refused(broker, lambda: admin.set_permissions("alice", "v", *patterns),
+            f"invalid {access} regular expression")
+    assert broker.access.permits("alice", "v", "configure", "abc")
+
+
+def test_an_invalid_topic_regex_is_refused(broker, admin):
+    refused(broker, lambda: admin.set_topic_permissions("alice", "v", "amq.topic", "(",
+                                                        ".*"), "invalid write")
+
+
+# -- limits --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("limits, words", [
+    ({"max-channels": 1}, ("unknown vhost limit 'max-channels'", "max-queues")),
+    ({"foo": 1}, ("unknown vhost limit 'foo'",)),
+    ({"max-queues": 1.5}, ("max-queues must be an integer", "1.5")),
+    ({"max-queues": "3"}, ("must be an integer",)),
+    ({"max-queues": True}, ("must be an integer",)),
+    ({"max-connections": None}, ("must be an integer",)),
+    ([], ("must be a JSON object",)),
+    ("{}", ("must be a JSON object",)),
+])
+def test_vhost_limits_are_validated_as_rabbitmq_does(broker, admin, limits, words):
+    admin.set_vhost_limits("v", {"max-queues": 5})
+    refused(broker, lambda: admin.set_vhost_limits("v", limits), *words)
+    assert broker.limits.vhosts["v"] == {"max-queues": 5}
+
+
+@pytest.mark.parametrize("limits, words", [
+    ({"max-queues": 1}, ("unknown user limit 'max-queues'", "max-channels")),
+    ({"max-channels": 2.0}, ("max-channels must be an integer",)),
+])
+def test_user_limits_are_validated_as_rabbitmq_does(broker, admin, limits, words):
+    refused(broker, lambda: admin.set_user_limits("alice", limits), *words)
+
+
+def test_vhost_limits_replace_the_old_ones_and_negative_values_are_kept(broker, admin):
+    admin.set_vhost_limits("v", {"max-connections": 2, "max-queues": 3})
+    admin.set_vhost_limits("v", {"max-queues": -1})
+    assert broker.limits.vhosts["v"] == {"max-queues": -1}
+    assert last_recorded(broker) == SaveVhostLimits(vhost="v",
+                                                              limits={"max-queues": -1})
+    admin.clear_vhost_limits("v")
+    assert "v" not in broker.limits.vhosts
+    assert last_recorded(broker) == SaveVhostLimits(vhost="v", limits={})
+
+
+def test_user_limits_merge_and_clear_one_at_a_time(broker, admin):
+    admin.set_user_limits("alice", {"max-connections": 2})
+    admin.set_user_limits("alice", {"max-channels": 0})
+    assert broker.limits.users["alice"] == {"max-connections": 2, "max-channels": 0}
+    assert last_recorded(broker) == SaveUserLimits(
+        user="alice", limits={"max-connections": 2, "max-channels": 0})
+    admin.clear_user_limits("alice", "max-channels")
+    assert broker.limits.users["alice"] == {"max-connections": 2}
+    admin.clear_user_limits("alice", "max-queues")     # not set: nothing changes
+    assert broker.limits.users["alice"] == {"max-connections": 2}
+    admin.clear_user_limits("alice", "all")
+    assert "alice" not in broker.limits.users
+    assert last_recorded(broker) == SaveUserLimits(user="alice", limits={})
