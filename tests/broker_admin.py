@@ -1,5 +1,5 @@
 """Admin operations on a running broker for tests: users, vhosts, permissions, topic
-permissions (and, as they come, policies and limits), with the same methods for Warren
+permissions, policies and operator policies (and, as they come, limits), with the same methods for Warren
 (its control socket, broker/server/control.py) and for RabbitMQ (`rabbitmqctl`), so a
 differential test sets up both brokers the same way.
 
@@ -73,6 +73,22 @@ class WarrenAdmin:
                                 exchange: str | None = None) -> None:
         self.call("clear_topic_permissions", user=user, vhost=vhost, exchange=exchange)
 
+    def set_policy(self, vhost: str, name: str, pattern: str, definition: dict,
+                   priority: int = 0, apply_to: str = "all") -> None:
+        self.call("set_policy", vhost=vhost, name=name, pattern=pattern,
+                  definition=definition, priority=priority, apply_to=apply_to)
+
+    def clear_policy(self, vhost: str, name: str) -> None:
+        self.call("clear_policy", vhost=vhost, name=name)
+
+    def set_operator_policy(self, vhost: str, name: str, pattern: str, definition: dict,
+                            priority: int = 0, apply_to: str = "all") -> None:
+        self.call("set_operator_policy", vhost=vhost, name=name, pattern=pattern,
+                  definition=definition, priority=priority, apply_to=apply_to)
+
+    def clear_operator_policy(self, vhost: str, name: str) -> None:
+        self.call("clear_operator_policy", vhost=vhost, name=name)
+
 
 class RabbitAdmin:
     """Runs `rabbitmqctl` against the local RabbitMQ node (RABBITMQ_NODENAME, or the
@@ -124,3 +140,21 @@ class RabbitAdmin:
                                 exchange: str | None = None) -> None:
         self.call("clear_topic_permissions", "-p", vhost, user,
                   *([exchange] if exchange is not None else []))
+
+    def set_policy(self, vhost: str, name: str, pattern: str, definition: dict,
+                   priority: int = 0, apply_to: str = "all") -> None:
+        """RabbitMQ applies it to its queues asynchronously, after rabbitmqctl returns:
+        tests wait for the effect."""
+        self.call("set_policy", "-p", vhost, "--priority", str(priority), "--apply-to",
+                  apply_to, name, pattern, json.dumps(definition))
+
+    def clear_policy(self, vhost: str, name: str) -> None:
+        self.call("clear_policy", "-p", vhost, name)
+
+    def set_operator_policy(self, vhost: str, name: str, pattern: str, definition: dict,
+                            priority: int = 0, apply_to: str = "all") -> None:
+        self.call("set_operator_policy", "-p", vhost, "--priority", str(priority),
+                  "--apply-to", apply_to, name, pattern, json.dumps(definition))
+
+    def clear_operator_policy(self, vhost: str, name: str) -> None:
+        self.call("clear_operator_policy", "-p", vhost, name)
