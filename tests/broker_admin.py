@@ -146,7 +146,7 @@ class RabbitAdmin:
         """RabbitMQ applies it to its queues asynchronously, after rabbitmqctl returns:
         tests wait for the effect."""
         self.call("set_policy", "-p", vhost, "--priority", str(priority), "--apply-to",
-                  apply_to, name, pattern, json.dumps(definition))
+                  apply_to, "--", name, pattern, json.dumps(definition))
 
     def clear_policy(self, vhost: str, name: str) -> None:
         self.call("clear_policy", "-p", vhost, name)
@@ -154,7 +154,7 @@ class RabbitAdmin:
     def set_operator_policy(self, vhost: str, name: str, pattern: str, definition: dict,
                             priority: int = 0, apply_to: str = "all") -> None:
         self.call("set_operator_policy", "-p", vhost, "--priority", str(priority),
-                  "--apply-to", apply_to, name, pattern, json.dumps(definition))
+                  "--apply-to", apply_to, "--", name, pattern, json.dumps(definition))
 
     def clear_operator_policy(self, vhost: str, name: str) -> None:
         self.call("clear_operator_policy", "-p", vhost, name)
