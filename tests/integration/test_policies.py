@@ -510,3 +510,67 @@ def test_dead_letters_follow_the_alternate_exchange(space):
     _reject_one(channel, "q")
     assert wait_for_bodies(channel, "caught", 1) == ["m0"]
 
+
+
+# -- durability (Warren only: restarts a broker of its own) ------------------------------
+
+def test_policies_survive_a_restart_and_a_kill(broker_factory, tmp_path):
+    data_dir = str(tmp_path / "data")
+    broker = broker_factory(data_dir=data_dir)
+    admin = broker.admin()
+    admin.set_policy("/", "limit", "^q$", {"max-length": 2}, apply_to="queues")
+    admin.set_policy("/", "ae", "^x$", {"alternate-exchange": "ae"}, apply_to="exchanges")
+    admin.set_operator_policy("/", "cap", "^capped$", {"max-length": 1})
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.exchange_declare("x", "direct", durable=True)
+    channel.exchange_declare("ae", "fanout", durable=True)
+    for queue in ("q", "capped", "caught"):
+        channel.queue_declare(queue, durable=True)
+    channel.queue_bind("caught", "ae")
+    close_quietly(connection)
+    assert broker.stop() == 0
+
+    broker = broker_factory(data_dir=data_dir)
+    connection = connect(broker)
+    channel = connection.channel()
+    fill(channel, "q", 5)
+    fill(channel, "capped", 3)
+    channel.basic_publish("x", "nowhere", b"via-ae")
+    assert (bodies(channel, "q"), bodies(channel, "capped")) == (["m3", "m4"], ["m2"])
+    assert bodies(channel, "caught") == ["via-ae"]
+    close_quietly(connection)
+    broker.admin().clear_policy("/", "limit")
+    broker.kill()      # SIGKILL: only what the control socket's reply promised is there
+
+    broker = broker_factory(data_dir=data_dir)
+    connection = connect(broker)
+    channel = connection.channel()
+    fill(channel, "q", 5)
+    fill(channel, "capped", 3)
+    assert (len(bodies(channel, "q")), bodies(channel, "capped")) == (5, ["m2"])
+    close_quietly(connection)
+
+
+def test_a_policy_applies_to_messages_recovered_at_start_up(broker_factory, tmp_path):
+    """Messages beyond a policy's limit at start-up (unacked when the limit came, so
+    not dropped then, and ready again after the crash) are dropped as the queue is
+    recovered: RabbitMQ applies policies when it recovers a queue."""
+    data_dir = str(tmp_path / "data")
+    broker = broker_factory(data_dir=data_dir)
+    connection = connect(broker)
+    channel = connection.channel()
+    channel.queue_declare("q", durable=True)
+    persistent = pika.BasicProperties(delivery_mode=2)
+    channel.confirm_delivery()
+    for number in range(5):
+        channel.basic_publish("", "q", b"%d" % number, persistent)
+    unacked = [channel.basic_get("q")[0] for _ in range(5)]     # ready: none
+    broker.admin().set_policy("/", "limit", "^q$", {"max-length": 2})
+    assert all(method is not None for method in unacked)
+    broker.kill()      # the five come back as ready messages, over the limit
+
+    broker = broker_factory(data_dir=data_dir)
+    connection = connect(broker)
+    assert bodies(connection.channel(), "q") == ["3", "4"]
+    close_quietly(connection)
