@@ -149,7 +149,7 @@ def validate_definition(definition, kind: str = POLICY) -> dict:
                 f"Validation failed: '{key}' is not supported yet: Warren does not "
                 f"implement {NOT_YET_SUPPORTED[key]}; remove the key from the definition")
     rabbit_only = sorted(key for key in definition if key in NOT_IMPLEMENTED)
-    if rabbit_only:
+    if rabbit_only and kind == POLICY:
         raise PolicyError(f"Validation failed: {_shown(rabbit_only)} are RabbitMQ policy "
                           "settings that Warren does not implement")
     unknown = sorted(key for key in definition if key not in allowed)
