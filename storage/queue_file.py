@@ -57,6 +57,7 @@ class RecoveredMessage:
     properties: bytes
     body: bytes | None          # None when recovered with load_bodies=False (use `read`)
     redelivered: bool
+    body_size: int              # the body's length, known with or without the body
 
 
 class _Segment:
@@ -870,10 +871,10 @@ class QueueFile:
             redelivered = bool(flags & FLAG_REDELIVERED) or seq in marked
             if redelivered:
                 self._delivered.add(seq)
-            exchange, routing_key, properties, body = fields[seq]
+            exchange, routing_key, properties, body, body_size = fields[seq]
             messages.append(RecoveredMessage(seq, decode_name(exchange),
                                              decode_name(routing_key), properties, body,
-                                             redelivered))
+                                             redelivered, body_size))
         for number, seqs in acks_in.items():
             segment = self._segments[number]
             for seq in seqs:

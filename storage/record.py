@@ -135,7 +135,8 @@ class MessageFields(NamedTuple):
     exchange: bytes
     routing_key: bytes
     properties: bytes
-    body: bytes
+    body: bytes | None      # None when decoded without the body
+    body_size: int
 
 
 def stream_fields(data, offset: int, end: int) -> tuple | None:
@@ -212,7 +213,8 @@ def decode_message(data: bytes, offset: int, length: int, with_body: bool = True
     return MessageFields(bytes(view[exchange_start:exchange_end]),
                          bytes(view[exchange_end + 1:routing_key_end]),
                          bytes(view[routing_key_end + 4:properties_end]),
-                         bytes(view[properties_end:end]) if with_body else None)
+                         bytes(view[properties_end:end]) if with_body else None,
+                         end - properties_end)
 
 
 class ScanResult(NamedTuple):

@@ -328,16 +328,8 @@ class StreamLog:
             raise FileExistsError(f"{self.directory} holds segments: use StreamLog.recover")
 
     def _setup(self, directory, max_segment_bytes, max_bytes, max_age_seconds, clock):
-        if max_segment_bytes <= SEGMENT_HEADER_SIZE:
-            raise ValueError(f"max_segment_bytes must exceed {SEGMENT_HEADER_SIZE}")
-        if max_bytes is not None and max_bytes < 0:
-            raise ValueError("max_bytes must not be negative")
-        if max_age_seconds is not None and max_age_seconds < 0:
-            raise ValueError("max_age_seconds must not be negative")
+        self.set_retention(max_segment_bytes, max_bytes, max_age_seconds)
         self.directory = os.fspath(directory)
-        self.max_segment_bytes = max_segment_bytes
-        self.max_bytes = max_bytes
-        self.max_age_seconds = max_age_seconds
         self._clock = clock
         # Loop side and reader view, guarded by _lock.
         self._lock = threading.Lock()
@@ -497,6 +489,20 @@ class StreamLog:
             self._pending_base = self._disk_next
             self._inflight = None
             self._consumers_dirty = self._consumers_dirty or consumers_dirty
+
+    def set_retention(self, max_segment_bytes: int, max_bytes: int | None,
+                      max_age_seconds: float | None) -> None:
+        """New limits (a policy changed them): `apply_retention` applies them next; a
+        new segment size applies to the segments started from now on."""
+        if max_segment_bytes <= SEGMENT_HEADER_SIZE:
+            raise ValueError(f"max_segment_bytes must exceed {SEGMENT_HEADER_SIZE}")
+        if max_bytes is not None and max_bytes < 0:
+            raise ValueError("max_bytes must not be negative")
+        if max_age_seconds is not None and max_age_seconds < 0:
+            raise ValueError("max_age_seconds must not be negative")
+        self.max_segment_bytes = max_segment_bytes
+        self.max_bytes = max_bytes
+        self.max_age_seconds = max_age_seconds
 
     def apply_retention(self) -> int:
         """Delete whole old segments beyond the limits; return how many were deleted.

@@ -1,9 +1,9 @@
 """Admin operations on a running broker for tests: users, vhosts, permissions, topic
-permissions, limits (and, as they come, policies), with the same methods for Warren
+permissions, limits, policies and operator policies, with the same methods for Warren
 (its control socket, broker/server/control.py) and for RabbitMQ (`rabbitmqctl`), so a
 differential test sets up both brokers the same way.
 
-`broker_admin(address)` picks the right one for the `broker` fixture's address.
+The `broker` fixture's address picks the right one: `broker.admin()` (tests/conftest.py).
 """
 
 import json
@@ -85,6 +85,22 @@ class WarrenAdmin:
     def clear_user_limits(self, user: str, limit: str = "all") -> None:
         self.call("clear_user_limits", user=user, limit=limit)
 
+    def set_policy(self, vhost: str, name: str, pattern: str, definition: dict,
+                   priority: int = 0, apply_to: str = "all") -> None:
+        self.call("set_policy", vhost=vhost, name=name, pattern=pattern,
+                  definition=definition, priority=priority, apply_to=apply_to)
+
+    def clear_policy(self, vhost: str, name: str) -> None:
+        self.call("clear_policy", vhost=vhost, name=name)
+
+    def set_operator_policy(self, vhost: str, name: str, pattern: str, definition: dict,
+                            priority: int = 0, apply_to: str = "all") -> None:
+        self.call("set_operator_policy", vhost=vhost, name=name, pattern=pattern,
+                  definition=definition, priority=priority, apply_to=apply_to)
+
+    def clear_operator_policy(self, vhost: str, name: str) -> None:
+        self.call("clear_operator_policy", vhost=vhost, name=name)
+
 
 class RabbitAdmin:
     """Runs `rabbitmqctl` against the local RabbitMQ node (RABBITMQ_NODENAME, or the
@@ -148,3 +164,21 @@ class RabbitAdmin:
 
     def clear_user_limits(self, user: str, limit: str = "all") -> None:
         self.call("clear_user_limits", user, limit)
+
+    def set_policy(self, vhost: str, name: str, pattern: str, definition: dict,
+                   priority: int = 0, apply_to: str = "all") -> None:
+        """RabbitMQ applies it to its queues asynchronously, after rabbitmqctl returns:
+        tests wait for the effect."""
+        self.call("set_policy", "-p", vhost, "--priority", str(priority), "--apply-to",
+                  apply_to, "--", name, pattern, json.dumps(definition))
+
+    def clear_policy(self, vhost: str, name: str) -> None:
+        self.call("clear_policy", "-p", vhost, name)
+
+    def set_operator_policy(self, vhost: str, name: str, pattern: str, definition: dict,
+                            priority: int = 0, apply_to: str = "all") -> None:
+        self.call("set_operator_policy", "-p", vhost, "--priority", str(priority),
+                  "--apply-to", apply_to, "--", name, pattern, json.dumps(definition))
+
+    def clear_operator_policy(self, vhost: str, name: str) -> None:
+        self.call("clear_operator_policy", "-p", vhost, name)

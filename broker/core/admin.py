@@ -1,7 +1,8 @@
 """Operator actions on a running broker: users, vhosts, permissions, topic
-permissions and limits. Each changes the live broker at once (a new user can log in, a
-permission applies to the next operation of open connections) and records its journal
-entry, so the change is in the metadata store after the next commit. The control socket
+permissions, limits, policies and operator policies. Each changes the live broker at
+once (a new user can log in, a permission applies to the next operation of open
+connections) and records its journal entry, so the change is in the metadata store after
+the next commit. The control socket
 (broker/server/control.py) calls these; so will the management API and CLI.
 
 Every method raises AdminError, naming what is wrong, for a request it cannot carry out
@@ -18,9 +19,10 @@ from amqp_codec.reply_codes import ReplyCode
 from .access_control import ACCESS_KINDS, TopicPermission, User, compile_pattern
 from .limits import USER_LIMITS, VHOST_LIMITS
 from .passwords import SHA256_ALGORITHM, hash_password
-from .ports import (DeletePermissions, DeleteTopicPermissions, DeleteUser, DeleteVhost,
-                    SavePermissions, SaveTopicPermissions, SaveUser, SaveUserLimits,
-                    SaveVhost, SaveVhostLimits)
+from .policy import OPERATOR_POLICY, POLICY, Policy, PolicyError, make_policy
+from .ports import (DeletePermissions, DeletePolicy, DeleteTopicPermissions, DeleteUser,
+                    DeleteVhost, SavePermissions, SavePolicy, SaveTopicPermissions,
+                    SaveUser, SaveUserLimits, SaveVhost, SaveVhostLimits)
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -179,6 +181,48 @@ class Administration:
         self.broker.limits.set_user_limits(user, limits)
         self._record(SaveUserLimits(user=user, limits=limits))
 
+    # -- policies ------------------------------------------------------------------
+
+    def set_policy(self, vhost: str, name: str, pattern: str, definition,
+                   priority: int = 0, apply_to: str = "all") -> None:
+        """Add or replace a policy (`rabbitmqctl set_policy`): `definition` is a JSON
+        object (or its text). It applies at once to the matching queues and exchanges."""
+        self._set_policy(vhost, POLICY, name, pattern, definition, priority, apply_to)
+
+    def clear_policy(self, vhost: str, name: str) -> None:
+        self._clear_policy(vhost, POLICY, name)
+
+    def set_operator_policy(self, vhost: str, name: str, pattern: str, definition,
+                            priority: int = 0, apply_to: str = "all") -> None:
+        """Add or replace an operator policy (`rabbitmqctl set_operator_policy`): its
+        limits (expires, message-ttl, max-length, max-length-bytes) win over a
+        policy's where they are lower."""
+        self._set_policy(vhost, OPERATOR_POLICY, name, pattern, definition, priority,
+                         apply_to)
+
+    def clear_operator_policy(self, vhost: str, name: str) -> None:
+        self._clear_policy(vhost, OPERATOR_POLICY, name)
+
+    def _set_policy(self, vhost_name: str, kind: str, name: str, pattern: str,
+                    definition, priority, apply_to: str) -> None:
+        vhost = self._vhost(vhost_name)
+        try:
+            policy = make_policy(vhost_name, kind, name, pattern, definition, priority,
+                                 apply_to)
+        except PolicyError as error:
+            raise AdminError(str(error)) from None
+        vhost.policies.put(policy)
+        vhost.apply_policies()
+        self._record(_saved(policy))
+
+    def _clear_policy(self, vhost_name: str, kind: str, name: str) -> None:
+        vhost = self._vhost(vhost_name)
+        if vhost.policies.remove(kind, name) is None:
+            raise AdminError(f"no {kind.replace('_', ' ')} '{name}' in vhost "
+                             f"'{vhost_name}' (RabbitMQ: Parameter does not exist)")
+        vhost.apply_policies()
+        self._record(DeletePolicy(vhost=vhost_name, kind=kind, name=name))
+
     # -- shared --------------------------------------------------------------------
 
     def _record(self, entry) -> None:
@@ -191,6 +235,12 @@ class Administration:
                                  f"CONNECTION_FORCED - {reason}")
             except Exception as error:   # that connection fails, the change stands
                 connection.fail(error)
+
+
+def _saved(policy: Policy) -> SavePolicy:
+    return SavePolicy(vhost=policy.vhost, kind=policy.kind, name=policy.name,
+                      pattern=policy.pattern, apply_to=policy.apply_to,
+                      priority=policy.priority, definition=dict(policy.definition))
 
 
 def _hashed(password: str | None, password_hash: str | None) -> tuple[str, str]:

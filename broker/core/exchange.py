@@ -6,10 +6,16 @@ says which by `is_queue`.
 exchange destinations further (see VirtualHost.route).
 """
 
+import datetime
+from decimal import Decimal
+
 from amqp_codec.field_table import text_value
 
 from .errors import precondition_failed
 from .message import Message
+from .policy import alternate_exchange
+
+ALTERNATE_EXCHANGE = "alternate-exchange"
 
 X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 from .topic import TopicTrie
@@ -47,6 +53,16 @@ class Exchange:
         self.arguments = dict(arguments or {})
         # (destination, routing_key, frozen arguments) -> arguments as given
         self.bindings: dict[tuple, dict] = {}
+        # The exchange unroutable messages go to, by name (its argument, else the
+        # policy's); the default exchange has none.
+        self.alternate: str | None = alternate_exchange(self.arguments, {}) if name else None
+        self.applied_policies: tuple = (None, None)   # (policy, operator policy) in force
+
+    def apply_policy(self, definition: dict) -> None:
+        """The policy in force changed: `definition` is the merged definition of the
+        policy and operator policy now in force ({} for none)."""
+        if self.name:
+            self.alternate = alternate_exchange(self.arguments, definition)
 
     def bind(self, destination, routing_key: str, arguments: dict | None) -> bool:
         """Add a binding; False when it already existed."""
@@ -73,15 +89,24 @@ class Exchange:
 
     def difference(self, kind: str, durable: bool, auto_delete: bool, internal: bool,
                    arguments: dict | None) -> tuple | None:
-        """(field, received, current) for the first property a redeclaration changes."""
+        """(field, received, current) for the first property a redeclaration changes,
+        each value as RabbitMQ shows it in the 406 text. Of the arguments only
+        alternate-exchange counts, as in RabbitMQ (others may differ)."""
         checks = (("type", kind, self.kind), ("durable", durable, self.durable),
                   ("auto_delete", auto_delete, self.auto_delete),
                   ("internal", internal, self.internal))
-        for field, received, current in checks:
-            if received != current:
-                return field, received, current
-        if freeze_arguments(arguments) != freeze_arguments(self.arguments):
-            return "arguments", arguments, self.arguments
+        for field, asked, has in checks:
+            if asked != has:
+                return field, f"'{_flag(asked)}'", f"'{_flag(has)}'"
+        received = (arguments or {}).get(ALTERNATE_EXCHANGE)
+        current = self.arguments.get(ALTERNATE_EXCHANGE)
+        if received is None and current is None:
+            return None
+        if received is None or current is None or \
+                field_type_name(received) != field_type_name(current):
+            return ALTERNATE_EXCHANGE, _typed_value(received), _typed_value(current)
+        if _freeze(received) != _freeze(current):
+            return ALTERNATE_EXCHANGE, f"'{text_value(received)}'", f"'{text_value(current)}'"
         return None
 
     def validate_binding(self, arguments: dict | None) -> None:
@@ -95,6 +120,33 @@ class Exchange:
 
     def _index_remove(self, destination, routing_key: str, arguments: dict) -> None:
         raise NotImplementedError
+
+
+def _flag(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _typed_value(value) -> str:
+    if value is None:
+        return "none"
+    return f"the value '{text_value(value)}' of type '{field_type_name(value)}'"
+
+
+def field_type_name(value) -> str:
+    """The AMQP field type RabbitMQ names in its texts for a decoded table value
+    (integers as pika encodes them: 32-bit signedint, else long)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -2**31 <= value < 2**31 else "long"
+    for kind, name in ((str, "longstr"), (bytes, "longstr"), (bytearray, "longstr"),
+                       (float, "double"), (Decimal, "decimal"), (dict, "table"),
+                       (list, "array"), (datetime.datetime, "timestamp")):
+        if isinstance(value, kind):
+            return name
+    return "void"
 
 
 class DirectExchange(Exchange):

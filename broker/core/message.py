@@ -41,9 +41,11 @@ class Message:
             self._persistent = delivery_mode(self.properties) == 2
         return self._persistent
 
-    def without_body(self) -> "Message":
+    def without_body(self) -> "PagedOutMessage":
         """A copy whose body was paged out to the queue file (body None)."""
-        copy = Message(self.exchange, self.routing_key, self.properties, None)
+        assert self.body is not None, "only a message with its body is paged out"
+        copy = PagedOutMessage(self.exchange, self.routing_key, self.properties,
+                               len(self.body))
         copy._persistent = self._persistent
         return copy
 
@@ -96,6 +98,27 @@ class Message:
     @property
     def headers(self) -> dict:
         return self.decoded_properties.headers or {}
+
+
+class PagedOutMessage(Message):
+    """A message whose body is only in the queue file; its size is still known (a
+    queue's max-length-bytes counts it)."""
+
+    __slots__ = ("body_size",)
+
+    def __init__(self, exchange: str, routing_key: str, properties: bytes,
+                 body_size: int):
+        super().__init__(exchange, routing_key, properties, None)
+        self.body_size = body_size
+
+
+def body_size(message: Message) -> int:
+    """The length of the message's body, in memory or paged out."""
+    body = message.body
+    if body is not None:
+        return len(body)
+    assert isinstance(message, PagedOutMessage), "a message without body is paged out"
+    return message.body_size
 
 
 class QueueEntry:

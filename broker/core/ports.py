@@ -273,5 +273,9 @@ class StreamStore(Protocol):
     def offset_for_age(self, seconds: float) -> int:
         """The first offset published at most `seconds` ago."""
 
+    def set_retention(self, retention) -> None:
+        """Keep the stream within a new StreamRetention (a policy changed): applied by
+        the store's next maintenance; a new segment size applies to new segments."""
+
     def drop(self) -> None:
         """The stream is deleted: forget everything."""

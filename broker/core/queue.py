@@ -5,13 +5,12 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
-from amqp_codec.field_table import text_value
-
 from .message_store import MEMORY_STORE
 from .ports import QueueStore
 
 from .dead_letter import dead_letter_message
-from .message import Message, QueueEntry
+from .message import Message, PagedOutMessage, QueueEntry, body_size
+from .policy import classic_queue_settings
 from .queue_base import Consumer, QueueBase
 
 if TYPE_CHECKING:
@@ -79,16 +78,19 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
                          store)
         self.stores_messages = store is not MEMORY_STORE   # else store calls are no-ops
-        self.max_length = self.arguments.get("x-max-length")
-        self.overflow = text_value(self.arguments.get("x-overflow", "drop-head"))
-        self.message_ttl = self.arguments.get("x-message-ttl")
-        self.dead_letter_exchange = text_value(self.arguments.get("x-dead-letter-exchange"))
-        self.dead_letter_routing_key = text_value(
-            self.arguments.get("x-dead-letter-routing-key"))
+        # Until a policy applies (apply_policy), the settings are the arguments'.
+        settings = classic_queue_settings(self.arguments, {})
+        self.max_length = settings.max_length
+        self.max_length_bytes = settings.max_length_bytes
+        self.ready_bytes = 0    # bodies of the ready messages, counted under a byte limit
+        self.overflow = settings.overflow
+        self.message_ttl = settings.message_ttl
+        self.dead_letter_exchange = settings.dead_letter_exchange
+        self.dead_letter_routing_key = settings.dead_letter_routing_key
         self._may_expire = self.message_ttl is not None
         self._expiry_timer: Timer | None = None
         self.page_window = PAGE_WINDOW
-        self.expires = self.arguments.get("x-expires")
+        self.expires = settings.expires
         self._prioritised = False   # some consumer has an x-priority
         self._last_used = 0.0
         self._idle_timer: Timer | None = None
@@ -109,23 +111,26 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         (x-overflow reject-publish), which the publisher sees as a confirm nack.
         A publisher feeding a long backlog that no consumer can take is throttled."""
         limit = self.max_length
-        if limit is not None and len(self.ready) >= limit and self.overflow != "drop-head":
+        byte_limit = self.max_length_bytes
+        assert message.body is not None, "a message is enqueued with its body"
+        size = len(message.body)
+        if ((limit is not None or byte_limit is not None) and self.overflow != "drop-head"
+                and self._would_overflow(size)):
             if self.overflow == "reject-publish-dlx":
                 self._dead_letter_refused(message)
             return False
         self._next_seq += 1
         now = None
         entry = QueueEntry(message, self._next_seq)
-        assert message.body is not None, "a message is enqueued with its body"
-        body_size = len(message.body)
-        self.held_bytes += body_size + ENTRY_COST
+        self.held_bytes += size + ENTRY_COST
         if self.message_ttl is not None or message.has_expiration():
             now = self.vhost.scheduler.clock()
             entry.expires_at = self._expiry(message, now)
         if self.stores_messages:
             self.store.append(entry)
         ready = self.ready
-        if not ready and self.consumers and limit is None and entry.expires_at is None:
+        if (not ready and self.consumers and limit is None and byte_limit is None
+                and entry.expires_at is None):
             consumer = self._next_consumer()    # hand over at once: no queueing needed
             if consumer is not None:
                 try:
@@ -134,13 +139,15 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                 except Exception as error:   # queued below instead
                     _delivery_failed(consumer, error)
         ready.append(entry)
+        if byte_limit is not None:
+            self.ready_bytes += size
         if len(ready) > self.page_window:
             self.store.page_out(entry)
             if entry.message.body is None:
-                self.held_bytes -= body_size
+                self.held_bytes -= size
                 self._paged.on_disk.append(entry)
-        if limit is not None:
-            self._drop_overflow(limit)
+        if limit is not None or byte_limit is not None:
+            self._drop_overflow()
         if self.consumers:
             self.dispatch(now)
         if entry.expires_at is not None:
@@ -157,8 +164,10 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         now = self.vhost.scheduler.clock()
         on_disk = self._paged.on_disk
         for record in recovered:
-            message = Message(record.exchange, record.routing_key, record.properties,
-                              record.body)
+            message = (Message(record.exchange, record.routing_key, record.properties,
+                               record.body) if record.body is not None else
+                       PagedOutMessage(record.exchange, record.routing_key,
+                                       record.properties, record.body_size))
             entry = QueueEntry(message, record.seq, record.redelivered)
             message._persistent = True
             self.held_bytes += _held_size(entry)
@@ -171,6 +180,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         # Seqs continue after the last one the store ever had, acked ones included (the
         # queue file refuses a seq it has seen).
         self._next_seq = self.store.last_seq
+        self._count_ready_bytes()
         self._arm_expiry()
 
     def _expiry(self, message: Message, now: float) -> float | None:
@@ -182,19 +192,77 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             ttl = message_ttl if ttl is None else min(ttl, message_ttl)
         return None if ttl is None else now + ttl / 1000
 
-    def _drop_overflow(self, limit: int) -> None:
-        """x-overflow drop-head: discard the oldest ready messages beyond the limit."""
+    def _would_overflow(self, size: int) -> bool:
+        """Whether one more message of `size` bytes would take the queue over a length
+        limit (x-overflow reject-publish and reject-publish-dlx refuse it)."""
+        limit = self.max_length
+        byte_limit = self.max_length_bytes
+        return ((limit is not None and len(self.ready) >= limit)
+                or (byte_limit is not None and self.ready_bytes + size > byte_limit))
+
+    def _drop_overflow(self) -> None:
+        """x-overflow drop-head: discard the oldest ready messages while the queue is
+        over max-length or max-length-bytes (the reject-publish modes drop none)."""
+        if self.overflow != "drop-head":
+            return
         ready = self.ready
+        limit = self.max_length
+        byte_limit = self.max_length_bytes
+        if limit is None:
+            limit = len(ready)
         dropped = []
-        while len(ready) > limit:
-            dropped.append(ready.popleft())
+        while ready and (len(ready) > limit
+                         or (byte_limit is not None and self.ready_bytes > byte_limit)):
+            entry = ready.popleft()
+            if byte_limit is not None:
+                self.ready_bytes -= body_size(entry.message)
+            dropped.append(entry)
         self.discard(dropped, "maxlen")
+
+    def apply_policy(self, definition: dict) -> None:
+        """The policy in force changed (broker/core/policy.py): take the settings it
+        gives with the arguments, in the order RabbitMQ applies them. An unused queue's
+        expiry counts again from now; a new message-ttl applies to messages published
+        from now on (those queued keep the expiry they got); lower length limits drop,
+        or dead-letter, the oldest messages at once when the overflow mode, before or
+        after the change, is drop-head; clearing overflow restores drop-head."""
+        settings = classic_queue_settings(self.arguments, definition)
+        self._set_expires(settings.expires)
+        self.dead_letter_exchange = settings.dead_letter_exchange
+        self.dead_letter_routing_key = settings.dead_letter_routing_key
+        self.message_ttl = settings.message_ttl
+        self._may_expire = self._may_expire or settings.message_ttl is not None
+        self.max_length = settings.max_length
+        counted = self.max_length_bytes is not None
+        self.max_length_bytes = settings.max_length_bytes
+        if not counted:
+            self._count_ready_bytes()
+        self._drop_overflow()     # the new limits under the overflow mode so far ...
+        self.overflow = settings.overflow
+        self._drop_overflow()     # ... then under the new mode
+        if self.consumers:
+            self.dispatch()
+
+    def _count_ready_bytes(self) -> None:
+        """Under a byte limit, count the bodies of the ready messages from scratch."""
+        self.ready_bytes = (0 if self.max_length_bytes is None else
+                            sum(body_size(entry.message) for entry in self.ready))
+
+    def _set_expires(self, expires: int | None) -> None:
+        """x-expires as a policy changed it: an unused queue's idle time counts from
+        now (RabbitMQ restarts the timer whenever the queue's policy changes)."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        self.expires = expires
+        self.touch()
 
     def dispatch(self, now: float | None = None) -> None:
         """Hand ready messages to consumers that can take them, in turn. `now` is the
         clock reading that expiry is judged by (a fresh one when None)."""
         ready = self.ready
         consumers = self.consumers
+        counts_bytes = self.max_length_bytes is not None
         if self._may_expire:
             self.expire(self.vhost.scheduler.clock() if now is None else now)
         while ready and consumers:
@@ -213,6 +281,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             except Exception as error:
                 ready.appendleft(entry)
                 _delivery_failed(consumer, error)
+                continue
+            if counts_bytes:
+                self.ready_bytes -= body_size(entry.message)
         if self._paged.on_disk:
             self._read_ahead()
 
@@ -256,6 +327,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self._read_ahead()
             raise HeadOnDisk(self)
         entry = ready.popleft()
+        if self.max_length_bytes is not None:
+            self.ready_bytes -= body_size(entry.message)
         if self._paged.on_disk:
             self._read_ahead()
         return entry
@@ -317,6 +390,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         for entry in entries:
             self.ready.remove(entry)
             self.held_bytes -= ENTRY_COST
+        self._count_ready_bytes()
         log.error("event=paged_messages_unreadable vhost=%r queue=%r count=%d hint=%r",
                   self.vhost.name, self.name, len(entries),
                   "they stay in the queue file; restart the broker to recover them")
@@ -343,6 +417,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         while ready and ready[0].expires_at is not None and ready[0].expires_at < now:
             expired.append(ready.popleft())
         if expired:
+            if self.max_length_bytes is not None:
+                self.ready_bytes -= sum(body_size(entry.message) for entry in expired)
             self.discard(expired, "expired")
 
     def _arm_expiry(self) -> None:
@@ -451,6 +527,10 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         else:
             for entry in entries:
                 ready.insert(_insertion_point(ready, entry.seq), entry)
+        if self.max_length_bytes is not None:
+            self.ready_bytes += sum(body_size(entry.message) for entry in entries)
+        if self.max_length is not None or self.max_length_bytes is not None:
+            self._drop_overflow()     # as RabbitMQ, which checks the limits on requeue
         self.dispatch()
         if self._may_expire:
             self._arm_expiry()
@@ -468,6 +548,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.held_bytes -= _held_size(entry)
             self.store.settle(entry)
         self.ready.clear()
+        self.ready_bytes = 0
         self._paged.on_disk.clear()
         self._paged.reading.clear()    # reads in flight are dropped when they come back
         return count

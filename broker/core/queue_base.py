@@ -6,6 +6,8 @@ from abc import ABC, abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from .policy import CLASSIC_UNSUPPORTED
+
 if TYPE_CHECKING:
     from .channel import Channel
     from .connection import Connection
@@ -52,6 +54,10 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
     # queues with a durable store; a stream's consumers keep their own offsets.
     stores_messages = False
 
+    # Policy keys this kind of queue does not support: a policy that has one does not
+    # apply to it (broker/core/policy.py).
+    unsupported_policy_keys = CLASSIC_UNSUPPORTED
+
     def __init__(self, vhost: "VirtualHost", name: str, durable: bool,
                  exclusive_owner: "Connection | None", auto_delete: bool,
                  arguments: dict | None, store):
@@ -65,6 +71,7 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
         self.consumers: deque[ConsumerKind] = deque()
         self.deleted = False
         self.held_bytes = 0   # what the memory alarm charges for the messages held
+        self.applied_policies: tuple = (None, None)   # (policy, operator policy) in force
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -137,6 +144,11 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
     @abstractmethod
     def drop_messages(self) -> int:
         """The queue is deleted: let go of its messages; the count DeleteOk reports."""
+
+    @abstractmethod
+    def apply_policy(self, definition: dict) -> None:
+        """The policy in force changed: `definition` is the merged definition of the
+        policy and operator policy now in force ({} for none)."""
 
     @abstractmethod
     def touch(self) -> None:

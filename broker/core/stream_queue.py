@@ -13,8 +13,10 @@ from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import BASIC_CONSUME, BASIC_GET, QUEUE_PURGE
 
 from .errors import ConnectionFailure, precondition_failed
+from .policy import STREAM_UNSUPPORTED, stream_setting
 from .queue_base import Consumer, QueueBase
-from .stream_arguments import StreamConsumerOptions, StreamStart, stream_consumer_options
+from .stream_arguments import (StreamConsumerOptions, StreamRetention, StreamStart,
+                               parse_duration, stream_consumer_options)
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -53,6 +55,8 @@ class DeliveredOffset:
 class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
     """A durable stream over a StreamStore (ports.py). It is never exclusive
     nor auto-deleted, and holds no messages itself: consumers read them through its store."""
+
+    unsupported_policy_keys = STREAM_UNSUPPORTED
 
     def __init__(self, vhost: "VirtualHost", name: str, arguments: dict, store):
         super().__init__(vhost, name, True, None, False, arguments, store)
@@ -127,6 +131,16 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
 
     def touch(self) -> None:
         """Streams do not expire (x-expires is refused)."""
+
+    def apply_policy(self, definition: dict) -> None:
+        """Retention (max-length-bytes, max-age) and the segment size: the policy's
+        values where it sets them, as RabbitMQ lets a policy win over a stream's
+        arguments. The store applies lower limits at its next maintenance."""
+        age = stream_setting(self.arguments, definition, "max-age")
+        self.store.set_retention(StreamRetention(
+            stream_setting(self.arguments, definition, "max-length-bytes"),
+            None if age is None else parse_duration(age),
+            stream_setting(self.arguments, definition, "stream-max-segment-size-bytes")))
 
     # -- delivery --------------------------------------------------------------------
 

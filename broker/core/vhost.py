@@ -1,6 +1,7 @@
 """A virtual host: its exchanges, queues and bindings, and routing between them."""
 
 import base64
+import logging
 import os
 from typing import TYPE_CHECKING
 
@@ -10,9 +11,11 @@ from .errors import (ConnectionFailure, access_refused, not_found, precondition_
                      resource_locked)
 from .message_store import MEMORY_STORE
 
-from .exchange import EXCHANGE_TYPES, Exchange, freeze_arguments
+from .exchange import (ALTERNATE_EXCHANGE, EXCHANGE_TYPES, Exchange, field_type_name,
+                       freeze_arguments)
 from .limits import Limits
 from .message import Message
+from .policy import VhostPolicies, merged_definition
 from .queue import Queue
 from .queue_base import QueueBase
 from .queue_arguments import validate_queue_arguments
@@ -25,6 +28,8 @@ from .scheduler import Scheduler
 
 if TYPE_CHECKING:
     from .connection import Connection
+
+log = logging.getLogger("warren.vhost")
 
 DEFAULT_EXCHANGES = (
     ("amq.direct", "direct"),
@@ -51,6 +56,7 @@ class VirtualHost:
         self.limits = limits or Limits()   # the broker's: max-queues is checked here
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueBase] = {}
+        self.policies = VhostPolicies()
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
         for exchange_name, kind in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[kind](exchange_name, durable=True)
@@ -99,10 +105,15 @@ class VirtualHost:
                 field, received, current = difference
                 raise precondition_failed(
                     f"inequivalent arg '{field}' for exchange '{name}' in vhost "
-                    f"'{self.name}': received '{_describe(received)}' but current is "
-                    f"'{_describe(current)}'")
+                    f"'{self.name}': received {received} but current is {current}")
             return existing
+        alternate = (arguments or {}).get(ALTERNATE_EXCHANGE)
+        if alternate is not None and not isinstance(alternate, (str, bytes, bytearray)):
+            raise precondition_failed(
+                f"invalid type '{field_type_name(alternate)}' for arg "
+                f"'{ALTERNATE_EXCHANGE}' in exchange '{name}' in vhost '{self.name}'")
         exchange = exchange_class(name, durable, auto_delete, internal, arguments)
+        self._apply_policy(exchange)
         self.exchanges[name] = exchange
         if durable:
             self.persistence.record(SaveExchange(
@@ -212,6 +223,7 @@ class VirtualHost:
                      else MEMORY_STORE)
             queue = Queue(self, name, durable, connection if exclusive else None,
                           auto_delete, arguments, store)
+        self._apply_policy(queue)
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
         queue.touch()
@@ -272,7 +284,9 @@ class VirtualHost:
                          arguments: dict) -> None:
         """Recreate a durable exchange found in the metadata store at start-up."""
         exchange_class = EXCHANGE_TYPES[kind]
-        self.exchanges[name] = exchange_class(name, True, auto_delete, internal, arguments)
+        exchange = exchange_class(name, True, auto_delete, internal, arguments)
+        self._apply_policy(exchange)
+        self.exchanges[name] = exchange
 
     def restore_queue(self, name: str, auto_delete: bool, arguments: dict, store,
                       messages) -> Queue:
@@ -282,6 +296,7 @@ class VirtualHost:
         self.default_exchange.bind(queue, name, None)
         queue.restore(messages)
         queue.touch()
+        self._apply_policy(queue)
         return queue
 
     def restore_stream(self, name: str, arguments: dict, store) -> StreamQueue:
@@ -289,6 +304,7 @@ class VirtualHost:
         queue = StreamQueue(self, name, arguments, store)
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
+        self._apply_policy(queue)
         return queue
 
     def restore_binding(self, source: str, destination_kind: str, destination: str,
@@ -302,13 +318,43 @@ class VirtualHost:
         exchange.bind(target, routing_key, arguments)
         return True
 
+    # -- policies ------------------------------------------------------------------
+
+    def apply_policies(self) -> None:
+        """A policy or operator policy of the vhost was set or cleared: every exchange
+        and queue whose policies in force change takes the new ones at once. One that
+        fails to is logged and keeps what it had; the others carry on."""
+        entities: list[Exchange | QueueBase] = [*self.exchanges.values(),
+                                                *self.queues.values()]
+        for entity in entities:
+            try:
+                self._apply_policy(entity)
+            except Exception as error:
+                log.error("event=policy_apply_failed vhost=%r name=%r", self.name,
+                          entity.name, exc_info=error)
+
+    def _apply_policy(self, entity) -> None:
+        """Give a queue or exchange the policy and operator policy that match it now
+        (nothing to do when they are those it has)."""
+        if entity.is_queue:
+            selected = self.policies.select("queue", entity.name,
+                                            entity.unsupported_policy_keys)
+        else:
+            selected = self.policies.select("exchange", entity.name)
+        if selected != entity.applied_policies:
+            entity.applied_policies = selected
+            entity.apply_policy(merged_definition(*selected))
+
     # -- routing -------------------------------------------------------------------
 
     def route(self, exchange: Exchange, message: Message) -> list[QueueBase]:
-        """Every queue the message reaches, following exchange-to-exchange bindings."""
+        """Every queue the message reaches, following exchange-to-exchange bindings and
+        alternate exchanges."""
         destinations = exchange.route(message)
         if not destinations:
-            return []
+            if exchange.alternate is None:
+                return []
+            return self._route_through(exchange, [], [], message)
         queues = []
         pending = None
         for destination in destinations:
@@ -323,14 +369,24 @@ class VirtualHost:
 
     def _route_through(self, source: Exchange, pending: list, queues: list,
                        message: Message) -> list[QueueBase]:
+        """Follow the exchanges in `pending` (`source` routed to them and to `queues`,
+        or, both empty, nowhere). An exchange that routes the message nowhere hands it
+        to its alternate exchange, as in RabbitMQ: one that does not exist is skipped,
+        and every exchange is visited once, so chains end and cycles stop."""
         seen_exchanges = {id(source)}
         seen_queues = {id(queue) for queue in queues}
+        if not pending and not queues:
+            self._add_alternate(source, pending)
         while pending:
             exchange = pending.pop()
             if id(exchange) in seen_exchanges:
                 continue
             seen_exchanges.add(id(exchange))
-            for destination in exchange.route(message):
+            destinations = exchange.route(message)
+            if not destinations:
+                self._add_alternate(exchange, pending)
+                continue
+            for destination in destinations:
                 if destination.is_queue:
                     if id(destination) not in seen_queues:
                         seen_queues.add(id(destination))
@@ -338,6 +394,13 @@ class VirtualHost:
                 else:
                     pending.append(destination)
         return queues
+
+
+    def _add_alternate(self, exchange: Exchange, pending: list) -> None:
+        if exchange.alternate is not None:
+            alternate = self.exchanges.get(exchange.alternate)
+            if alternate is not None:
+                pending.append(alternate)
 
 
 def _persisted(destination) -> bool:

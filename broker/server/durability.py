@@ -9,6 +9,7 @@ import uuid
 from broker.core.access_control import AccessControl, TopicPermission, User
 from broker.core.broker import Broker
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
+from broker.core.policy import PolicyError, make_policy
 from .durable_store import DurableQueueStore
 from .read_pool import ReadPool
 from broker.core.persistence import Persistence
@@ -18,16 +19,15 @@ from broker.core.ports import (
     SaveBinding, SaveExchange, SavePermissions, SavePolicy, SaveQueue,
     SaveTopicPermissions, SaveUser, SaveUserLimits, SaveVhost, SaveVhostLimits)
 from broker.core.stream_arguments import StreamRetention, is_stream
-from .stream_store import DurableStreamStore
+from .stream_store import DurableStreamStore, log_settings
 from storage.metadata import MetadataStore, PasswordHash, PolicyRecord
 from storage.queue_file import QueueFile
-from storage.stream_log import DEFAULT_MAX_SEGMENT_BYTES, StreamLog
+from storage.stream_log import StreamLog
 
 log = logging.getLogger("warren.storage")
 
 QUEUES_DIRECTORY = "queues"
 GUEST_PASSWORD = "guest"   # RabbitMQ's default user, guest/guest, in a new metadata store
-MIN_SEGMENT_BYTES = 1024   # smaller x-stream-max-segment-size-bytes values are raised
 
 
 class DurableStorage:
@@ -50,7 +50,7 @@ class DurableStorage:
                          retention: StreamRetention) -> DurableStreamStore:
         store_id = uuid.uuid4().hex
         log_ = StreamLog(os.path.join(self.queues_dir, store_id),
-                         **_log_settings(retention))
+                         **log_settings(retention))
         return DurableStreamStore(log_, self.persistence, store_id, self.reads)
 
     # -- committing (worker thread) ---------------------------------------------------
@@ -156,8 +156,10 @@ class DurableStorage:
         self._restore_access(broker)
         self._restore_limits(broker)
         known_stores = set()
+        policies = self.metadata.list_policies()
         for vhost_record in self.metadata.list_vhosts():
             vhost = broker.add_vhost(vhost_record.name)
+            self._restore_policies(vhost, policies)
             for exchange in self.metadata.list_exchanges(vhost.name):
                 vhost.restore_exchange(exchange.name, exchange.type, exchange.auto_delete,
                                        exchange.internal, exchange.arguments)
@@ -189,6 +191,21 @@ class DurableStorage:
         for record in self.metadata.list_user_limits():
             broker.limits.set_user_limits(record.owner, record.limits)
 
+    @staticmethod
+    def _restore_policies(vhost, policies: list[PolicyRecord]) -> None:
+        """The vhost's policies, before its exchanges and queues, which take them as
+        they are restored. One that is no longer valid is logged and left out."""
+        for record in policies:
+            if record.vhost != vhost.name:
+                continue
+            try:
+                vhost.policies.put(make_policy(record.vhost, record.kind, record.name,
+                                               record.pattern, record.definition,
+                                               record.priority, record.apply_to))
+            except PolicyError as error:
+                log.error("event=policy_not_restored vhost=%s kind=%s name=%s error=%r",
+                          record.vhost, record.kind, record.name, str(error))
+
     def _restore_queue(self, vhost, record) -> None:
         directory = os.path.join(self.queues_dir, record.id)
         if is_stream(record.arguments):
@@ -203,7 +220,7 @@ class DurableStorage:
 
     def _restore_stream(self, vhost, record, directory: str) -> None:
         retention = StreamRetention.from_arguments(record.arguments)
-        log_, problems = StreamLog.recover(directory, **_log_settings(retention))
+        log_, problems = StreamLog.recover(directory, **log_settings(retention))
         store = DurableStreamStore(log_, self.persistence, record.id, self.reads)
         vhost.restore_stream(record.name, record.arguments, store)
         log.info("event=stream_recovered vhost=%s queue=%s first_offset=%d "
@@ -229,9 +246,3 @@ class DurableStorage:
                                   vhost.name, queue.name, error)
         self.metadata.close()
 
-
-def _log_settings(retention: StreamRetention) -> dict:
-    segment_bytes = retention.max_segment_bytes or DEFAULT_MAX_SEGMENT_BYTES
-    return {"max_segment_bytes": max(segment_bytes, MIN_SEGMENT_BYTES),
-            "max_bytes": retention.max_bytes,
-            "max_age_seconds": retention.max_age_seconds}

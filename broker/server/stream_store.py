@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 from broker.core.persistence import Persistence
 from broker.core.ports import DropStoreFiles
-from storage.stream_log import StreamLog
+from broker.core.stream_arguments import StreamRetention
+from storage.stream_log import DEFAULT_MAX_SEGMENT_BYTES, StreamLog
 
 log = logging.getLogger("warren.storage")
 
@@ -32,6 +33,7 @@ MAX_CHUNKS = 8           # chunks kept per stream; the least recently used goes 
 TAIL_RECORDS = 16_384    # the latest messages kept in memory for consumers at the tail,
 TAIL_BYTES = 8 << 20     # ... or about this many bytes of bodies (judged at each commit
                          # by the size of the latest message: nothing is counted per append)
+MIN_SEGMENT_BYTES = 1024   # smaller x-stream-max-segment-size-bytes values are raised
 _offset_of = attrgetter("offset")
 _new_tuple = tuple.__new__
 
@@ -218,8 +220,22 @@ class DurableStreamStore:
         self.log.apply_retention()
         return self.log.max_age_seconds is not None
 
+    def set_retention(self, retention: StreamRetention) -> None:
+        """A policy changed the stream's limits: the next commit visits the store, so
+        the maintenance after it applies them."""
+        self.log.set_retention(**log_settings(retention))
+        self.persistence.store_touched(self)
+
     def drop_files(self) -> None:
         self.log.drop()
 
     def close(self) -> None:
         self.log.close()
+
+
+def log_settings(retention: StreamRetention) -> dict:
+    """A StreamLog's limits for a stream's retention settings."""
+    segment_bytes = retention.max_segment_bytes or DEFAULT_MAX_SEGMENT_BYTES
+    return {"max_segment_bytes": max(segment_bytes, MIN_SEGMENT_BYTES),
+            "max_bytes": retention.max_bytes,
+            "max_age_seconds": retention.max_age_seconds}
