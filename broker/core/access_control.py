@@ -218,15 +218,14 @@ class ChannelAccess:
     def _decide(self, access: str, allowed: set[str], kind: str, name: str) -> None:
         if not self.current:
             self.refresh()
-        # Only "" can name the default exchange: queue names are never empty here
-        # (server-named queues and the last-declared shortcut are resolved first).
-        resource = DEFAULT_EXCHANGE_RESOURCE if not name and kind == "exchange" else name
+        resource = name or (DEFAULT_EXCHANGE_RESOURCE if kind == "exchange" else "")
         if not self.access.permits(self.user, self.vhost, access, resource):
             raise access_refused(f"access to {kind} '{resource}' in vhost '{self.vhost}' "
                                  f"refused for user '{self.user}'")
         if len(allowed) >= CACHED_DECISIONS:
             allowed.clear()
-        allowed.add(name)
+        if name or kind == "exchange":   # a name means one resource whatever its kind,
+            allowed.add(name)            # but "" is kept only as the default exchange
 
     def topic(self, access: str, exchange: str, routing_key: str) -> None:
         """Raise 403 unless the user's topic permission on the topic exchange `exchange`

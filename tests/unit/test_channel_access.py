@@ -130,3 +130,9 @@ def test_a_channel_that_just_published_is_refused_after_a_change():
     client.method(1, commands.Channel.CloseOk())
     client.open_channel(2)
     assert close_code(client.publish(2, "amq.fanout", "k", b"x")) is None
+
+
+def test_an_empty_queue_name_does_not_pass_for_the_default_exchange():
+    _, channel = access_for(write="^$")
+    channel.write("queue", "")
+    refusal(lambda: channel.write("exchange", ""))
