@@ -9,7 +9,7 @@ from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER,
                                  CHANNEL_FLOW)
 
-from .access_control import IMPERSONATOR
+from .access_control import IMPERSONATOR, ChannelAccess
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
@@ -43,6 +43,8 @@ class Channel:
         self.number = number
         assert connection.vhost is not None, "channels open after Connection.Open"
         self.vhost: VirtualHost = connection.vhost
+        self.access = ChannelAccess(connection.broker.access, connection.user,
+                                    self.vhost.name)
         self.closing = False
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, Delivery] = {}
@@ -120,6 +122,10 @@ class Channel:
             raise precondition_failed(
                 f"message size {command.body_size} is larger than configured max size "
                 f"{self.connection.broker.config.max_message_size}")
+        access = self.access
+        if (command.exchange not in access.writable
+                or access.generation != access.access.generation):
+            access.write("exchange", command.exchange)   # 403 before 404, as RabbitMQ
         exchange = self.vhost.exchanges.get(command.exchange)
         if exchange is None:
             exchange = self.vhost.exchange(command.exchange)   # 404
@@ -127,6 +133,8 @@ class Channel:
             raise ChannelError(ReplyCode.ACCESS_REFUSED,
                                f"cannot publish to internal exchange '{exchange.name}' "
                                f"in vhost '{self.vhost.name}'")
+        if access.topics is not None and exchange.kind == "topic":
+            access.topic("write", exchange.name, command.routing_key)
         message = Message(command.exchange, command.routing_key, command.properties,
                           command.body)
         if message.needs_checks():
@@ -245,9 +253,11 @@ class Channel:
             raise ConnectionFailure(ReplyCode.NOT_ALLOWED,
                                     f"attempt to reuse consumer tag '{tag}'",
                                     *BASIC_CONSUME)
-        if method.queue == REPLY_QUEUE:
+        if method.queue == REPLY_QUEUE:   # no permission needed, as in RabbitMQ
             return self._consume_replies(method, tag)
-        queue = self.vhost.queue(self.queue_name(method.queue), self.connection)
+        name = self.queue_name(method.queue)
+        self.access.read("queue", name)
+        queue = self.vhost.queue(name, self.connection)
         if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
             raise ChannelError(ReplyCode.ACCESS_REFUSED,
                                f"queue '{queue.name}' in vhost '{self.vhost.name}' in "
@@ -290,7 +300,9 @@ class Channel:
             consumer.queue.remove_consumer(consumer)
 
     def get(self, method) -> None:
-        queue = self.vhost.queue(self.queue_name(method.queue), self.connection)
+        name = self.queue_name(method.queue)
+        self.access.read("queue", name)
+        queue = self.vhost.queue(name, self.connection)
         entry = queue.take()
         if entry is None:
             self.send(commands.Basic.GetEmpty())

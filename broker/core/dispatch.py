@@ -10,6 +10,8 @@ keys and consumer tags are never changed.
 from pamqp import commands
 
 from .channel import Channel
+from .direct_reply import REPLY_QUEUE
+from .errors import not_found
 
 _CR_LF = str.maketrans("", "", "\r\n")
 
@@ -22,37 +24,47 @@ def stripped(name: str) -> str:
 def exchange_declare(channel: Channel, method) -> None:
     channel.vhost.declare_exchange(
         stripped(method.exchange), method.exchange_type, method.passive, method.durable,
-        method.auto_delete, method.internal, method.arguments or {})
+        method.auto_delete, method.internal, method.arguments or {}, channel.access)
     if not method.nowait:
         channel.send(commands.Exchange.DeclareOk())
 
 
 def exchange_delete(channel: Channel, method) -> None:
-    channel.vhost.delete_exchange(stripped(method.exchange), method.if_unused)
+    channel.vhost.delete_exchange(stripped(method.exchange), method.if_unused,
+                                  channel.access)
     if not method.nowait:
         channel.send(commands.Exchange.DeleteOk())
 
 
 def exchange_bind(channel: Channel, method) -> None:
-    destination = channel.vhost.exchange(stripped(method.destination))
-    channel.vhost.bind(destination, stripped(method.source), method.routing_key,
-                       method.arguments or {})
+    vhost = channel.vhost
+    destination_name, source = stripped(method.destination), stripped(method.source)
+    vhost.authorize_binding(channel.access, "exchange", destination_name, source,
+                            method.routing_key)
+    destination = vhost.exchange(destination_name)
+    vhost.bind(destination, source, method.routing_key, method.arguments or {})
     if not method.nowait:
         channel.send(commands.Exchange.BindOk())
 
 
 def exchange_unbind(channel: Channel, method) -> None:
-    destination = channel.vhost.exchange(stripped(method.destination))
-    channel.vhost.unbind(destination, stripped(method.source), method.routing_key,
-                         method.arguments or {})
+    vhost = channel.vhost
+    destination_name, source = stripped(method.destination), stripped(method.source)
+    vhost.authorize_binding(channel.access, "exchange", destination_name, source,
+                            method.routing_key)
+    destination = vhost.exchange(destination_name)
+    vhost.unbind(destination, source, method.routing_key, method.arguments or {})
     if not method.nowait:
         channel.send(commands.Exchange.UnbindOk())
 
 
 def queue_declare(channel: Channel, method) -> None:
+    if method.queue.startswith(REPLY_QUEUE):
+        _declare_reply_queue(channel, method)
+        return
     queue = channel.vhost.declare_queue(
         stripped(method.queue), channel.connection, method.passive, method.durable,
-        method.exclusive, method.auto_delete, method.arguments or {})
+        method.exclusive, method.auto_delete, method.arguments or {}, channel.access)
     if queue.exclusive_owner is channel.connection:
         channel.connection.exclusive_queues[queue.name] = queue
     channel.last_queue_name = queue.name
@@ -62,27 +74,57 @@ def queue_declare(channel: Channel, method) -> None:
             channel.number, queue.name, queue.message_count, queue.consumer_count))
 
 
+def _declare_reply_queue(channel: Channel, method) -> None:
+    """Direct reply-to's pseudo-queue, as RabbitMQ answers a declare of it (passive or
+    not, and with no permission needed): amq.rabbitmq.reply-to itself, and a reply
+    address while its requester consumes, exist with one consumer; any other name
+    under the prefix is a 404."""
+    name = stripped(method.queue)
+    if (name != REPLY_QUEUE
+            and channel.connection.broker.direct_replies.consumer_for(name) is None):
+        raise not_found(f"no queue '{name}' in vhost '{channel.vhost.name}'")
+    channel.last_queue_name = name
+    if not method.nowait:
+        connection = channel.connection
+        connection.write(connection.framer.encode_queue_declare_ok(
+            channel.number, name, 0, 1))
+
+
+def _binding_key(channel: Channel, method) -> str:
+    """The routing key of a queue.bind/unbind: with no queue and no key given, the
+    last declared queue's name, as RabbitMQ reads it."""
+    if not method.queue and not method.routing_key:
+        return channel.queue_name("")
+    return method.routing_key
+
+
 def queue_bind(channel: Channel, method) -> None:
-    queue = channel.vhost.queue(channel.queue_name(stripped(method.queue)),
-                                channel.connection)
-    channel.vhost.bind(queue, stripped(method.exchange), method.routing_key,
-                       method.arguments or {})
+    vhost = channel.vhost
+    name = channel.queue_name(stripped(method.queue))
+    exchange, routing_key = stripped(method.exchange), _binding_key(channel, method)
+    vhost.authorize_binding(channel.access, "queue", name, exchange, routing_key)
+    queue = vhost.queue(name, channel.connection)
+    vhost.bind(queue, exchange, routing_key, method.arguments or {})
     if not method.nowait:
         channel.send(commands.Queue.BindOk())
 
 
 def queue_unbind(channel: Channel, method) -> None:
     vhost = channel.vhost
-    queue = vhost.queues.get(channel.queue_name(stripped(method.queue)))
+    name = channel.queue_name(stripped(method.queue))
+    exchange, routing_key = stripped(method.exchange), _binding_key(channel, method)
+    vhost.authorize_binding(channel.access, "queue", name, exchange, routing_key)
+    queue = vhost.queues.get(name)
     if queue is not None:   # unbinding a missing queue succeeds, as in RabbitMQ 3.x
         vhost.check_exclusive(queue, channel.connection)
-        vhost.unbind(queue, stripped(method.exchange), method.routing_key,
-                     method.arguments or {})
+        vhost.unbind(queue, exchange, routing_key, method.arguments or {})
     channel.send(commands.Queue.UnbindOk())
 
 
 def queue_purge(channel: Channel, method) -> None:
-    queue = channel.vhost.queue(channel.queue_name(method.queue), channel.connection)
+    name = channel.queue_name(method.queue)
+    channel.access.read("queue", name)
+    queue = channel.vhost.queue(name, channel.connection)
     count = queue.purge()
     if not method.nowait:
         channel.send(commands.Queue.PurgeOk(message_count=count))
@@ -91,6 +133,7 @@ def queue_purge(channel: Channel, method) -> None:
 def queue_delete(channel: Channel, method) -> None:
     vhost = channel.vhost
     name = channel.queue_name(stripped(method.queue))
+    channel.access.configure("queue", name)
     queue = vhost.queues.get(name)
     if queue is None:
         count = 0   # RabbitMQ answers DeleteOk for a queue that does not exist

@@ -5,6 +5,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from amqp_codec.field_table import text_value
 from amqp_codec.reply_codes import ReplyCode
 
 from .errors import (ConnectionFailure, access_refused, not_found, precondition_failed,
@@ -27,6 +28,7 @@ from .ports import (DeleteBinding, DeleteExchange, DeleteQueue, SaveBinding,
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:
+    from .access_control import ChannelAccess
     from .connection import Connection
 
 log = logging.getLogger("warren.vhost")
@@ -85,19 +87,26 @@ class VirtualHost:
     # -- exchanges -----------------------------------------------------------------
 
     def declare_exchange(self, name: str, kind: str, passive: bool, durable: bool,
-                         auto_delete: bool, internal: bool, arguments: dict) -> Exchange:
+                         auto_delete: bool, internal: bool, arguments: dict,
+                         access: "ChannelAccess") -> Exchange:
+        """Checks in RabbitMQ's order: passive declares need no permission; otherwise
+        the type (503), the default exchange (403), configure on the name (403), then
+        for a new exchange the reserved prefix (403) and, with an alternate-exchange,
+        read on the exchange and write on the alternate (403)."""
         if passive:
+            if name == "":
+                raise _default_exchange_refused()
             return self.exchange(name)
-        if name == "":
-            raise access_refused("operation not permitted on the default exchange")
         exchange_class = EXCHANGE_TYPES.get(kind)
         if exchange_class is None:
             raise ConnectionFailure(ReplyCode.COMMAND_INVALID,
                                     f"unknown exchange type '{kind}'")
+        if name == "":
+            raise _default_exchange_refused()
+        access.configure("exchange", name)
         existing = self.exchanges.get(name)
-        if existing is None and name.startswith("amq."):
-            raise access_refused(
-                f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        if existing is None:
+            _check_new_exchange(name, arguments, access)
         if existing is not None:
             difference = existing.difference(kind, durable, auto_delete, internal,
                                              arguments)
@@ -121,12 +130,13 @@ class VirtualHost:
                 internal=internal, arguments=dict(arguments or {})))
         return exchange
 
-    def delete_exchange(self, name: str, if_unused: bool) -> None:
-        if name == "" or name.startswith("amq."):
+    def delete_exchange(self, name: str, if_unused: bool, access: "ChannelAccess") -> None:
+        if name == "":
+            raise _default_exchange_refused()
+        if name.startswith("amq."):
             raise access_refused(
-                "operation not permitted on the default exchange"
-                if name == "" else
-                f"exchange name '{name}' contains reserved prefix 'amq.*'")
+                f"deletion of system exchange '{name}' in vhost '{self.name}' not allowed")
+        access.configure("exchange", name)
         exchange = self.exchanges.get(name)
         if exchange is None:
             return   # deleting a missing exchange succeeds, as in RabbitMQ 3.x
@@ -145,9 +155,24 @@ class VirtualHost:
         if exchange.durable:
             self.persistence.record(DeleteExchange(vhost=self.name, name=exchange.name))
 
+    def authorize_binding(self, access: "ChannelAccess", destination_kind: str,
+                          destination: str, source: str, routing_key: str) -> None:
+        """RabbitMQ's checks of a bind or unbind, made before either end is looked up:
+        write on the destination, neither end the default exchange, read on the
+        source, and, when the source is a topic exchange, the user's topic permission
+        (read) on the binding key."""
+        access.write(destination_kind, destination)
+        if source == "" or (destination_kind == "exchange" and destination == ""):
+            raise _default_exchange_refused()
+        access.read("exchange", source)
+        exchange = self.exchanges.get(source)
+        if exchange is not None and exchange.kind == "topic":
+            access.topic("read", source, routing_key)
+
     def bind(self, destination, exchange_name: str, routing_key: str,
              arguments: dict) -> None:
-        exchange = self._bindable(exchange_name)
+        """Bind (after `authorize_binding`)."""
+        exchange = self.exchange(exchange_name)
         exchange.validate_binding(arguments)
         if exchange.bind(destination, routing_key, arguments):
             self._record_binding(SaveBinding, exchange, destination, routing_key,
@@ -167,8 +192,7 @@ class VirtualHost:
 
     def unbind(self, destination, exchange_name: str, routing_key: str,
                arguments: dict) -> None:
-        if exchange_name == "":
-            raise access_refused("operation not permitted on the default exchange")
+        """Unbind (after `authorize_binding`)."""
         exchange = self.exchanges.get(exchange_name)
         if exchange is None or not exchange.unbind(destination, routing_key, arguments):
             return   # unbinding what is not bound succeeds, as in RabbitMQ 3.x
@@ -177,16 +201,15 @@ class VirtualHost:
         if exchange.auto_delete and not exchange.bindings:
             self._remove_exchange(exchange)
 
-    def _bindable(self, exchange_name: str) -> Exchange:
-        if exchange_name == "":
-            raise access_refused(
-                "operation not permitted on the default exchange")
-        return self.exchange(exchange_name)
-
     # -- queues --------------------------------------------------------------------
 
     def declare_queue(self, name: str, connection: "Connection", passive: bool, durable: bool,
-                      exclusive: bool, auto_delete: bool, arguments: dict) -> QueueBase:
+                      exclusive: bool, auto_delete: bool, arguments: dict,
+                      access: "ChannelAccess") -> QueueBase:
+        """Checks in RabbitMQ's order: passive declares need no permission; otherwise
+        the reserved prefix (403), configure on the name, the server-chosen one
+        included (403), then for a new queue with an x-dead-letter-exchange read on the
+        queue and write on that exchange (403), before the arguments are validated."""
         if passive:
             queue = self.queue(name, connection)
             queue.touch()   # RabbitMQ renews an x-expires lease on passive declares too
@@ -196,9 +219,15 @@ class VirtualHost:
         elif name.startswith("amq."):
             raise access_refused(
                 f"queue name '{name}' contains reserved prefix 'amq.*'")
-        if name not in self.queues:   # RabbitMQ checks the limit before the arguments
-            self.limits.check_new_queue(self.name, name, len(self.queues))
+        access.configure("queue", name)
         arguments = arguments or {}
+        if name not in self.queues:
+            dead_letter_exchange = _name_argument(arguments, "x-dead-letter-exchange")
+            if dead_letter_exchange is not None:
+                access.read("queue", name)
+                access.write("exchange", dead_letter_exchange)
+            # RabbitMQ checks the limit after the permissions, before the arguments
+            self.limits.check_new_queue(self.name, name, len(self.queues))
         validate_queue_arguments(arguments, name, self.name)
         stream = is_stream(arguments)
         if stream:
@@ -395,12 +424,34 @@ class VirtualHost:
                     pending.append(destination)
         return queues
 
-
     def _add_alternate(self, exchange: Exchange, pending: list) -> None:
         if exchange.alternate is not None:
             alternate = self.exchanges.get(exchange.alternate)
             if alternate is not None:
                 pending.append(alternate)
+
+
+def _check_new_exchange(name: str, arguments: dict, access: "ChannelAccess") -> None:
+    """What RabbitMQ checks before it creates an exchange: the reserved prefix, then for
+    an alternate-exchange read on the new exchange and write on the alternate."""
+    if name.startswith("amq."):
+        raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+    alternate = _name_argument(arguments, "alternate-exchange")
+    if alternate is not None:
+        access.read("exchange", name)
+        access.write("exchange", alternate)
+
+
+def _name_argument(arguments: dict, key: str) -> str | None:
+    """An exchange named by a string argument (alternate-exchange,
+    x-dead-letter-exchange); None when absent or not a string (RabbitMQ checks
+    permissions only on a long string)."""
+    value = text_value((arguments or {}).get(key))
+    return value if isinstance(value, str) else None
+
+
+def _default_exchange_refused():
+    return access_refused("operation not permitted on the default exchange")
 
 
 def _persisted(destination) -> bool:

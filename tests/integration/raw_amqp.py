@@ -293,7 +293,9 @@ class RawAmqpClient:
         return self.start
 
     def send_start_ok(self, user: str = "guest", password: str = "guest",
-                      mechanism: str = "PLAIN", capabilities: dict | None = None) -> None:
+                      mechanism: str = "PLAIN", capabilities: dict | None = None,
+                      client_properties: dict | None = None) -> None:
+        """StartOk; `client_properties` adds entries to the client-properties table."""
         if mechanism == "PLAIN":
             response = plain_response(user, password)
         elif mechanism == "AMQPLAIN":
@@ -303,6 +305,7 @@ class RawAmqpClient:
         properties = {
             "product": "warren-raw-test-client",
             "capabilities": PIKA_CAPABILITIES if capabilities is None else capabilities,
+            **(client_properties or {}),
         }
         self.send_raw(start_ok_frame(mechanism, response, properties))
 
@@ -319,11 +322,12 @@ class RawAmqpClient:
     def handshake(self, user: str = "guest", password: str = "guest", vhost: str = "/",
                   mechanism: str = "PLAIN", channel_max: int | None = None,
                   frame_max: int | None = None, heartbeat: int | None = 0,
-                  capabilities: dict | None = None) -> commands.Connection.OpenOk:
+                  capabilities: dict | None = None,
+                  client_properties: dict | None = None) -> commands.Connection.OpenOk:
         """Full handshake up to Connection.OpenOk. heartbeat=0 disables heartbeats;
         None for any tune value accepts the server's proposal."""
         self.start_handshake()
-        self.send_start_ok(user, password, mechanism, capabilities)
+        self.send_start_ok(user, password, mechanism, capabilities, client_properties)
         self.tune = self.expect(commands.Connection.Tune, channel=0)
         self.send_tune_ok(channel_max, frame_max, heartbeat)
         self.send_method(0, commands.Connection.Open(virtual_host=vhost))
