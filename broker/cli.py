@@ -15,6 +15,7 @@ from broker.server.admission import default_connection_caps, raise_file_limit
 from broker.server.committer import GroupCommitter
 from broker.server.durability import DurableStorage
 from broker.server.listener import Server
+from broker.server.tls import TlsListener, server_context
 
 
 class KeyValueFormatter(logging.Formatter):
@@ -46,6 +47,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--port", type=int,
                        help="AMQP port (default 5672; 0 picks a free one, logged as "
                             "event=listening)")
+    serve.add_argument("--tls-port", type=int,
+                       help="amqps port (default: none, or [tls] port of the configuration "
+                            "file; 0 picks a free one, logged as event=listening_tls)")
     serve.add_argument("--data-dir", help="data directory (default ./data)")
     serve.add_argument("--metadata-url",
                        help="SQLAlchemy URL of the metadata database (default: SQLite "
@@ -61,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings(args.config, {
             "host": args.host, "port": args.port, "data_dir": args.data_dir,
-            "metadata_url": args.metadata_url, "log_level": args.log_level})
+            "metadata_url": args.metadata_url, "log_level": args.log_level,
+            "tls_port": args.tls_port})
+        tls = (TlsListener(settings.tls, server_context(settings.tls))
+               if settings.tls.port is not None else None)
     except ConfigError as error:
         print(f"warren: {error}", file=sys.stderr)
         return 2
@@ -70,18 +77,19 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(settings.data_dir, exist_ok=True)
     storage = DurableStorage(settings.data_dir, settings.metadata_url)
     broker = Broker(settings.limits, persistence=storage.persistence, version=__version__)
+    broker.auth_mechanisms = tuple(settings.auth_mechanisms)
     storage.restore(broker)
     committer = GroupCommitter(storage.persistence, storage.apply_changes,
                                storage.sync_stores, storage.maintain_stores)
     server = Server(broker, settings.host, settings.port, committer, settings.alarms,
-                    settings.data_dir)
+                    settings.data_dir, tls, settings.tls.plain_listener)
     try:
         trio.run(server.run)
     except OSError as error:
         logging.getLogger("warren.server").error(
-            "event=listen_failed host=%s port=%s error=%r hint=%r", settings.host,
-            settings.port, error.strerror or str(error),
-            "another process uses this port: stop it or pass --port")
+            "event=listen_failed host=%s port=%s tls_port=%s error=%r hint=%r",
+            settings.host, settings.port, settings.tls.port, error.strerror or str(error),
+            "another process uses this port: stop it or pass --port (--tls-port)")
         return 1
     finally:
         storage.close(broker)

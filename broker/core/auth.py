@@ -33,6 +33,10 @@ class UserDatabase:
         stored = self._hashes.get(name)
         return stored is not None and verify_password(password, *stored)
 
+    def exists(self, name: str) -> bool:
+        """Whether the user is known (EXTERNAL logins check nothing more)."""
+        return name in self._hashes
+
     def may_open(self, name: str, vhost: str) -> bool:
         return vhost in self._vhosts.get(name, ())
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 from amqp_codec.constants import DEFAULT_FRAME_MAX
 from amqp_codec.decoder import MAX_BODY_SIZE
 
-from .auth import UserDatabase
+from .auth import MECHANISMS, UserDatabase
 from .direct_reply import DirectReplies
 from .persistence import Persistence
 from .scheduler import Scheduler
@@ -60,6 +60,8 @@ class Broker:
         self.add_vhost("/")
         self.users = UserDatabase()
         self.users.add("guest", "guest", vhosts=("/",))
+        # What Connection.Start offers (`auth_mechanisms`; EXTERNAL only over TLS).
+        self.auth_mechanisms: tuple[str, ...] = MECHANISMS
         self.connections: set[Connection] = set()
         self.direct_replies = DirectReplies()
 
