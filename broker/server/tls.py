@@ -40,14 +40,14 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(settings.certfile, settings.keyfile)
+    except ssl.SSLError as error:   # an OSError too: first
+        raise ConfigError(f"the TLS certificate {settings.certfile!r} and key "
+                          f"{settings.keyfile!r} ([tls] certfile, keyfile) do not form a "
+                          f"pair, or are not PEM: {error.reason or error}") from error
     except OSError as error:
         raise ConfigError(f"cannot read the TLS certificate or key ([tls] certfile "
                           f"{settings.certfile!r}, keyfile {settings.keyfile!r}): "
                           f"{error.strerror or error}") from error
-    except ssl.SSLError as error:
-        raise ConfigError(f"the TLS certificate {settings.certfile!r} and key "
-                          f"{settings.keyfile!r} ([tls] certfile, keyfile) do not form a "
-                          f"pair, or are not PEM: {error.reason or error}") from error
     if settings.cacertfile:
         try:
             context.load_verify_locations(cafile=settings.cacertfile)
