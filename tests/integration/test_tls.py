@@ -26,6 +26,7 @@ import ssl
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pika
 import pika.exceptions
@@ -258,6 +259,16 @@ def test_shared_tls_1_1_is_refused(shared):
     context = client_context(shared.pki, version=ssl.TLSVersion.TLSv1_1)
     with pytest.raises(ssl.SSLError, match="PROTOCOL_VERSION|protocol version"):
         raw_tls_client(shared, context)
+
+
+def test_shared_java_client_over_tls_with_plain_and_external(shared, java_programs):
+    tls_address = SimpleNamespace(host=shared.host, port=shared.tls_port)
+    run = java_programs.run("TlsClient", tls_address, shared.pki, timeout=90)
+    assert run["plain_round_trip"] == "ok"
+    assert run["tls12_round_trip"] == "ok"
+    assert run["external_round_trip"] == "ok"     # user_id guest: logged in as guest
+    assert run["external_without_certificate"] == "AuthenticationFailureException"
+    assert REFUSED_TEXT in run["external_without_certificate_text"]
 
 
 # -- dedicated Warren brokers ---------------------------------------------------------
