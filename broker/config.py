@@ -30,7 +30,7 @@ Example file:
     verify = "verify_peer"          # or "verify_none" (the default)
     fail_if_no_peer_cert = true
     plain_listener = false          # amqps only (default true: both listeners)
-    ssl_cert_login_from = "common_name"   # or "subject_alternative_name" (EXTERNAL)
+    ssl_cert_login_from = "common_name"   # the EXTERNAL user; or "distinguished_name"...
 """
 
 import tomllib
@@ -56,7 +56,8 @@ class AlarmLimits:
 
 
 TLS_VERIFY_MODES = ("verify_none", "verify_peer")
-CERT_LOGIN_SOURCES = ("common_name", "subject_alternative_name", "subject_alt_name")
+CERT_LOGIN_SOURCES = ("common_name", "distinguished_name", "subject_alternative_name",
+                      "subject_alt_name")
 CERT_LOGIN_SAN_TYPES = ("dns", "email", "uri")
 AUTH_MECHANISMS = ("PLAIN", "AMQPLAIN", "EXTERNAL")
 
@@ -74,7 +75,7 @@ class TlsSettings:
     verify: str = "verify_none"             # "verify_peer": ask for a client certificate
     fail_if_no_peer_cert: bool = False      # with verify_peer: refuse clients without one
     plain_listener: bool = True             # False: amqps only, no plain AMQP port
-    ssl_cert_login_from: str = "common_name"   # or "subject_alternative_name"
+    ssl_cert_login_from: str = "common_name"   # or "distinguished_name", a SAN
     ssl_cert_login_san_type: str = "dns"    # "dns", "email" or "uri"
     ssl_cert_login_san_index: int = 0       # which SAN of that type (0: the first)
 

@@ -24,6 +24,19 @@ log = logging.getLogger("warren.server")
 SEND_BATCH = 128 * 1024   # plaintext bytes encrypted and written at a time
 VERIFY_MODES = {"verify_none": ssl.CERT_NONE, "verify_peer": ssl.CERT_OPTIONAL}
 SAN_KINDS = {"dns": "DNS", "email": "email", "uri": "URI"}   # as ssl.getpeercert names them
+# How RabbitMQ writes subject attributes in a distinguished name (ssl.getpeercert gives
+# OpenSSL's long names); others appear as their OID, as in RabbitMQ.
+DN_ATTRIBUTES = {
+    "commonName": "CN", "localityName": "L", "stateOrProvinceName": "ST",
+    "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
+    "title": "TITLE", "serialNumber": "SERIALNUMBER", "pseudonym": "PSEUDONYM",
+    "domainComponent": "DC", "emailAddress": "EMAILADDRESS", "userId": "UID",
+    "surname": "SN", "givenName": "GIVENNAME", "initials": "INITIALS",
+    "generationQualifier": "GENERATIONQUALIFIER",
+    "streetAddress": "2.5.4.9", "postalCode": "2.5.4.17", "businessCategory": "2.5.4.15",
+    "description": "2.5.4.13", "name": "2.5.4.41", "dnQualifier": "2.5.4.46",
+}
+DN_ESCAPED = frozenset('"+,;<>\\')
 
 
 class TlsHandshakeFailed(Exception):
@@ -86,10 +99,13 @@ class TlsListener:
 
     def peer_of(self, certificate: dict | None) -> TlsPeer:
         """The user name a verified client certificate gives (RabbitMQ's
-        ssl_cert_login_from: every common name joined by ",", or the n-th subject
-        alternative name of the configured type)."""
+        ssl_cert_login_from: every common name joined by ",", the subject's
+        distinguished name, or the n-th subject alternative name of the configured
+        type)."""
         if not certificate:
             return TlsPeer(None, NO_CERTIFICATE)
+        if self.login_from == "distinguished_name":
+            return TlsPeer(distinguished_name(certificate.get("subject", ())))
         if self.login_from == "common_name":
             names = [value for rdn in certificate.get("subject", ())
                      for key, value in rdn if key == "commonName"]
@@ -99,6 +115,29 @@ class TlsListener:
         if self.san_index < len(names):
             return TlsPeer(names[self.san_index])
         return TlsPeer(None, NO_NAME)
+
+
+def distinguished_name(subject: tuple) -> str:
+    """The subject as RabbitMQ writes it (RFC 4514): the last RDN first, attributes of
+    one RDN joined by "+", special characters escaped with a backslash, and bytes
+    outside printable ASCII (of UTF-8) as backslash and two hex digits."""
+    return ",".join("+".join(f"{DN_ATTRIBUTES.get(kind, kind)}={_dn_escape(value)}"
+                             for kind, value in rdn)
+                    for rdn in reversed(subject))
+
+
+def _dn_escape(value: str) -> str:
+    escaped = []
+    last = len(value) - 1
+    for index, char in enumerate(value):
+        if (char in DN_ESCAPED or (index == 0 and char in " #")
+                or (index == last and char == " ")):
+            escaped.append("\\" + char)
+        elif " " <= char < "~":
+            escaped.append(char)
+        else:
+            escaped.append("".join(f"\\{byte:02X}" for byte in char.encode()))
+    return "".join(escaped)
 
 
 class TlsSession:

@@ -31,6 +31,7 @@ from types import SimpleNamespace
 import pika
 import pika.exceptions
 import pytest
+from cryptography import x509
 
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from broker_process import BrokerProcess
@@ -303,6 +304,17 @@ def test_tls_only_broker_logs_in_the_subject_alternative_name(dedicated):
         assert round_trip(connection, [b"by SAN"], user_id=user) == [b"by SAN"]
     # guest's certificate has no e-mail name: no user, refused.
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        tls_connection(broker, client_context(broker.pki, "guest"), external)
+
+
+def test_distinguished_name_login_as_rabbitmqs_default(dedicated, pki):
+    certificate = x509.load_pem_x509_certificate((pki / f"{TLS_USER}.pem").read_bytes())
+    user = certificate.subject.rfc4514_string()    # "CN=tls-user,OU=...,O=trustme ..."
+    broker = dedicated(tls='ssl_cert_login_from = "distinguished_name"\n', users=(user,))
+    external = pika.credentials.ExternalCredentials()
+    with tls_connection(broker, client_context(broker.pki, TLS_USER), external) as connection:
+        assert round_trip(connection, [b"by DN"], user_id=user) == [b"by DN"]
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):   # guest's DN: no user
         tls_connection(broker, client_context(broker.pki, "guest"), external)
 
 

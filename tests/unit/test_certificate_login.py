@@ -136,5 +136,37 @@ def test_a_certificate_without_the_field_names_no_user(settings, certificate):
     assert listener(**settings).peer_of(certificate) == TlsPeer(None, NO_NAME)
 
 
+# Subjects as ssl.getpeercert() gives them, and the user name RabbitMQ 3.10.8 made of
+# the same certificates with ssl_cert_login_from = distinguished_name (from its log).
+RABBITMQ_DISTINGUISHED_NAMES = [
+    (((("organizationName", "trustme v1.2.1"),),
+      (("organizationalUnitName", "Testing cert #PR_iboafOBvIVn4u"),),
+      (("commonName", "tls-user"),)),
+     "CN=tls-user,OU=Testing cert #PR_iboafOBvIVn4u,O=trustme v1.2.1"),
+    (((("organizationName", "Org+Name"),), (("organizationalUnitName", " unit "),),
+      (("commonName", ' #lead,co+mma"q<a>;b\\c \u00e9\x01 '),)),
+     'CN=\\ #lead\\,co\\+mma\\"q\\<a\\>\\;b\\\\c \\C3\\A9\\01\\ ,'
+     'OU=\\ unit\\ ,O=Org\\+Name'),
+    (((("organizationName", "Org+Name"),), (("organizationalUnitName", " unit "),),
+      (("commonName", "#x"),)),
+     "CN=\\#x,OU=\\ unit\\ ,O=Org\\+Name"),
+    (((("domainComponent", "com"),),
+      (("countryName", "DE"), ("stateOrProvinceName", "Be~rlin\x7f")),
+      (("localityName", "L"),), (("title", "T"), ("serialNumber", "42")),
+      (("userId", "uid1"),), (("emailAddress", "a@b.c"),),
+      (("surname", "S"), ("givenName", "G")), (("pseudonym", "P"),),
+      (("streetAddress", "Main St"),), (("1.2.3.4.5", "odd"),), (("commonName", "multi"),)),
+     "CN=multi,1.2.3.4.5=odd,2.5.4.9=Main St,PSEUDONYM=P,SN=S+GIVENNAME=G,"
+     "EMAILADDRESS=a@b.c,UID=uid1,TITLE=T+SERIALNUMBER=42,L=L,C=DE+ST=Be\\7Erlin\\7F,"
+     "DC=com"),
+]
+
+
+@pytest.mark.parametrize("subject, name", RABBITMQ_DISTINGUISHED_NAMES)
+def test_the_distinguished_name_is_written_as_rabbitmq_writes_it(subject, name):
+    peer = listener(ssl_cert_login_from="distinguished_name").peer_of({"subject": subject})
+    assert peer == TlsPeer(name)
+
+
 def test_no_certificate_names_no_user():
     assert listener().peer_of(None) == TlsPeer(None, NO_CERTIFICATE)

@@ -57,7 +57,7 @@ def test_tls_settings_come_from_the_file_and_the_flag_overrides_the_port(tmp_pat
 @pytest.mark.parametrize("extra, message", [
     ('verify = "verify_all"\n', "'verify' in \\[tls\\] must be one of"),
     ("fail_if_no_peer_cert = true\n", "needs 'verify = \"verify_peer\"'"),
-    ('ssl_cert_login_from = "distinguished_name"\n', "'ssl_cert_login_from' .* one of"),
+    ('ssl_cert_login_from = "serial_number"\n', "'ssl_cert_login_from' .* one of"),
     ('ssl_cert_login_san_type = "other_name"\n', "'ssl_cert_login_san_type' .* one of"),
     ("ssl_cert_login_san_index = -1\n", "'ssl_cert_login_san_index' .* 0 or more"),
     ('plain_listener = "no"\n', "'plain_listener' .* true or false"),
