@@ -86,8 +86,10 @@ class TlsRabbit(RabbitInstance):
         return {"plain": self.port, "tls": self.tls_port}
 
 
-def run(args, perftest: PerfTest, pki: Path, brokers: dict) -> dict:
-    """consumed msg/s per (scenario, broker, transport), one list entry per run."""
+def run(args, perftest: PerfTest, pki: Path, brokers: dict, errors: list) -> dict:
+    """consumed msg/s per (scenario, broker, transport), one list entry per run. A run
+    that reported errors (e.g. a producer still blocked at the end) keeps its figures
+    and adds to `errors`; one without figures adds only to `errors`."""
     results: dict = {}
     names = list(brokers)
     for repetition in range(args.repeat):
@@ -100,18 +102,22 @@ def run(args, perftest: PerfTest, pki: Path, brokers: dict) -> dict:
                     data, error = perftest.run(
                         port, (*SCENARIOS[scenario].args, "--duration", args.duration, *tls),
                         timeout=args.duration + 120)
-                    if error or data is None:
-                        raise BenchError(f"{scenario} {broker} {transport}: {error}")
+                    label = f"{scenario} {broker} {transport} run {repetition + 1}"
+                    if error:
+                        errors.append(f"{label}: {error.splitlines()[0]}")
+                    if data is None:
+                        log(f"{label}: FAILED: {error}")
+                        continue
                     rate = summarize_perftest(data)["consumed_per_s"]
                     results.setdefault((scenario, broker, transport), []).append(rate)
-                    log(f"{scenario} {broker} {transport}: {rate:,.0f} msg/s")
+                    log(f"{label}: {rate:,.0f} msg/s" + (f" ERRORS: {error}" if error else ""))
     return results
 
 
-def render(args, results: dict, started: datetime.datetime, machine: dict,
+def render(args, results: dict, errors: list, started: datetime.datetime, machine: dict,
            loads: tuple) -> str:
     def median(key):
-        return statistics.median(results[key])
+        return statistics.median(results[key]) if results.get(key) else float("nan")
 
     lines = [BEGIN_MARK, "", f"## Throughput over TLS ({started:%Y-%m-%d}, "
              "bench/tls_throughput.py)", "",
@@ -134,6 +140,9 @@ def render(args, results: dict, started: datetime.datetime, machine: dict,
         lines.append(f"| {SCENARIOS[scenario].title} | {w_plain:,.0f} | {w_tls:,.0f} | "
                      f"{w_tls / w_plain:.2f} | {r_plain:,.0f} | {r_tls:,.0f} | "
                      f"{r_tls / r_plain:.2f} | {w_tls / r_tls:.2f} |")
+    if errors:
+        lines += ["", "Runs that reported errors (their figures are included when they "
+                  "had any):", ""] + [f"- {error}" for error in errors]
     lines += ["", END_MARK]
     return "\n".join(lines) + "\n"
 
@@ -168,7 +177,8 @@ def main(argv=None) -> int:
             brokers["rabbitmq"] = TlsRabbit(pki, args.start_timeout,
                                             args.rabbitmq_server).start()
             begun, load_start = time.monotonic(), os.getloadavg()[0]
-            results = run(args, perftest, pki, brokers)
+            errors: list = []
+            results = run(args, perftest, pki, brokers, errors)
             loads = (load_start, os.getloadavg()[0])
             log(f"done in {time.monotonic() - begun:.0f} s")
         except BenchError as error:
@@ -177,7 +187,7 @@ def main(argv=None) -> int:
         finally:
             for broker in brokers.values():
                 broker.stop()
-    section = render(args, results, started, machine_info(), loads)
+    section = render(args, results, errors, started, machine_info(), loads)
     print(section)
     if not args.no_docs:
         update_docs(DOCS_MD, section, BEGIN_MARK, END_MARK)

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     committer = GroupCommitter(storage.persistence, storage.apply_changes,
                                storage.sync_stores, storage.maintain_stores)
     server = Server(broker, settings.host, settings.port, committer, settings.alarms,
-                    settings.data_dir, tls, settings.tls.plain_listener)
+                    settings.data_dir, tls=tls, plain_listener=settings.tls.plain_listener)
     try:
         trio.run(server.run)
     except OSError as error:
