@@ -45,12 +45,13 @@ class TlsHandshakeFailed(Exception):
 
 
 def server_context(settings: TlsSettings) -> ssl.SSLContext:
-    """The amqps listener's context: TLS 1.2 and 1.3 only, the server certificate and key,
-    and client certificates checked against `cacertfile` as `verify` and
-    `fail_if_no_peer_cert` say. ConfigError when a file is missing, unreadable, or the
-    key does not belong to the certificate."""
+    """The amqps listener's context: TLS 1.2 and 1.3 only (no renegotiation), the
+    server certificate and key, and client certificates checked against `cacertfile`
+    as `verify` and `fail_if_no_peer_cert` say. ConfigError when a file is missing,
+    unreadable, or the key does not belong to the certificate."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.options |= ssl.OP_NO_RENEGOTIATION   # a client cannot make us redo the work
     try:
         context.load_cert_chain(settings.certfile, settings.keyfile)
     except ssl.SSLError as error:   # an OSError too: first

@@ -86,6 +86,7 @@ def test_the_server_context_speaks_tls_1_2_and_up_and_asks_for_client_certificat
     settings = settings_from(tmp_path, tls_section(pki, 'verify = "verify_peer"\n'))
     context = server_context(settings.tls)
     assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert context.options & ssl.OP_NO_RENEGOTIATION
     assert context.verify_mode == ssl.CERT_OPTIONAL
     settings.tls.fail_if_no_peer_cert = True
     assert server_context(settings.tls).verify_mode == ssl.CERT_REQUIRED
