@@ -119,14 +119,22 @@ def render(args, results: dict, errors: list, started: datetime.datetime, machin
     def median(key):
         return statistics.median(results[key]) if results.get(key) else float("nan")
 
+    def cell(key):
+        runs = results.get(key)
+        if not runs:
+            return "–"
+        spread = f" ({min(runs):,.0f}–{max(runs):,.0f})" if len(runs) > 1 else ""
+        return f"{median(key):,.0f}{spread}"
+
     lines = [BEGIN_MARK, "", f"## Throughput over TLS ({started:%Y-%m-%d}, "
              "bench/tls_throughput.py)", "",
              f"`python3 bench/tls_throughput.py{args.command_suffix}`: Warren and RabbitMQ "
              "3.10 each started fresh on loopback with a plain and a TLS listener "
              "(certificates from trustme, ECDSA P-256; TLS 1.3 negotiated), driven by "
              f"bench/java/PerfTest.java ({machine['client']}, `--tls-ca` for amqps). "
-             f"Consumed msg/s, median of {args.repeat} run(s) of {args.duration:g} s each, "
-             "runs alternating between brokers and between plain and TLS. "
+             f"Consumed msg/s, median of {args.repeat} run(s) of {args.duration:g} s each "
+             "(min–max in parentheses), runs alternating between brokers and between "
+             "plain and TLS; the ratios are of the medians. "
              f"Machine: {machine['nproc']} cores, {machine['cpu']}, {machine['os']}, "
              f"Python {machine['python']}; 1-minute load average {loads[0]:.1f} at the start, "
              f"{loads[1]:.1f} at the end (the clients share the CPUs with the broker).", "",
@@ -137,8 +145,10 @@ def render(args, results: dict, errors: list, started: datetime.datetime, machin
         w_plain, w_tls = median((scenario, "warren", "plain")), median((scenario, "warren", "tls"))
         r_plain, r_tls = (median((scenario, "rabbitmq", "plain")),
                           median((scenario, "rabbitmq", "tls")))
-        lines.append(f"| {SCENARIOS[scenario].title} | {w_plain:,.0f} | {w_tls:,.0f} | "
-                     f"{w_tls / w_plain:.2f} | {r_plain:,.0f} | {r_tls:,.0f} | "
+        cells = [cell((scenario, broker, transport)) for broker in ("warren", "rabbitmq")
+                 for transport in TRANSPORTS]
+        lines.append(f"| {SCENARIOS[scenario].title} | {cells[0]} | {cells[1]} | "
+                     f"{w_tls / w_plain:.2f} | {cells[2]} | {cells[3]} | "
                      f"{r_tls / r_plain:.2f} | {w_tls / r_tls:.2f} |")
     if errors:
         lines += ["", "Runs that reported errors (their figures are included when they "
