@@ -231,9 +231,11 @@ class RabbitInstance:
 
     name = "RabbitMQ"
 
-    def __init__(self, start_timeout: float, server_script: str = RABBITMQ_SERVER):
+    def __init__(self, start_timeout: float, server_script: str = RABBITMQ_SERVER,
+                 extra_config: str = ""):
         self.start_timeout = start_timeout
         self.server_script = server_script
+        self.extra_config = extra_config   # more rabbitmq.conf lines (e.g. a TLS listener)
         self.base = None
         self.shell: subprocess.Popen | None = None
         self.beam_pid = None
@@ -253,7 +255,8 @@ class RabbitInstance:
         self.node = f"bench-{self.port}@localhost"
         (self.base / "enabled_plugins").write_text("[].\n")
         (self.base / "rabbitmq.conf").write_text(
-            f"listeners.tcp.1 = {HOST}:{self.port}\nloopback_users.guest = true\n")
+            f"listeners.tcp.1 = {HOST}:{self.port}\nloopback_users.guest = true\n"
+            + self.extra_config)
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RABBITMQ_", "ERL_"))}
         env.update({
@@ -792,11 +795,12 @@ def scenario_figure(scenario: Scenario) -> str:
             "startup_s": "seconds"}[scenario.metric]
 
 
-def update_docs(path: Path, section: str) -> None:
+def update_docs(path: Path, section: str, begin_mark: str = BEGIN_MARK,
+                end_mark: str = END_MARK) -> None:
     text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    if BEGIN_MARK in text and END_MARK in text:
-        head, rest = text.split(BEGIN_MARK, 1)
-        tail = rest.split(END_MARK, 1)[1]
+    if begin_mark in text and end_mark in text:
+        head, rest = text.split(begin_mark, 1)
+        tail = rest.split(end_mark, 1)[1]
         text = head + section.rstrip("\n") + tail
     else:
         # First run: the section goes before the first level-2 heading (after the intro).

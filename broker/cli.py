@@ -16,6 +16,7 @@ from broker.server.committer import GroupCommitter
 from broker.server.control import CONTROL_SOCKET_NAME, MAX_SOCKET_PATH, ControlSocket
 from broker.server.durability import DurableStorage
 from broker.server.listener import Server
+from broker.server.tls import TlsListener, server_context
 
 
 class KeyValueFormatter(logging.Formatter):
@@ -47,6 +48,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--port", type=int,
                        help="AMQP port (default 5672; 0 picks a free one, logged as "
                             "event=listening)")
+    serve.add_argument("--tls-port", type=int,
+                       help="amqps port (default: none, or [tls] port of the configuration "
+                            "file; 0 picks a free one, logged as event=listening_tls)")
     serve.add_argument("--data-dir", help="data directory (default ./data)")
     serve.add_argument("--metadata-url",
                        help="SQLAlchemy URL of the metadata database (default: SQLite "
@@ -66,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.config, {
             "host": args.host, "port": args.port, "data_dir": args.data_dir,
             "metadata_url": args.metadata_url, "log_level": args.log_level,
-            "control_socket": args.control_socket})
+            "control_socket": args.control_socket, "tls_port": args.tls_port})
+        tls = (TlsListener(settings.tls, server_context(settings.tls))
+               if settings.tls.port is not None else None)
     except ConfigError as error:
         print(f"warren: {error}", file=sys.stderr)
         return 2
@@ -76,18 +82,20 @@ def main(argv: list[str] | None = None) -> int:
     storage = DurableStorage(settings.data_dir, settings.metadata_url)
     broker = Broker(settings.limits, persistence=storage.persistence, version=__version__,
                     loopback_users=settings.loopback_users)
+    broker.auth_mechanisms = tuple(settings.auth_mechanisms)
     storage.restore(broker)
     committer = GroupCommitter(storage.persistence, storage.apply_changes,
                                storage.sync_stores, storage.maintain_stores)
     server = Server(broker, settings.host, settings.port, committer, settings.alarms,
-                    settings.data_dir, _control_socket(settings, broker, committer))
+                    settings.data_dir, control=_control_socket(settings, broker, committer),
+                    tls=tls, plain_listener=settings.tls.plain_listener)
     try:
         trio.run(server.run)
     except OSError as error:
         logging.getLogger("warren.server").error(
-            "event=listen_failed host=%s port=%s error=%r hint=%r", settings.host,
-            settings.port, error.strerror or str(error),
-            "another process uses this port: stop it or pass --port")
+            "event=listen_failed host=%s port=%s tls_port=%s error=%r hint=%r",
+            settings.host, settings.port, settings.tls.port, error.strerror or str(error),
+            "another process uses this port: stop it or pass --port (--tls-port)")
         return 1
     finally:
         storage.close(broker)

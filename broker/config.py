@@ -21,6 +21,18 @@ Example file:
     # memory_high_watermark_absolute = 1073741824   # bytes; replaces the fraction
     disk_free_limit = 50000000      # bytes; publishers are blocked below it
     disk_reserve = 16777216         # bytes set aside for acks when the disk fills; 0: none
+
+    auth_mechanisms = ["PLAIN", "AMQPLAIN", "EXTERNAL"]   # default: PLAIN and AMQPLAIN
+
+    [tls]
+    port = 5671                     # the amqps listener; off unless a port is given
+    certfile = "/etc/warren/server.pem"
+    keyfile = "/etc/warren/server.key"
+    cacertfile = "/etc/warren/ca.pem"
+    verify = "verify_peer"          # or "verify_none" (the default)
+    fail_if_no_peer_cert = true
+    plain_listener = false          # amqps only (default true: both listeners)
+    ssl_cert_login_from = "common_name"   # the EXTERNAL user; or "distinguished_name"...
 """
 
 import tomllib
@@ -45,6 +57,31 @@ class AlarmLimits:
         return int(self.memory_high_watermark * total_memory)
 
 
+TLS_VERIFY_MODES = ("verify_none", "verify_peer")
+CERT_LOGIN_SOURCES = ("common_name", "distinguished_name", "subject_alternative_name",
+                      "subject_alt_name")
+CERT_LOGIN_SAN_TYPES = ("dns", "email", "uri")
+AUTH_MECHANISMS = ("PLAIN", "AMQPLAIN", "EXTERNAL")
+
+
+@dataclass
+class TlsSettings:
+    """The `[tls]` settings: the amqps listener (off while `port` is None) and, for the
+    EXTERNAL mechanism, which field of the client's certificate names its user (the
+    server's broker/server/tls.py applies them)."""
+
+    port: int | None = None                 # 5671 by convention
+    certfile: str = ""                      # the server's certificate (PEM), chain after it
+    keyfile: str = ""                       # its private key (PEM)
+    cacertfile: str = ""                    # CAs whose client certificates are accepted
+    verify: str = "verify_none"             # "verify_peer": ask for a client certificate
+    fail_if_no_peer_cert: bool = False      # with verify_peer: refuse clients without one
+    plain_listener: bool = True             # False: amqps only, no plain AMQP port
+    ssl_cert_login_from: str = "common_name"   # or "distinguished_name", a SAN
+    ssl_cert_login_san_type: str = "dns"    # "dns", "email" or "uri"
+    ssl_cert_login_san_index: int = 0       # which SAN of that type (0: the first)
+
+
 @dataclass
 class ServeSettings:
     host: str = "127.0.0.1"
@@ -56,6 +93,8 @@ class ServeSettings:
     loopback_users: list[str] = field(default_factory=lambda: ["guest"])
     limits: BrokerConfig = field(default_factory=BrokerConfig)
     alarms: AlarmLimits = field(default_factory=AlarmLimits)
+    tls: TlsSettings = field(default_factory=TlsSettings)
+    auth_mechanisms: list = field(default_factory=lambda: ["PLAIN", "AMQPLAIN"])
 
 
 class ConfigError(Exception):
@@ -63,12 +102,19 @@ class ConfigError(Exception):
 
 
 def load_settings(path: str | None, overrides: dict) -> ServeSettings:
+    """Overrides are flags: ServeSettings fields, and `tls_port` for [tls] port."""
     settings = ServeSettings()
     if path:
         _apply_file(settings, path)
     for name, value in overrides.items():
-        if value is not None:
+        if value is None:
+            continue
+        if name == "tls_port":
+            settings.tls.port = value
+        else:
             setattr(settings, name, value)
+    _check_auth_mechanisms(settings.auth_mechanisms)
+    _check_tls(settings.tls)
     return settings
 
 
@@ -80,9 +126,11 @@ def _apply_file(settings: ServeSettings, path: str) -> None:
         raise ConfigError(f"cannot read configuration file {path}: {error}") from error
     limits = data.pop("limits", {})
     alarms = data.pop("alarms", {})
+    tls = data.pop("tls", {})
     _assign(settings, data, path)
     _assign(settings.limits, limits, path + " [limits]")
     _assign(settings.alarms, alarms, path + " [alarms]")
+    _assign(settings.tls, tls, path + " [tls]")
     _require_positive_int(settings.limits.max_message_size, "max_message_size",
                           path + " [limits]")
     _require_user_names(settings.loopback_users, "loopback_users", path)
@@ -106,7 +154,54 @@ def _require_user_names(value, name: str, where: str) -> None:
 def _assign(target, values: dict, where: str) -> None:
     known = {f.name: f for f in fields(target)}
     for name, value in values.items():
-        if name not in known or name in ("limits", "alarms"):
+        if name not in known or name in ("limits", "alarms", "tls"):
             raise ConfigError(f"unknown setting '{name}' in {where}; "
                               f"known: {', '.join(sorted(known))}")
         setattr(target, name, value)
+
+
+def _check_auth_mechanisms(mechanisms) -> None:
+    if (not isinstance(mechanisms, list) or not mechanisms
+            or any(name not in AUTH_MECHANISMS for name in mechanisms)):
+        raise ConfigError(f"'auth_mechanisms' must be a list of {', '.join(AUTH_MECHANISMS)}"
+                          f", got {mechanisms!r}")
+
+
+def _check_tls(tls: TlsSettings) -> None:
+    """The [tls] values that can be checked without reading files (the server checks
+    the certificate and key files when it loads them)."""
+    where = "[tls]"
+    if tls.port is None:
+        if not tls.plain_listener:
+            raise ConfigError(f"'plain_listener = false' in {where} needs a TLS 'port': "
+                              "without either there is nothing to listen on")
+        return
+    if type(tls.port) is not int or not 0 <= tls.port <= 65535:
+        raise ConfigError(f"'port' in {where} must be a port number, got {tls.port!r}")
+    if not tls.certfile or not tls.keyfile:
+        raise ConfigError(f"the TLS listener (port {tls.port}) needs 'certfile' and "
+                          f"'keyfile' in {where}")
+    _require_choice(tls.verify, "verify", TLS_VERIFY_MODES)
+    _require_choice(tls.ssl_cert_login_from, "ssl_cert_login_from", CERT_LOGIN_SOURCES)
+    _require_choice(tls.ssl_cert_login_san_type, "ssl_cert_login_san_type",
+                    CERT_LOGIN_SAN_TYPES)
+    for name in ("fail_if_no_peer_cert", "plain_listener"):
+        if type(getattr(tls, name)) is not bool:
+            raise ConfigError(f"'{name}' in {where} must be true or false, "
+                              f"got {getattr(tls, name)!r}")
+    index = tls.ssl_cert_login_san_index
+    if type(index) is not int or index < 0:
+        raise ConfigError(f"'ssl_cert_login_san_index' in {where} must be 0 or more, "
+                          f"got {index!r}")
+    if tls.verify == "verify_peer" and not tls.cacertfile:
+        raise ConfigError(f"'verify = \"verify_peer\"' in {where} needs 'cacertfile': "
+                          "the CAs whose client certificates are accepted")
+    if tls.fail_if_no_peer_cert and tls.verify != "verify_peer":
+        raise ConfigError(f"'fail_if_no_peer_cert = true' in {where} needs "
+                          "'verify = \"verify_peer\"' (as in RabbitMQ)")
+
+
+def _require_choice(value, name: str, choices: tuple) -> None:
+    if value not in choices:
+        raise ConfigError(f"'{name}' in [tls] must be one of {', '.join(choices)}, "
+                          f"got {value!r}")

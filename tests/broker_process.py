@@ -10,22 +10,29 @@ from dataclasses import dataclass, field
 
 from broker_admin import WarrenAdmin
 
-LISTENING = re.compile(r"event=listening .*host=(\S+) port=(\d+)")
+LISTENING = re.compile(r"event=(listening|listening_tls) .*host=(\S+) port=(\d+)")
 
 
 @dataclass
 class BrokerProcess:
-    """A Warren broker running as a subprocess; stderr is collected in `log_lines`."""
+    """A Warren broker running as a subprocess; stderr is collected in `log_lines`.
+
+    It counts as started once every listener it has is listening: the plain AMQP port
+    (`port`), and the amqps port (`tls_port`) when `--tls-port` is among the arguments.
+    A broker configured without the plain listener passes `plain_listener=False`."""
 
     data_dir: str
     extra_args: tuple = ()
     command_prefix: tuple = ()   # e.g. ("prlimit", "--nofile=200") to run it under limits
     host: str = "127.0.0.1"
     port: int = 0
+    tls_port: int | None = None
+    plain_listener: bool = True
     process: subprocess.Popen | None = None
     log_lines: list = field(default_factory=list)
     _listening: threading.Event = field(default_factory=threading.Event)
     _logged: threading.Condition = field(default_factory=threading.Condition)
+    _waiting_for: set = field(default_factory=set)
 
     @property
     def control_socket(self) -> str:
@@ -38,6 +45,8 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         self._listening.clear()
+        self._waiting_for = ({"listening"} if self.plain_listener else set()) | (
+            {"listening_tls"} if "--tls-port" in self.extra_args else set())
         command = [*self.command_prefix, sys.executable, "-m", "broker", "serve", "--host", self.host,
                    "--port", str(self.port), "--data-dir", self.data_dir, *self.extra_args]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
@@ -54,8 +63,14 @@ class BrokerProcess:
                 self._logged.notify_all()
             match = LISTENING.search(line)
             if match:
-                self.port = int(match.group(2))
-                self._listening.set()
+                event, port = match.group(1), int(match.group(3))
+                if event == "listening":
+                    self.port = port
+                else:
+                    self.tls_port = port
+                self._waiting_for.discard(event)
+                if not self._waiting_for:
+                    self._listening.set()
 
     def wait_for_log(self, text: str, timeout: float = 30.0) -> str:
         """The first log line containing `text`, once the broker has written it; raises

@@ -48,12 +48,13 @@ def _external_broker():
 
 @pytest.fixture
 def broker_factory(tmp_path_factory):
-    """Start dedicated brokers: `broker_factory(*extra_args)` returns a started BrokerProcess."""
+    """Start dedicated brokers: `broker_factory(*extra_args)` returns a started BrokerProcess
+    (keyword arguments other than data_dir go to BrokerProcess, e.g. plain_listener)."""
     started = []
 
-    def start(*extra_args, data_dir=None):
+    def start(*extra_args, data_dir=None, **options):
         data_dir = data_dir or str(tmp_path_factory.mktemp("warren-data"))
-        broker = BrokerProcess(data_dir=data_dir, extra_args=extra_args).start()
+        broker = BrokerProcess(data_dir=data_dir, extra_args=extra_args, **options).start()
         started.append(broker)
         return broker
 

@@ -33,11 +33,15 @@ import com.rabbitmq.client.GetResponse;
 import com.rabbitmq.client.MessageProperties;
 
 import java.io.BufferedReader;
+import java.io.FileInputStream;
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.InputStreamReader;
 import java.net.InetAddress;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.security.KeyStore;
+import java.security.cert.CertificateFactory;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -53,6 +57,9 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.concurrent.locks.LockSupport;
+
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.TrustManagerFactory;
 
 public final class PerfTest {
 
@@ -81,6 +88,7 @@ public final class PerfTest {
         int idleConnections = 0;
         double hold = 120.0;
         double setupTimeout = 30.0;
+        String tlsCa = null;         // connect over TLS, trusting this CA (PEM)
     }
 
     static void usage(String error) {
@@ -90,6 +98,7 @@ public final class PerfTest {
         System.err.println(String.join("\n",
             "usage: PerfTest [options]",
             "  --host H (127.0.0.1, loopback only)  --port P (5672)",
+            "  --tls-ca FILE           connect over TLS (amqps port), trusting the CA in FILE",
             "  --user U --password P --vhost V     (guest/guest//)",
             "  --producers N (1)  --consumers M (1, 0 = publish only)",
             "  --size BYTES (16, >= 8)  --duration S (10)  --warmup S (10% of duration)",
@@ -148,6 +157,7 @@ public final class PerfTest {
                     case "--idle-connections": c.idleConnections = Integer.parseInt(v); break;
                     case "--hold": c.hold = Double.parseDouble(v); break;
                     case "--setup-timeout": c.setupTimeout = Double.parseDouble(v); break;
+                    case "--tls-ca": c.tlsCa = v; break;
                     default: usage("unknown option " + a);
                 }
             } catch (NumberFormatException e) {
@@ -260,7 +270,7 @@ public final class PerfTest {
     volatile boolean aborted;
     double prefillSeconds;
 
-    PerfTest(Config cfg) {
+    PerfTest(Config cfg) throws Exception {
         this.cfg = cfg;
         this.queue = cfg.queue != null ? cfg.queue : "perftest-" + UUID.randomUUID();
         this.factory = new ConnectionFactory();
@@ -272,7 +282,26 @@ public final class PerfTest {
         factory.setAutomaticRecoveryEnabled(false);
         factory.setConnectionTimeout(10_000);
         factory.setHandshakeTimeout(10_000);
+        if (cfg.tlsCa != null) {
+            factory.useSslProtocol(trusting(cfg.tlsCa));
+        }
         this.ready = new CountDownLatch(cfg.producers + cfg.consumers);
+    }
+
+    /** A TLS context that trusts the CA certificate in `caFile` (PEM). */
+    static SSLContext trusting(String caFile) throws Exception {
+        KeyStore trusted = KeyStore.getInstance("PKCS12");
+        trusted.load(null, null);
+        try (InputStream in = new FileInputStream(caFile)) {
+            trusted.setCertificateEntry("ca",
+                    CertificateFactory.getInstance("X.509").generateCertificate(in));
+        }
+        TrustManagerFactory trust =
+                TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+        trust.init(trusted);
+        SSLContext context = SSLContext.getInstance("TLS");
+        context.init(null, trust.getTrustManagers(), null);
+        return context;
     }
 
     Connection connect(String name) throws Exception {

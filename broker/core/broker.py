@@ -9,6 +9,7 @@ from amqp_codec.constants import DEFAULT_FRAME_MAX
 from amqp_codec.decoder import MAX_BODY_SIZE
 
 from .access_control import AccessControl
+from .auth import MECHANISMS
 from .direct_reply import DirectReplies
 from .limits import Limits
 from .persistence import Persistence
@@ -66,6 +67,8 @@ class Broker:
         self.access = AccessControl()   # the metadata store's users replace guest
         self.access.add_user("guest", "guest", ("administrator",))
         self.access.set_permissions("guest", "/", ".*", ".*", ".*")
+        # What Connection.Start offers (`auth_mechanisms`; EXTERNAL only over TLS).
+        self.auth_mechanisms: tuple[str, ...] = MECHANISMS
         self.connections: set[Connection] = set()
         self.direct_replies = DirectReplies()
 

@@ -29,8 +29,10 @@ from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import (BASIC_PUBLISH, CHANNEL_OPEN, CONNECTION_OPEN,
                                  CONNECTION_TUNE_OK, TX_COMMIT)
 
-from .auth import (MECHANISMS, AuthenticationFailure, UndecodableCredentials,
-                   is_loopback, parse_credentials)
+from .access_control import User
+from .auth import (AuthenticationFailure, UndecodableCredentials, is_loopback,
+                   parse_credentials)
+from .certificate_login import EXTERNAL, TlsPeer, offered_mechanisms
 from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
@@ -53,11 +55,13 @@ class Connection:
     """The AMQP state of one client connection."""
 
     def __init__(self, broker: "Broker", transport: Transport, peer: str = "",
-                 address: str = ""):
+                 address: str = "", tls: TlsPeer | None = None):
         self.broker = broker
         self.transport = transport
         self.peer = peer         # for logs: "host:port"
         self.address = address   # the client's IP address, without the port
+        self.tls = tls           # None: plain TCP
+        self.mechanisms = offered_mechanisms(broker.auth_mechanisms, tls)
         self.state = "awaiting-start-ok"
         self.login_refused = False   # the server slows down the refusal it sends
         self.user = ""
@@ -126,7 +130,8 @@ class Connection:
     def start(self) -> None:
         """The protocol header arrived: offer Connection.Start."""
         self.write(self.framer.encode_connection_start(self.broker.server_properties(),
-                                                       " ".join(MECHANISMS), "en_US"))
+                                                       " ".join(self.mechanisms),
+                                                       "en_US"))
 
     def handle(self, item) -> None:
         """Process one decoded inbound item (publish, method or heartbeat)."""
@@ -406,6 +411,13 @@ class Connection:
         self.client_properties = method.client_properties or {}
         capabilities = self.client_properties.get("capabilities")
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
+        if method.mechanism not in self.mechanisms:
+            self._refuse_mechanism(f"authentication mechanism '{method.mechanism}' "
+                                   "not offered")
+            return
+        if method.mechanism == EXTERNAL:
+            self._external_login()
+            return
         try:
             user, password = parse_credentials(method.mechanism, method.response)
         except UndecodableCredentials:
@@ -413,18 +425,42 @@ class Connection:
             log.info("event=login_refused peer=%s reason=credentials_not_utf8", self.peer)
             return
         except AuthenticationFailure as failure:
-            log.debug("event=login_refused peer=%s reason=%r", self.peer, str(failure))
-            self.login_refused = True
-            self.state = "closed"   # RabbitMQ closes the socket without a frame
-            self._close_transport()
+            self._refuse_mechanism(str(failure))
             return
         account = self.broker.access.authenticate(user, password)
         if account is None:
             self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
             log.debug("event=login_refused peer=%s user=%r", self.peer, user)
             return
+        self._logged_in(account, method.mechanism)
+
+    def _external_login(self) -> None:
+        """EXTERNAL: the user the client's TLS certificate names, if it exists; the
+        response is not read (RabbitMQ ignores it too)."""
+        assert self.tls is not None   # EXTERNAL is offered only over TLS
+        user = self.tls.user
+        account = None if user is None else self.broker.access.users.get(user)
+        if account is None:
+            self._refuse_login(_LOGIN_REFUSED.format(EXTERNAL))
+            log.debug("event=login_refused peer=%s mechanism=EXTERNAL user=%r reason=%r",
+                      self.peer, user, self.tls.missing or "no such user")
+            return
+        self._logged_in(account, EXTERNAL)
+
+    def _refuse_mechanism(self, reason: str) -> None:
+        """A mechanism not offered, or a malformed response: RabbitMQ closes the socket
+        without a frame."""
+        log.debug("event=login_refused peer=%s reason=%r", self.peer, reason)
+        self.login_refused = True
+        self.state = "closed"
+        self._close_transport()
+
+    def _logged_in(self, account: User, mechanism: str) -> None:
+        """`account` proved who it is; a user in loopback_users still needs a loopback
+        address, whatever the mechanism (as RabbitMQ checks it after authentication)."""
+        user = account.name
         if user in self.broker.loopback_users and not is_loopback(self.address):
-            self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
+            self._refuse_login(_LOGIN_REFUSED.format(mechanism))
             log.warning("event=login_refused peer=%s user=%r reason=not_loopback hint=%r",
                         self.peer, user, f"'{user}' is in loopback_users: it may log in "
                         "only from a loopback address; connect from this machine, use "

@@ -61,6 +61,8 @@ class Admission:
     unauthenticated: int = 0
     refused_sockets: int = 0             # closed at accept since the last summary
     handshake_timeouts: int = 0          # dropped by handshake_timeout since then
+    tls_handshake_failures: int = 0      # amqps sockets whose TLS handshake failed
+    last_tls_failure: str = ""           # the reason of the latest one
     _failures: dict = field(default_factory=dict)       # address -> _AddressFailures
     _failed_since_summary: Counter = field(default_factory=Counter)
 
@@ -87,6 +89,10 @@ class Admission:
         self._failed_since_summary[address] += 1
         return min(LOGIN_DELAY_BASE * 2 ** (failures.count - 1), LOGIN_DELAY_MAX)
 
+    def tls_handshake_failed(self, reason: str) -> None:
+        self.tls_handshake_failures += 1
+        self.last_tls_failure = reason
+
     def login_accepted(self, address: str) -> None:
         self._failures.pop(address, None)
 
@@ -109,6 +115,12 @@ class Admission:
                      "clients opened sockets but did not finish the AMQP handshake in "
                      "handshake_timeout seconds")
             self.handshake_timeouts = 0
+        if self.tls_handshake_failures:
+            log.info("event=tls_handshakes_failed count=%d last_reason=%r hint=%r",
+                     self.tls_handshake_failures, self.last_tls_failure,
+                     "clients on the amqps port that do not speak TLS 1.2 or 1.3 or whose "
+                     "certificate was refused (run with --log-level debug to see each)")
+            self.tls_handshake_failures = 0
         self._forget_old_failures()
 
     def _forget_old_failures(self) -> None:

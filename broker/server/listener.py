@@ -14,6 +14,7 @@ from .admission import SUMMARY_INTERVAL, Admission
 from .alarms import ResourceAlarm, held_memory
 from .committer import GroupCommitter
 from .control import ControlSocket
+from .tls import TlsHandshakeFailed, TlsListener, TlsSocketTransport
 from .transport import DrainSignal, SocketTransport
 
 log = logging.getLogger("warren.server")
@@ -23,15 +24,18 @@ FLUSH_INTERVAL = 0.2   # unconfirmed persistent messages and acks reach disk thi
 
 
 class Server:
-    """The listening socket and every live SocketTransport."""
+    """The listening sockets (plain AMQP, amqps) and every live SocketTransport."""
 
     def __init__(self, broker: Broker, host: str, port: int, committer: GroupCommitter,
                  alarm_limits: AlarmLimits, data_dir: str,
-                 control: ControlSocket | None = None):
+                 control: ControlSocket | None = None, tls: TlsListener | None = None,
+                 plain_listener: bool = True):
         self.broker = broker
         self.control = control
         self.host = host
         self.port = port
+        self.tls = tls
+        self.plain_listener = plain_listener
         self.committer = committer
         self.transports: set[SocketTransport] = set()
         self.alarm = ResourceAlarm(alarm_limits, data_dir, self._alarm_changed,
@@ -44,18 +48,30 @@ class Server:
 
     async def run(self) -> None:
         """Serve until SIGINT/SIGTERM. Raises OSError when the address cannot be bound."""
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        listeners = (await trio.open_tcp_listeners(self.port, host=self.host)
+                     if self.plain_listener else [])
+        tls_listeners = (await trio.open_tcp_listeners(self.tls.port, host=self.host)
+                         if self.tls is not None else [])
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(trio.serve_listeners, self._serve_connection, listeners)
+                if listeners:
+                    nursery.start_soon(trio.serve_listeners, self._serve_connection,
+                                       listeners)
+                if tls_listeners:
+                    nursery.start_soon(trio.serve_listeners, self._serve_tls_connection,
+                                       tls_listeners)
                 nursery.start_soon(self._run_timers)
                 nursery.start_soon(self._summarise_refusals)
                 nursery.start_soon(self.alarm.run)
                 nursery.start_soon(self.committer.flush_periodically, FLUSH_INTERVAL)
                 if self.control is not None:
                     await nursery.start(self.control.run)
-                port = listeners[0].socket.getsockname()[1]
-                log.info("event=listening host=%s port=%s", self.host, port)
+                if tls_listeners:
+                    port = tls_listeners[0].socket.getsockname()[1]
+                    log.info("event=listening_tls host=%s port=%s", self.host, port)
+                if listeners:
+                    port = listeners[0].socket.getsockname()[1]
+                    log.info("event=listening host=%s port=%s", self.host, port)
                 async for signum in signals:
                     log.info("event=shutdown signal=%s connections=%d",
                              signal.Signals(signum).name, len(self.transports))
@@ -96,19 +112,31 @@ class Server:
             wakeup = trio.Event()
             scheduler.run_due()
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        """One accepted socket, start to end. Nothing raised here reaches the listener:
-        a failure ends this socket only."""
+    async def _serve_tls_connection(self, stream: trio.SocketStream) -> None:
+        await self._serve_connection(stream, self.tls)
+
+    async def _serve_connection(self, stream: trio.SocketStream,
+                                tls: TlsListener | None = None) -> None:
+        """One accepted socket, start to end (after a TLS handshake on the amqps
+        port). Nothing raised here reaches the listener: a failure ends this socket
+        only."""
         if not self.admission.admit():
             await trio.aclose_forcefully(stream)
             return
+        accepted_at = trio.current_time()
         try:
             host, port = stream.socket.getpeername()[:2]
-            transport = SocketTransport(stream, self.broker, (host, port), self.alarm,
-                                        self.drain_signal, self.admission)
+            if tls is None:
+                transport = SocketTransport(stream, self.broker, (host, port), self.alarm,
+                                            self.drain_signal, self.admission)
+            else:
+                transport = await self._tls_transport(stream, tls, (host, port),
+                                                      accepted_at)
         except Exception as error:   # e.g. the peer reset the socket before this ran
-            self.admission.handshake_ended()
             log.debug("event=socket_lost_at_accept error=%r", error)
+            transport = None
+        if transport is None:
+            self.admission.handshake_ended()
             await trio.aclose_forcefully(stream)
             return
         self.transports.add(transport)
@@ -120,6 +148,26 @@ class Server:
             self.transports.discard(transport)
             if not self.transports:
                 self._all_closed.set()
+
+    async def _tls_transport(self, stream: trio.SocketStream, tls: TlsListener,
+                             address: tuple[str, int],
+                             accepted_at: float) -> TlsSocketTransport | None:
+        """The TLS handshake, which counts against handshake_timeout from the accept;
+        None when it failed or took too long (counted, summed up in the log)."""
+        peer = "%s:%s" % address
+        with trio.move_on_at(accepted_at + self.broker.config.handshake_timeout):
+            try:
+                session = await tls.handshake(stream)
+            except TlsHandshakeFailed as failure:
+                log.debug("event=tls_handshake_failed peer=%s reason=%r", peer, str(failure))
+                self.admission.tls_handshake_failed(str(failure))
+                return None
+            return TlsSocketTransport(stream, session, self.broker, address, self.alarm,
+                                      self.drain_signal, self.admission,
+                                      accepted_at=accepted_at)
+        log.debug("event=handshake_timeout peer=%s state=tls", peer)
+        self.admission.handshake_timeouts += 1
+        return None
 
     async def _close_all(self) -> None:
         for transport in list(self.transports):

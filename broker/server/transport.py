@@ -18,6 +18,7 @@ import trio
 
 from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, ProtocolError,
                         ProtocolHeaderMismatch)
+from broker.core.certificate_login import TlsPeer
 from broker.core.connection import Connection
 
 from .admission import Admission
@@ -56,7 +57,8 @@ class SocketTransport:
     """Implements the core's Transport over a trio stream."""
 
     def __init__(self, stream: trio.abc.Stream, broker, peer: tuple[str, int],
-                 alarm: ResourceAlarm, drain_signal: DrainSignal, admission: Admission):
+                 alarm: ResourceAlarm, drain_signal: DrainSignal, admission: Admission,
+                 tls: TlsPeer | None = None, accepted_at: float | None = None):
         self.stream = stream
         self.address, port = peer   # the client's IP address and port
         self.peer = (f"[{self.address}]:{port}" if ":" in self.address
@@ -69,7 +71,10 @@ class SocketTransport:
         self.drain_signal = drain_signal
         self._held_by_alarm = False
         self._started = False   # Connection.Start sent (after the protocol header)
-        self.connection = Connection(broker, self, self.peer, self.address)
+        self.connection = Connection(broker, self, self.peer, self.address, tls)
+        # The handshake (a TLS handshake included) must be done by handshake_timeout
+        # after the socket was accepted.
+        self._accepted_at = trio.current_time() if accepted_at is None else accepted_at
         self.framer = self.connection.framer   # the bytes read go in here
         self.writable = True
         self.heartbeat = 0
@@ -156,7 +161,8 @@ class SocketTransport:
 
     async def _handshake_deadline(self) -> None:
         """Drop a socket that has not opened its connection in time."""
-        with trio.move_on_after(self.connection.broker.config.handshake_timeout):
+        with trio.move_on_at(self._accepted_at
+                             + self.connection.broker.config.handshake_timeout):
             await self._opened.wait()
             return
         log.debug("event=handshake_timeout peer=%s state=%s", self.peer,
@@ -187,7 +193,7 @@ class SocketTransport:
                 await self._wait_while_throttled()
             if self.connection.input_deferred:
                 await self._wait_for_deferred_input()
-            data = _receive(fd)
+            data = self._receive(fd)
             if data is None:
                 if self.connection.state == "closing":
                     with trio.move_on_after(CLOSE_OK_TIMEOUT) as deadline:
@@ -223,6 +229,10 @@ class SocketTransport:
                 self._data_ready.set()
             if not keep_reading:
                 return
+
+    def _receive(self, fd: int) -> bytes | None:
+        """One non-blocking read (TlsSocketTransport decrypts it)."""
+        return _receive(fd)
 
     def _handle(self, data: bytes) -> bool:
         """Run one read through the codec and the core; False ends the connection. An
