@@ -17,7 +17,7 @@ import trio
 from broker.config import ConfigError, TlsSettings
 from broker.core.certificate_login import NO_CERTIFICATE, NO_NAME, TlsPeer
 
-from .transport import RECEIVE_SIZE, SocketTransport
+from .transport import RECEIVE_SIZE, SocketTransport, receive_ready
 
 log = logging.getLogger("warren.server")
 
@@ -172,7 +172,7 @@ class TlsSession:
             if finished:
                 return
             await trio.lowlevel.wait_readable(self._sock)
-            data = _read(self._fd)
+            data = receive_ready(self._fd)
             if data == b"":
                 raise ConnectionError("the peer closed the socket during the TLS handshake")
             if data:
@@ -196,7 +196,7 @@ class TlsSession:
     def receive(self) -> bytes | None:
         """One non-blocking read, decrypted: None when nothing is there yet, b"" when
         the peer closed."""
-        data = _read(self._fd)
+        data = receive_ready(self._fd)
         if data:
             self._incoming.write(data)
         elif data == b"":
@@ -307,12 +307,3 @@ def _take(chunks: list, limit: int):
     taken = chunks[:count]
     del chunks[:count]
     return taken[0] if count == 1 else b"".join(taken)
-
-
-def _read(fd: int) -> bytes | None:
-    try:
-        return os.read(fd, RECEIVE_SIZE)
-    except BlockingIOError:
-        return None
-    except OSError as error:
-        raise trio.BrokenResourceError(error) from error

@@ -232,7 +232,7 @@ class SocketTransport:
 
     def _receive(self, fd: int) -> bytes | None:
         """One non-blocking read (TlsSocketTransport decrypts it)."""
-        return _receive(fd)
+        return receive_ready(fd)
 
     def _handle(self, data: bytes) -> bool:
         """Run one read through the codec and the core; False ends the connection. An
@@ -360,7 +360,7 @@ class SocketTransport:
                 self.write(HEARTBEAT_FRAME)
 
 
-def _receive(fd: int) -> bytes | None:
+def receive_ready(fd: int) -> bytes | None:
     """One non-blocking read: None when nothing is there yet, b"" when the peer closed."""
     try:
         return os.read(fd, RECEIVE_SIZE)

@@ -79,6 +79,21 @@ class CloseInfo:
     method_id: int
 
 
+def read_socket_until_closed(sock: socket.socket, timeout: float) -> bytes:
+    """Read a plain socket until the broker closes it (or resets it); what it sent
+    before. Raises socket.timeout when the broker keeps it open past `timeout`."""
+    sock.settimeout(timeout)
+    received = b""
+    while True:
+        try:
+            data = sock.recv(65536)
+        except ConnectionResetError:
+            return received
+        if not data:
+            return received
+        received += data
+
+
 def method_frame(channel: int, class_id: int, method_id: int, arguments: bytes = b"") -> bytes:
     """A method frame with arbitrary class/method ids and raw argument bytes."""
     payload = struct.pack(">HH", class_id, method_id) + arguments

@@ -18,7 +18,7 @@ from pamqp import commands, frame
 from broker_process import BrokerProcess
 from bystander import RunningBystander, assert_broker_serves
 from raw_amqp import (PROTOCOL_HEADER, RawAmqpClient, connect, plain_response,
-                      start_ok_frame)
+                      read_socket_until_closed, start_ok_frame)
 
 DEADLINE = 30.0   # the longest any single wait below may take on a loaded machine
 FLOOD = 100       # sockets past connection_max that handshake at once
@@ -59,16 +59,7 @@ def _socket(broker) -> socket.socket:
 
 def _wait_closed_by_broker(sock: socket.socket) -> bytes:
     """Read until the broker closes the socket; returns what it sent before closing."""
-    sock.settimeout(DEADLINE)
-    received = b""
-    while True:
-        try:
-            data = sock.recv(65536)
-        except ConnectionResetError:
-            return received
-        if not data:
-            return received
-        received += data
+    return read_socket_until_closed(sock, DEADLINE)
 
 
 def test_silent_socket_is_dropped_after_the_handshake_timeout(start_broker):

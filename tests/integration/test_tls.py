@@ -37,7 +37,8 @@ from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from broker_process import BrokerProcess
 from bystander import RunningBystander
 from java_support import java_programs  # noqa: F401  (fixture)
-from raw_amqp import PIKA_CAPABILITIES, PROTOCOL_HEADER, PeerClosed, RawAmqpClient, start_ok_frame
+from raw_amqp import (PIKA_CAPABILITIES, PROTOCOL_HEADER, PeerClosed, RawAmqpClient,
+                      read_socket_until_closed, start_ok_frame)
 from storage.metadata import MetadataStore, PasswordHash
 from tls_support import SERVER_NAME, client_context, make_pki
 
@@ -368,14 +369,4 @@ def stalled_tls_handshake(broker: TlsBroker) -> socket.socket:
 
 
 def read_until_closed(sock: socket.socket) -> bytes:
-    """Read until the broker closes the socket; what it sent before."""
-    sock.settimeout(DEADLINE)
-    received = b""
-    while True:
-        try:
-            data = sock.recv(65536)
-        except ConnectionResetError:
-            return received
-        if not data:
-            return received
-        received += data
+    return read_socket_until_closed(sock, DEADLINE)
