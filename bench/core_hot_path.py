@@ -40,7 +40,7 @@ class DiscardingTransport:
 
 
 def open_connection(broker: Broker) -> Connection:
-    connection = Connection(broker, DiscardingTransport(), "bench")
+    connection = Connection(broker, DiscardingTransport(), "bench", "127.0.0.1")
     connection.start()
     for method in (commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
                                                response="\0guest\0guest"),
