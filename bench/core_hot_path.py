@@ -47,6 +47,8 @@ def open_connection(broker: Broker) -> Connection:
                    commands.Connection.TuneOk(channel_max=100, frame_max=131072),
                    commands.Connection.Open(virtual_host="/")):
         connection.handle(InboundMethod(0, method))
+    if connection.state != "open":   # a refused login would measure nothing
+        raise SystemExit(f"the bench connection was not opened (state {connection.state})")
     connection.handle(InboundMethod(1, commands.Channel.Open()))
     return connection
 
