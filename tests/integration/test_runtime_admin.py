@@ -69,8 +69,12 @@ def test_a_deleted_vhost_disconnects_its_connections_with_320(broker, tenant):
     elsewhere = open_as(broker, tenant.user, tenant.password, "/")
     tenant.admin.delete_vhost(tenant.vhost)
     close = doomed.wait_for_connection_close()
-    assert (close.reply_code, close.reply_text) == (
-        320, f"CONNECTION_FORCED - vhost '{tenant.vhost}' is deleted")
+    # RabbitMQ 3.10 races its vhost's shutdown against the deletion: it sends either
+    # text (measured: "is down" about one run in four); Warren always says "deleted".
+    states = ("deleted",) if broker.control_socket is not None else ("deleted", "down")
+    assert close.reply_code == 320
+    assert close.reply_text in [f"CONNECTION_FORCED - vhost '{tenant.vhost}' is {state}"
+                                for state in states]
     elsewhere.open_channel(1)                      # the user's other vhost is untouched
     close_connection(elsewhere)
     assert refusal_of_open(broker, tenant.user, tenant.password, tenant.vhost) \
