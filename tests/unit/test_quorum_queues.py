@@ -143,7 +143,8 @@ def test_the_effective_limit_is_the_lower_number(arguments, definition, limit):
 def test_the_count_header_is_a_signed_64_bit_integer_after_the_others():
     raw = encode_properties(commands.Basic.Properties(headers={"b": 1}))
     message = with_delivery_count(Message("", "q", raw, b"x"), 2 ** 40)
-    assert message.properties.endswith(b"\x10x-delivery-countl" + (2 ** 40).to_bytes(8, "big"))
+    assert message.properties.endswith(
+        b"\x10x-delivery-countl" + (2 ** 40).to_bytes(8, "big"))
     assert list(message.headers) == ["b", DELIVERY_COUNT]
     assert delivery_count(message) == 2 ** 40
     assert with_delivery_count(message, None).headers == {"b": 1}
@@ -153,7 +154,8 @@ def test_the_count_header_is_a_signed_64_bit_integer_after_the_others():
     ("q", {"durable": True, "arguments": {**QUORUM, "x-max-priority": 3}},
      "invalid arg 'x-max-priority' for queue 'q' in vhost '/' of queue type "
      "rabbit_quorum_queue"),
-    ("q", {"arguments": QUORUM}, "invalid property 'non-durable' for queue 'q' in vhost '/'"),
+    ("q", {"arguments": QUORUM},
+     "invalid property 'non-durable' for queue 'q' in vhost '/'"),
     ("", {"durable": True, "arguments": QUORUM},
      "Cannot declare a server-named queue for type rabbit_quorum_queue"),
     ("c", {"arguments": {"x-delivery-limit": 1}},
