@@ -285,3 +285,33 @@ def test_a_delivery_limit_policy_passes_classic_queues_over(space):
     channel.basic_nack(method.delivery_tag, requeue=True)
     method, headers, body = next_message(channel, "classic")
     assert (body, method.redelivered, headers) == (b"b", True, {})
+
+
+# -- restart (Warren: broker_factory always starts Warren) -------------------------------
+
+def test_a_quorum_queue_and_its_limit_survive_a_restart(broker_factory, tmp_path):
+    """The queue comes back a quorum queue with its messages, still counting and
+    limiting deliveries. Counts start from 0 again: the queue file keeps a message as
+    it was queued (docs/compatibility.md)."""
+    data_dir = str(tmp_path / "data")
+    broker = broker_factory(data_dir=data_dir)
+    connection = connect(broker)
+    channel = connection.channel()
+    quorum(channel, "q", **{"x-delivery-limit": 1})
+    channel.confirm_delivery()
+    channel.basic_publish("", "q", b"m", pika.BasicProperties(delivery_mode=2))
+    method, headers, _ = next_message(channel, "q")
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    close_quietly(connection)
+    assert broker.stop() == 0
+
+    broker = broker_factory(data_dir=data_dir)
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        assert counts_until_gone(channel, "q", 2) == [0, 1]
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            channel.queue_declare("q", durable=True, arguments={"x-delivery-limit": 1})
+        assert "inequivalent arg 'x-queue-type'" in closed.value.reply_text
+    finally:
+        close_quietly(connection)
