@@ -55,6 +55,17 @@ class Message:
         copy._persistent = self._persistent
         return copy
 
+    def with_properties(self, properties: bytes) -> "Message":
+        """A copy with another property block (a queue that rewrites headers for its
+        own deliveries, such as a quorum queue's x-delivery-count)."""
+        body = self.body
+        copy = (Message(self.exchange, self.routing_key, properties, body)
+                if body is not None else
+                PagedOutMessage(self.exchange, self.routing_key, properties,
+                                body_size(self)))
+        copy._persistent = self._persistent
+        return copy
+
     def needs_checks(self) -> bool:
         """Whether user_id, expiration or reply_to is set (each needs a look on publish);
         one test for the common case of none."""

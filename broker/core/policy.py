@@ -40,6 +40,7 @@ _INTEGER_KEYS = {                   # key: (smallest value, what RabbitMQ calls 
     "max-length": (0, "maximum length"),
     "max-length-bytes": (0, "maximum length in bytes"),
     "stream-max-segment-size-bytes": (0, "segment size"),
+    "delivery-limit": (0, "delivery limit"),
 }
 _NAME_KEYS = {
     "dead-letter-exchange": "dead letter exchange name",
@@ -48,10 +49,9 @@ _NAME_KEYS = {
 }
 POLICY_KEYS = frozenset([*_INTEGER_KEYS, *_NAME_KEYS, "overflow", "max-age"])
 OPERATOR_POLICY_KEYS = frozenset(["expires", "message-ttl", "max-length",
-                                  "max-length-bytes"])
+                                  "max-length-bytes", "delivery-limit"])
 # Keys Warren will honour once the feature exists: refused until then.
 NOT_YET_SUPPORTED = {
-    "delivery-limit": "delivery limits",
     "consumer-timeout": "consumer timeouts",
 }
 # Keys RabbitMQ 3.10 knows that configure what Warren does not have.
@@ -73,6 +73,11 @@ STREAM_UNSUPPORTED = frozenset([
     "overflow", "queue-mode", "single-active-consumer", "delivery-limit", "ha-mode",
     "ha-params", "ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure",
     "queue-master-locator", "dead-letter-strategy"])
+QUORUM_UNSUPPORTED = frozenset([
+    "max-priority", "queue-mode", "single-active-consumer", "ha-mode", "ha-params",
+    "ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure",
+    "queue-master-locator", "max-age", "stream-max-segment-size-bytes",
+    "queue-leader-locator", "initial-cluster-size"])
 # Keys of an operator policy and a policy that both apply: the lower value wins.
 _MERGED_BY_MINIMUM = frozenset(["message-ttl", "max-length", "max-length-bytes",
                                 "expires", "delivery-limit"])

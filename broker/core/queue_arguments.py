@@ -80,5 +80,5 @@ def validate_queue_arguments(arguments: dict, queue: str, vhost: str) -> None:
     if queue_type not in ACCEPTED_QUEUE_TYPES:
         raise precondition_failed(
             f"invalid arg 'x-queue-type' for queue '{queue}' in vhost '{vhost}': "
-            f"Warren implements classic and stream queues (quorum is served as "
-            f"classic), not '{queue_type}'")
+            f"Warren implements classic, quorum (one replica) and stream queues, "
+            f"not '{queue_type}'")

@@ -22,6 +22,8 @@ from .queue_base import QueueBase
 from .queue_arguments import validate_queue_arguments
 from .stream_arguments import StreamRetention, is_stream, validate_stream_declaration
 from .stream_queue import StreamQueue
+from .quorum_queue import (QuorumQueue, is_quorum, validate_classic_declaration,
+                           validate_quorum_declaration)
 from .persistence import Persistence
 from .ports import (DeleteBinding, DeleteExchange, DeleteQueue, SaveBinding,
                     SaveExchange, SaveQueue)
@@ -214,7 +216,8 @@ class VirtualHost:
             queue = self.queue(name, connection)
             queue.touch()   # RabbitMQ renews an x-expires lease on passive declares too
             return queue
-        if not name:
+        name_chosen_by_server = not name
+        if name_chosen_by_server:
             name = server_named("amq.gen-")
         elif name.startswith("amq."):
             raise access_refused(
@@ -233,6 +236,13 @@ class VirtualHost:
         if stream:
             validate_stream_declaration(durable, exclusive, auto_delete, arguments, name,
                                         self.name)
+        quorum = is_quorum(arguments)
+        if name not in self.queues:
+            if quorum:
+                validate_quorum_declaration(name_chosen_by_server, durable, exclusive,
+                                            auto_delete, arguments, name, self.name)
+            elif not stream:
+                validate_classic_declaration(arguments, name, self.name)
         existing = self.queues.get(name)
         if existing is not None:
             self.check_exclusive(existing, connection)
@@ -247,6 +257,9 @@ class VirtualHost:
             store = self.persistence.stream_factory(
                 self.name, name, StreamRetention.from_arguments(arguments))
             queue = StreamQueue(self, name, arguments, store)
+        elif quorum:
+            store = self.persistence.store_factory(self.name, name)
+            queue = QuorumQueue(self, name, auto_delete, arguments, store)
         else:
             store = (self.persistence.store_factory(self.name, name) if persisted
                      else MEMORY_STORE)
@@ -320,7 +333,9 @@ class VirtualHost:
     def restore_queue(self, name: str, auto_delete: bool, arguments: dict, store,
                       messages) -> Queue:
         """Recreate a durable queue and the messages recovered from its queue file."""
-        queue = Queue(self, name, True, None, auto_delete, arguments, store)
+        queue = (QuorumQueue(self, name, auto_delete, arguments, store)
+                 if is_quorum(arguments) else
+                 Queue(self, name, True, None, auto_delete, arguments, store))
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
         queue.restore(messages)

@@ -210,15 +210,52 @@ def test_dead_letter_routing_key(space):
     assert (body, properties.headers["x-death"][0]["reason"]) == (b"m2", "rejected")
 
 
+def test_delivery_limit(space):
+    """On a quorum queue: a message nacked back more often than the limit is
+    dead-lettered (reason delivery_limit); cleared, it keeps coming back."""
+    channel = space.channel
+    channel.queue_declare("dead")
+    channel.queue_declare("q", durable=True, arguments={
+        "x-queue-type": "quorum", "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "dead"})
+    space.policy("limit", "^q$", {"delivery-limit": 1})
+    fill(channel, "q", 1)
+    assert _nack_until_dead_lettered(channel, "q", 2) == [0, 1]
+    space.policy("limit", "^q$", {"delivery-limit": 0})
+    fill(channel, "q", 1)
+    assert _nack_until_dead_lettered(channel, "q", 1) == [0]
+    space.admin.clear_policy(space.vhost, "limit")
+    fill(channel, "q", 1)
+    for count in range(3):
+        method, properties, _ = _wait_for_message(channel, "q", auto_ack=False)
+        assert properties.headers["x-delivery-count"] == count
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    assert space.count("q", 1) == 1
+
+
+def _nack_until_dead_lettered(channel, queue, deliveries):
+    """Nack the queue's only message back `deliveries` times; then it is in the
+    dead-letter queue "dead". The x-delivery-count of each delivery."""
+    counts = []
+    for _ in range(deliveries):
+        method, properties, _ = _wait_for_message(channel, queue, auto_ack=False)
+        counts.append(properties.headers["x-delivery-count"])
+        channel.basic_nack(method.delivery_tag, requeue=True)
+    _, properties, _ = _wait_for_message(channel, "dead")
+    assert properties.headers["x-death"][0]["reason"] == "delivery_limit"
+    assert channel.basic_get(queue)[0] is None
+    return counts
+
+
 def _reject_one(channel, queue):
     method, _, _ = channel.basic_get(queue)
     channel.basic_reject(method.delivery_tag, requeue=False)
 
 
-def _wait_for_message(channel, queue):
+def _wait_for_message(channel, queue, auto_ack=True):
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
-        method, properties, body = channel.basic_get(queue, auto_ack=True)
+        method, properties, body = channel.basic_get(queue, auto_ack=auto_ack)
         if method is not None:
             return method, properties, body
         channel.connection.process_data_events(time_limit=0.01)

@@ -1,0 +1,145 @@
+"""Quorum queues (`x-queue-type: quorum`) on one node, as RabbitMQ 3.10 has them.
+
+Warren keeps one replica: a quorum queue is a classic queue (queue.py) that also
+- refuses, when declared, what RabbitMQ's quorum queues refuse (server-named,
+  auto-delete, exclusive, non-durable, arguments of other queue types);
+- counts the deliveries of each message: every delivery carries the count of earlier
+  ones that came back (reject or nack with requeue, Basic.Recover, the channel or
+  connection closed with it unacked) in the `x-delivery-count` header, 0 at first;
+- dead-letters (reason `delivery_limit`) or drops a message coming back more times
+  than the delivery limit: the lower of `x-delivery-limit` and the policy and operator
+  policy key `delivery-limit`.
+
+The count lives in the message's headers, written when the message is queued and when
+it comes back, so deliveries cost nothing more and classic queues are untouched. The
+queue file keeps the header as it was when the message was queued: after a restart,
+counts start from 0 again (RabbitMQ keeps them in its Raft log).
+"""
+
+import struct
+
+from amqp_codec import MalformedProperties, headers_entries, replace_properties
+from amqp_codec.field_table import text_value
+
+from .errors import precondition_failed
+from .message import Message
+from .message_store import MEMORY_STORE
+from .policy import QUORUM_UNSUPPORTED
+from .queue import Queue
+
+QUORUM_TYPE = "quorum"
+DELIVERY_COUNT = "x-delivery-count"
+DELIVERY_LIMIT = "x-delivery-limit"
+# Arguments of other queue types that RabbitMQ 3.10 refuses on a quorum queue; the
+# first one given is named.
+REFUSED_ARGUMENTS = frozenset([
+    "x-max-priority", "x-queue-mode", "x-queue-version", "x-queue-master-locator",
+    "x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size"])
+_COUNT_KEY = bytes([len(DELIVERY_COUNT)]) + DELIVERY_COUNT.encode()
+
+
+def is_quorum(arguments: dict) -> bool:
+    return text_value((arguments or {}).get("x-queue-type")) == QUORUM_TYPE
+
+
+def validate_quorum_declaration(server_named: bool, durable: bool, exclusive: bool,
+                                auto_delete: bool, arguments: dict, queue: str,
+                                vhost: str) -> None:
+    """406 for a new quorum queue RabbitMQ would not create, in RabbitMQ's order and
+    words. `server_named`: the client left the name to the broker."""
+    if server_named:
+        raise precondition_failed(
+            "Cannot declare a server-named queue for type rabbit_quorum_queue")
+    for name in arguments:
+        if name in REFUSED_ARGUMENTS:
+            raise precondition_failed(
+                f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}' of queue "
+                "type rabbit_quorum_queue")
+    for refused, name in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),
+                          (not durable, "non-durable")):
+        if refused:
+            raise precondition_failed(
+                f"invalid property '{name}' for queue '{queue}' in vhost '{vhost}'")
+
+
+def validate_classic_declaration(arguments: dict, queue: str, vhost: str) -> None:
+    """A new classic queue refuses x-delivery-limit, as RabbitMQ's do (rather than
+    accepting a limit it would not apply)."""
+    if DELIVERY_LIMIT in arguments:
+        raise precondition_failed(
+            f"invalid arg '{DELIVERY_LIMIT}' for queue '{queue}' in vhost '{vhost}' of "
+            "queue type rabbit_classic_queue")
+
+
+def delivery_limit(arguments: dict, definition: dict):
+    """The lower of the x-delivery-limit argument and the policy's delivery-limit
+    (already the lower of policy and operator policy); None for no limit. As in
+    RabbitMQ, an argument that is not a number sets no limit (Erlang orders every
+    number below other terms), and a negative one lets no message come back."""
+    limits = [value for value in (arguments.get(DELIVERY_LIMIT),
+                                  definition.get("delivery-limit"))
+              if isinstance(value, (int, float)) and not isinstance(value, bool)]
+    return min(limits) if limits else None
+
+
+def delivery_count(message: Message) -> int:
+    """How many times the message came back to its quorum queue (its header)."""
+    count = message.headers.get(DELIVERY_COUNT)
+    return count if isinstance(count, int) and not isinstance(count, bool) else 0
+
+
+def with_delivery_count(message: Message, count: int | None) -> Message:
+    """A copy of the message whose x-delivery-count header is `count` (a signed 64-bit
+    integer, field type 'l', after the other headers, as RabbitMQ writes it), or
+    without that header for None. A message whose headers cannot be read is kept."""
+    try:
+        entries = headers_entries(message.properties)
+    except MalformedProperties:
+        return message
+    headers = b"".join(raw for key, _value, raw in entries if key != DELIVERY_COUNT)
+    if count is not None:
+        headers += _COUNT_KEY + b"l" + struct.pack(">q", count)
+    return message.with_properties(
+        replace_properties(message.properties, headers=headers or None))
+
+
+class QuorumQueue(Queue):
+    """A quorum queue with one replica: a classic queue that counts deliveries."""
+
+    unsupported_policy_keys = QUORUM_UNSUPPORTED
+
+    def __init__(self, vhost, name: str, auto_delete: bool = False,
+                 arguments: dict | None = None, store=MEMORY_STORE):
+        super().__init__(vhost, name, True, None, auto_delete, arguments, store)
+        self.delivery_limit = delivery_limit(self.arguments, {})
+
+    def enqueue(self, message: Message, publisher=None) -> bool:
+        return super().enqueue(with_delivery_count(message, 0), publisher)
+
+    def apply_policy(self, definition: dict) -> None:
+        super().apply_policy(definition)
+        self.delivery_limit = delivery_limit(self.arguments, definition)
+
+    def requeue(self, entries: list) -> None:
+        """Messages come back: each one's count goes up; those over the delivery limit
+        are dead-lettered (reason delivery_limit) or dropped, the others requeued."""
+        if self.deleted:
+            return
+        limit = self.delivery_limit
+        back, over = [], []
+        for entry in entries:
+            count = delivery_count(entry.message) + 1
+            if limit is not None and count > limit:
+                over.append(entry)
+            else:
+                entry.message = with_delivery_count(entry.message, count)
+                back.append(entry)
+        if over:
+            self.discard(over, "delivery_limit")
+        if back:
+            super().requeue(back)
+
+    def _republish(self, exchange, message: Message, reason: str, now) -> None:
+        """Dead-lettered messages leave without the count (RabbitMQ adds it to
+        deliveries only)."""
+        super()._republish(exchange, with_delivery_count(message, None), reason, now)
