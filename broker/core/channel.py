@@ -258,7 +258,8 @@ class Channel:
         name = self.queue_name(method.queue)
         self.access.read("queue", name)
         queue = self.vhost.queue(name, self.connection)
-        if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
+        if (queue.has_exclusive_consumer()
+                or (method.exclusive and (queue.consumers or queue.single_active))):
             raise ChannelError(ReplyCode.ACCESS_REFUSED,
                                f"queue '{queue.name}' in vhost '{self.vhost.name}' in "
                                "exclusive use")

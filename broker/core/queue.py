@@ -91,7 +91,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         self._expiry_timer: Timer | None = None
         self.page_window = PAGE_WINDOW
         self.expires = settings.expires
-        self._prioritised = False   # some consumer has an x-priority
+        # Some consumer has an x-priority, or (x-single-active-consumer) only the first
+        # one is served: either way not plain round-robin.
+        self._prioritised = self.single_active
         self._last_used = 0.0
         self._idle_timer: Timer | None = None
         self.ready: deque[QueueEntry] = deque()
@@ -290,7 +292,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     def _next_consumer(self) -> Consumer | None:
         """The consumer to serve next: round-robin among those that can take a message,
         highest x-priority first (lower ones get messages only while every higher one
-        is blocked, as in RabbitMQ)."""
+        is blocked, as in RabbitMQ); with x-single-active-consumer, the first or none."""
         consumers = self.consumers
         if not self._prioritised:
             for _ in range(len(consumers)):
@@ -299,6 +301,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                 if consumer.channel.can_deliver(consumer):
                     return consumer
             return None
+        if self.single_active:
+            consumer = consumers[0]     # the active one
+            return consumer if consumer.channel.can_deliver(consumer) else None
         for index, consumer in enumerate(consumers):
             if consumer.channel.can_deliver(consumer):
                 del consumers[index]
@@ -565,10 +570,35 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         return self.purge()
 
     def add_consumer(self, consumer: Consumer) -> None:
+        if self.single_active:
+            self.consumers.append(consumer)    # waits, in order, unless the first
+            self.dispatch()
+            return
         if consumer.priority:
             self._prioritised = True
         self._insert_by_priority(consumer)
         self.dispatch()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """x-single-active-consumer: when the active consumer goes, the waiting one
+        with the highest x-priority (the first registered among equals) takes over,
+        as in RabbitMQ 3.10's classic queues. While the one gone still has unacked
+        messages, which may come back ahead of the ready ones, the new one is served
+        from the next ack, requeue or publish on."""
+        consumers = self.consumers
+        was_active = self.single_active and consumers and consumers[0] is consumer
+        super().remove_consumer(consumer)
+        if was_active and consumers and not self.deleted:
+            self._promote(self._successor())
+            if not consumer.unacked:
+                self.dispatch()
+
+    def _successor(self) -> Consumer:
+        return max(self.consumers, key=_priority)   # the first of the highest
+
+    def _promote(self, consumer: Consumer) -> None:
+        self.consumers.remove(consumer)
+        self.consumers.appendleft(consumer)
 
     def touch(self) -> None:
         """The queue was used (declared, read by Basic.Get, lost its last consumer):
@@ -614,6 +644,10 @@ def _held_size(entry: QueueEntry) -> int:
     """What the memory alarm's accounting charges for a message while a queue holds it."""
     body = entry.message.body
     return ENTRY_COST if body is None else ENTRY_COST + len(body)
+
+
+def _priority(consumer: Consumer) -> int:
+    return consumer.priority
 
 
 def _by_seq(entry: QueueEntry) -> int:

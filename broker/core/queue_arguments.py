@@ -7,6 +7,7 @@ unacceptable value is a 406, worded like RabbitMQ's.
 from amqp_codec.field_table import text_value
 
 from .errors import precondition_failed
+from .exchange import field_type_name
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 ACCEPTED_QUEUE_TYPES = ("classic", "quorum", "stream")
@@ -48,6 +49,12 @@ def _string(value):
     return None
 
 
+def _boolean(value):
+    if not isinstance(value, bool):
+        return f"{{unacceptable_type,{field_type_name(value)}}}"
+    return None
+
+
 def _priority(value):
     problem = _non_negative_int(value)
     if problem is None and value > 255:
@@ -65,6 +72,7 @@ VALIDATORS = {
     "x-dead-letter-exchange": _string,
     "x-dead-letter-routing-key": _string,
     "x-queue-type": _string,
+    "x-single-active-consumer": _boolean,
 }
 
 

@@ -72,6 +72,9 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
         self.deleted = False
         self.held_bytes = 0   # what the memory alarm charges for the messages held
         self.applied_policies: tuple = (None, None)   # (policy, operator policy) in force
+        # x-single-active-consumer: one consumer at a time gets messages (stream queues
+        # refuse the argument).
+        self.single_active = self.arguments.get("x-single-active-consumer") is True
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

@@ -21,7 +21,7 @@ import struct
 from amqp_codec import MalformedProperties, headers_entries, replace_properties
 from amqp_codec.field_table import text_value
 
-from .errors import precondition_failed
+from .errors import precondition_failed, resource_locked
 from .message import Message
 from .message_store import MEMORY_STORE
 from .policy import QUORUM_UNSUPPORTED
@@ -138,6 +138,19 @@ class QuorumQueue(Queue):
             self.discard(over, "delivery_limit")
         if back:
             super().requeue(back)
+
+    def _successor(self):
+        """x-single-active-consumer: the next consumer registered takes over (RabbitMQ
+        3.10's quorum queues do not look at x-priority here)."""
+        return self.consumers[0]
+
+    def take(self):
+        if self.single_active:
+            raise resource_locked(
+                f"cannot obtain access to locked queue '{self.name}' in vhost "
+                f"'{self.vhost.name}'. basic.get operations are not supported by quorum "
+                "queues with single active consumer")
+        return super().take()
 
     def _republish(self, exchange, message: Message, reason: str, now) -> None:
         """Dead-lettered messages leave without the count (RabbitMQ adds it to
