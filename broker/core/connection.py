@@ -538,6 +538,15 @@ class Connection:
         self.state = "closed"
         self._close_transport()
 
+    def _update_secret(self, method) -> None:
+        """RabbitMQ passes a new secret only to authentication backends whose
+        credentials expire (OAuth 2 tokens); its internal user database, which Warren's
+        users are, is not one, so every secret is accepted, whatever the login mechanism,
+        and the connection keeps the user and permissions it logged in with."""
+        log.debug("event=secret_updated peer=%s user=%r reason=%r", self.peer, self.user,
+                  method.reason)
+        self.send_method(0, commands.Connection.UpdateSecretOk())
+
     # -- channels ------------------------------------------------------------------
 
     def _channel_method(self, number: int, method) -> None:
@@ -705,6 +714,7 @@ _CONNECTION_HANDLERS = {
     ("awaiting-start-ok", commands.Connection.StartOk): Connection._start_ok,
     ("awaiting-tune-ok", commands.Connection.TuneOk): Connection._tune_ok,
     ("awaiting-open", commands.Connection.Open): Connection._open,
+    ("open", commands.Connection.UpdateSecret): Connection._update_secret,
     ("closing", commands.Connection.CloseOk): Connection._close_ok,
     ("closing", commands.Connection.Close): Connection._close_ok,
 }

@@ -1,8 +1,10 @@
 """Channel 0: negotiation, vhost and authentication checks, close handshakes."""
 
+import pytest
 from pamqp import commands
 
 from broker.core.broker import Broker
+from broker.core.certificate_login import TlsPeer
 from broker.core.connection import Connection
 from amqp_codec import InboundMethod
 
@@ -152,3 +154,46 @@ def test_dead_letter_exchange_that_is_not_utf8_is_a_406():
     replies = client.method(1, commands.Queue.Declare(
         queue="q", arguments={"x-dead-letter-exchange": b"\xff\xfe"}))
     assert close_code(replies) == 406
+
+
+@pytest.mark.parametrize("secret", ["guest", "not-the-password", b"\xff\x00token"])
+def test_update_secret_is_acknowledged_whatever_the_secret_and_changes_nothing(secret):
+    """RabbitMQ's internal user database does not check a new secret."""
+    client = Client()
+    client.open_channel(1)
+    replies = client.method(0, commands.Connection.UpdateSecret(new_secret=secret,
+                                                                reason="rotation"))
+    assert kinds(replies) == [(0, commands.Connection.UpdateSecretOk)]
+    assert client.connection.user == "guest"
+    assert client.declare_queue(1, "after-update") == "after-update"
+    assert client.broker.access.authenticate("guest", "guest") is not None
+
+
+def test_update_secret_on_an_external_login_is_acknowledged():
+    broker = Broker()
+    broker.auth_mechanisms = ("PLAIN", "AMQPLAIN", "EXTERNAL")
+    transport = RecordingTransport()
+    connection = Connection(broker, transport, "test", "127.0.0.1", TlsPeer("guest"))
+    connection.start()
+    for method in (commands.Connection.StartOk(mechanism="EXTERNAL", response=""),
+                   commands.Connection.TuneOk(2047, 131072, 0),
+                   commands.Connection.Open(virtual_host="/"),
+                   commands.Connection.UpdateSecret(new_secret="", reason="renewed")):
+        connection.handle(InboundMethod(0, method))
+    assert kinds(transport.methods())[-1] == (0, commands.Connection.UpdateSecretOk)
+    assert connection.state == "open"
+
+
+def test_update_secret_before_open_is_504_as_any_unexpected_connection_method():
+    transport = RecordingTransport()
+    connection = Connection(Broker(), transport, "test", "127.0.0.1")
+    connection.start()
+    connection.handle(InboundMethod(0, commands.Connection.StartOk(
+        client_properties={}, mechanism="PLAIN", response="\0guest\0guest")))
+    connection.handle(InboundMethod(0, commands.Connection.TuneOk(2047, 131072, 0)))
+    transport.methods()
+    connection.handle(InboundMethod(0, commands.Connection.UpdateSecret(new_secret="guest",
+                                                                   reason="early")))
+    (_, close), = transport.methods()
+    assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+        504, "CHANNEL_ERROR - unexpected method in connection state opening", 10, 70)
