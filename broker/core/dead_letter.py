@@ -44,10 +44,20 @@ def dead_letter_message(message: Message, queue_name: str, reason: str, exchange
         return None
     if routing_key is not None:
         return Message(exchange, routing_key, properties, message.body)
-    if message.extra_routing_keys:   # routed with its CC and BCC keys again
+    extra_routing_keys = _extra_routing_keys(message)
+    if extra_routing_keys:   # routed with its CC and BCC keys again
         return SenderRoutedMessage(exchange, message.routing_key, properties, message.body,
-                                   message.extra_routing_keys)
+                                   extra_routing_keys)
     return Message(exchange, message.routing_key, properties, message.body)
+
+
+def _extra_routing_keys(message: Message) -> tuple[str, ...]:
+    """The CC and BCC keys the message was published with; of a message read back from
+    a queue file (paged out, or recovered after a restart) only the CC keys, which its
+    headers still hold (BCC was taken out before it was stored)."""
+    if message.extra_routing_keys or not message.may_name_recipients():
+        return message.extra_routing_keys
+    return tuple(cc_routing_keys(headers_entries(message.properties)))
 
 
 def _dead_lettered_properties(message: Message, queue_name: str, reason: str,

@@ -10,7 +10,7 @@ import pika.exceptions
 import pytest
 
 from pika_helpers import _test_deadline, chan, conn, names  # noqa: F401  (fixtures)
-from pika_helpers import expect_channel_error, wait_for_count
+from pika_helpers import close_quietly, connect, expect_channel_error, wait_for_count
 
 SENT_HEADERS = {"CC": ["k2", "k2", 5], "BCC": ["k3", "k1"], "other": "yes"}
 DELIVERED_HEADERS = {"CC": ["k2", "k2", 5], "other": "yes"}
@@ -181,3 +181,54 @@ def test_dead_letter_routing_key_replaces_the_keys_and_drops_cc(chan, names):
                        "x-first-death-queue": queue, "x-first-death-reason": "rejected"}
     for key in ("k1", "k2", "k3", "k4"):
         assert take_all(chan, targets[key]) == []
+
+
+def test_stored_message_keeps_cc_only_and_is_dead_lettered_by_it(broker_factory,
+                                                                tmp_path):
+    """Warren only (it restarts its broker): BCC is taken out before the message is
+    stored; read back after a restart, its dead-lettered copy still follows CC."""
+    data_dir = str(tmp_path / "data")
+    process = broker_factory(data_dir=data_dir)
+    connection = connect(process)
+    channel = connection.channel()
+    channel.exchange_declare("source", "direct", durable=True)
+    channel.exchange_declare("target", "direct", durable=True)
+    channel.queue_declare("held", durable=True,
+                          arguments={"x-dead-letter-exchange": "target"})
+    channel.queue_bind("held", "source", "k1")
+    for key in ("k1", "k2"):
+        channel.queue_declare(key, durable=True)
+        channel.queue_bind(key, "target", key)
+    channel.confirm_delivery()
+    channel.basic_publish("source", "k1", b"body", pika.BasicProperties(
+        headers={"CC": ["k2"], "BCC": ["k3"]}, delivery_mode=2))
+    connection.close()
+    assert process.stop() == 0
+    process = broker_factory(data_dir=data_dir)
+    connection = connect(process)
+    try:
+        channel = connection.channel()
+        method, properties, _body = channel.basic_get("held")
+        assert properties.headers == {"CC": ["k2"]}
+        channel.basic_reject(method.delivery_tag, requeue=False)
+        for key in ("k1", "k2"):
+            assert wait_for_count(channel, key, 1) == 1
+    finally:
+        close_quietly(connection)
+
+
+def test_bound_and_alternate_exchanges_route_with_every_key(chan, names):
+    source, downstream, alternate = names.exchange(), names.exchange(), names.exchange()
+    chan.exchange_declare(alternate, "direct")
+    chan.exchange_declare(downstream, "direct")
+    chan.exchange_declare(source, "direct", arguments={"alternate-exchange": alternate})
+    chan.exchange_bind(downstream, source, "k2")
+    via_binding = bound_queues(chan, names, downstream, ["k2", "k3"])
+    via_alternate = bound_queues(chan, names, alternate, ["k4"])
+    chan.confirm_delivery()
+    publish(chan, source, "k1", {"CC": ["k2"], "BCC": ["k3"]})
+    # reached through the k2 binding, the downstream exchange routes with k1, k2, k3
+    for key in ("k2", "k3"):
+        assert wait_for_count(chan, via_binding[key], 1) == 1
+    publish(chan, source, "none", {"CC": ["k4"]}, mandatory=True)
+    assert take_all(chan, via_alternate["k4"]) == [("none", {"CC": ["k4"]})]
