@@ -14,6 +14,7 @@ from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .message import Message, QueueEntry
 from .queue_base import Consumer, QueueBase
+from .sender_routing import sender_routed
 from .stream_queue import DeliveredOffset
 from .vhost import VirtualHost, server_named
 
@@ -157,6 +158,8 @@ class Channel:
             self._check_expiration(message)
         if message.has_reply_to():
             message = self._with_reply_token(message)
+        if message.may_name_recipients():
+            message = sender_routed(message)
         return message
 
     def _check_user_id(self, message: Message) -> None:

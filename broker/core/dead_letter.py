@@ -2,7 +2,9 @@
 queue's x-dead-letter-exchange with RabbitMQ's x-death bookkeeping.
 
 Only the x-death header, the x-first-death-* headers RabbitMQ adds and the expiration
-property change; every other header and property is copied byte for byte. An x-death
+property change (and, with a new routing key from x-dead-letter-routing-key, the CC
+header goes, as in RabbitMQ; without one, the copy is routed with the message's CC and
+BCC keys again); every other header and property is copied byte for byte. An x-death
 header that is not an array starts a new history, and elements of it that are not
 tables are left out (RabbitMQ 3.10 replaces the former too, and fails to dead-letter
 the message for the latter); a death whose count is not an integer counts from 1 again.
@@ -16,7 +18,8 @@ import logging
 from amqp_codec import (MalformedProperties, encode_table, headers_entries,
                         replace_properties)
 
-from .message import Message
+from .message import Message, SenderRoutedMessage
+from .sender_routing import CC, cc_routing_keys
 
 log = logging.getLogger("warren.dead_letter")
 
@@ -29,7 +32,8 @@ def dead_letter_message(message: Message, queue_name: str, reason: str, exchange
     queue it already expired from with no rejection in between, as RabbitMQ drops) or
     cannot be dead-lettered (see the module's docstring)."""
     try:
-        properties = _dead_lettered_properties(message, queue_name, reason, now)
+        properties = _dead_lettered_properties(message, queue_name, reason,
+                                               routing_key is not None, now)
     except (MalformedProperties, TypeError, ValueError, OverflowError) as error:
         # OverflowError: an earlier x-death holds a double that pamqp can only write
         # back as a single-precision float (found by the in-process fuzzer, seed 2).
@@ -38,11 +42,26 @@ def dead_letter_message(message: Message, queue_name: str, reason: str, exchange
         return None
     if properties is None:
         return None
-    return Message(exchange, message.routing_key if routing_key is None else routing_key,
-                   properties, message.body)
+    if routing_key is not None:
+        return Message(exchange, routing_key, properties, message.body)
+    extra_routing_keys = _extra_routing_keys(message)
+    if extra_routing_keys:   # routed with its CC and BCC keys again
+        return SenderRoutedMessage(exchange, message.routing_key, properties, message.body,
+                                   extra_routing_keys)
+    return Message(exchange, message.routing_key, properties, message.body)
+
+
+def _extra_routing_keys(message: Message) -> tuple[str, ...]:
+    """The CC and BCC keys the message was published with; of a message read back from
+    a queue file (paged out, or recovered after a restart) only the CC keys, which its
+    headers still hold (BCC was taken out before it was stored)."""
+    if message.extra_routing_keys or not message.may_name_recipients():
+        return message.extra_routing_keys
+    return tuple(cc_routing_keys(headers_entries(message.properties)))
 
 
 def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
+                              new_routing_key: bool,
                               now: datetime.datetime) -> bytes | None:
     entries = headers_entries(message.properties)
     previous = next((value for key, value, _raw in entries if key == "x-death"), None)
@@ -53,7 +72,7 @@ def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
     death = _take_death(deaths, queue_name, reason)
     death.update({"queue": queue_name, "reason": reason, "time": now,
                   "exchange": message.exchange,
-                  "routing-keys": [message.routing_key]})
+                  "routing-keys": [message.routing_key, *cc_routing_keys(entries)]})
     expiration = message.decoded_properties.expiration
     if expiration is not None:
         death["original-expiration"] = expiration
@@ -63,7 +82,8 @@ def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
     firsts = (reason, queue_name, message.exchange)
     added.update((key, value) for key, value in zip(_FIRST_DEATH, firsts)
                  if key not in present)
-    kept = b"".join(raw for key, _value, raw in entries if key != "x-death")
+    dropped = ("x-death", CC) if new_routing_key else ("x-death",)
+    kept = b"".join(raw for key, _value, raw in entries if key not in dropped)
     headers = kept + encode_table(added)[4:]
     return replace_properties(message.properties, headers=headers, expiration=None)
 

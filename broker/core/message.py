@@ -6,11 +6,12 @@ from pamqp import commands
 
 from amqp_codec import decode_properties
 from amqp_codec.properties import delivery_mode
-from amqp_codec.wire_ids import EXPIRATION_FLAG, REPLY_TO_FLAG, USER_ID_FLAG
+from amqp_codec.wire_ids import EXPIRATION_FLAG, HEADERS_FLAG, REPLY_TO_FLAG, USER_ID_FLAG
 
 # The flags are tested in the property block's first two bytes, one byte at a time.
 _EXPIRATION_BIT = EXPIRATION_FLAG >> 8   # in the first (high) byte
 _REPLY_TO_BIT = REPLY_TO_FLAG >> 8       # in the first byte
+_HEADERS_BIT = HEADERS_FLAG >> 8         # in the first byte
 _USER_ID_BIT = USER_ID_FLAG              # in the second (low) byte
 _EXPIRATION = re.compile(r"\+?[0-9]+", re.ASCII)
 
@@ -24,6 +25,10 @@ class Message:
 
     __slots__ = ("exchange", "routing_key", "properties", "body", "_decoded",
                  "_persistent")
+
+    # The routing keys a CC or BCC header added (a SenderRoutedMessage's slot); a class
+    # attribute here, so that a message without them costs nothing to make.
+    extra_routing_keys: tuple[str, ...] = ()
 
     def __init__(self, exchange: str, routing_key: str, properties: bytes,
                  body: bytes | None):
@@ -67,11 +72,19 @@ class Message:
         return copy
 
     def needs_checks(self) -> bool:
-        """Whether user_id, expiration or reply_to is set (each needs a look on publish);
-        one test for the common case of none."""
+        """Whether user_id, expiration, reply_to or headers (for CC and BCC) is set (each
+        needs a look on publish); one test for the common case of none."""
         properties = self.properties
-        return len(properties) >= 2 and bool(properties[0] & (_EXPIRATION_BIT | _REPLY_TO_BIT)
-                                             or properties[1] & _USER_ID_BIT)
+        return len(properties) >= 2 and bool(
+            properties[0] & (_EXPIRATION_BIT | _REPLY_TO_BIT | _HEADERS_BIT)
+            or properties[1] & _USER_ID_BIT)
+
+    def may_name_recipients(self) -> bool:
+        """Whether a CC or BCC header may be present: headers are set and "CC" occurs
+        in the property block (a scan of raw bytes, no decoding)."""
+        properties = self.properties
+        return len(properties) >= 2 and bool(properties[0] & _HEADERS_BIT) \
+            and b"CC" in properties
 
     def has_user_id(self) -> bool:
         """Whether the user_id property is present (bit 4 of the property flags)."""
@@ -109,6 +122,18 @@ class Message:
     @property
     def headers(self) -> dict:
         return self.decoded_properties.headers or {}
+
+
+class SenderRoutedMessage(Message):
+    """A message its publisher also addressed to more routing keys (CC and BCC
+    headers): it is routed with its routing key and each of these."""
+
+    __slots__ = ("extra_routing_keys",)
+
+    def __init__(self, exchange: str, routing_key: str, properties: bytes,
+                 body: bytes | None, extra_routing_keys: tuple[str, ...]):
+        super().__init__(exchange, routing_key, properties, body)
+        self.extra_routing_keys = extra_routing_keys
 
 
 class PagedOutMessage(Message):

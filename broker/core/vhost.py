@@ -42,6 +42,7 @@ DEFAULT_EXCHANGES = (
     ("amq.headers", "headers"),
     ("amq.match", "headers"),
 )
+_KEYED_KINDS = ("direct", "topic")   # the exchange types that route by routing key
 
 
 def server_named(prefix: str) -> str:
@@ -394,7 +395,8 @@ class VirtualHost:
     def route(self, exchange: Exchange, message: Message) -> list[QueueBase]:
         """Every queue the message reaches, following exchange-to-exchange bindings and
         alternate exchanges."""
-        destinations = exchange.route(message)
+        destinations = (exchange.route(message) if not message.extra_routing_keys
+                        else _destinations(exchange, message))
         if not destinations:
             if exchange.alternate is None:
                 return []
@@ -426,7 +428,7 @@ class VirtualHost:
             if id(exchange) in seen_exchanges:
                 continue
             seen_exchanges.add(id(exchange))
-            destinations = exchange.route(message)
+            destinations = _destinations(exchange, message)
             if not destinations:
                 self._add_alternate(exchange, pending)
                 continue
@@ -444,6 +446,20 @@ class VirtualHost:
             alternate = self.exchanges.get(exchange.alternate)
             if alternate is not None:
                 pending.append(alternate)
+
+
+def _destinations(exchange: Exchange, message: Message):
+    """Where `exchange` routes the message, with its routing key and the ones its CC and
+    BCC headers added (each destination once; fanout and headers exchanges do not look
+    at routing keys)."""
+    extra = message.extra_routing_keys
+    if not extra or exchange.kind not in _KEYED_KINDS:
+        return exchange.route(message)
+    found = dict.fromkeys(exchange.route(message))
+    for routing_key in extra:
+        found.update(dict.fromkeys(exchange.route(
+            Message(message.exchange, routing_key, message.properties, message.body))))
+    return found
 
 
 def _check_new_exchange(name: str, arguments: dict, access: "ChannelAccess") -> None:
