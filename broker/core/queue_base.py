@@ -50,6 +50,12 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
     # A binding leads to a queue or to an exchange (Exchange.is_queue is False).
     is_queue = True
 
+    # x-single-active-consumer: one consumer at a time gets messages (stream queues
+    # refuse the argument). A class attribute that SAC queues override, so that other
+    # queues keep fewer than 30 instance attributes (CPython 3.11 reads attributes of
+    # larger instances more slowly: docs/architecture.md, "Queues").
+    single_active = False
+
     # Whether the channel tells the store about deliveries (store.delivered): classic
     # queues with a durable store; a stream's consumers keep their own offsets.
     stores_messages = False
@@ -72,9 +78,8 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
         self.deleted = False
         self.held_bytes = 0   # what the memory alarm charges for the messages held
         self.applied_policies: tuple = (None, None)   # (policy, operator policy) in force
-        # x-single-active-consumer: one consumer at a time gets messages (stream queues
-        # refuse the argument).
-        self.single_active = self.arguments.get("x-single-active-consumer") is True
+        if self.arguments.get("x-single-active-consumer") is True:
+            self.single_active = True   # set only when true: see the class attribute
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
