@@ -13,12 +13,12 @@ to that channel too (tests/unit/test_channel_access.py). The checks here use cha
 that have not used the resource since the change, where both agree.
 """
 
-import uuid
 
 import pika
 import pytest
 
 from pika_helpers import _test_deadline, expect_channel_error, wait_until  # noqa: F401
+from tenants import fresh_tenant
 
 PASSWORD = "changes-password"
 
@@ -26,19 +26,8 @@ PASSWORD = "changes-password"
 @pytest.fixture
 def account(broker):
     """A fresh vhost and a user with every permission on it: (admin, user, vhost)."""
-    admin = broker.admin()
-    prefix = f"pc{uuid.uuid4().hex[:10]}"
-    user, vhost = f"{prefix}-user", f"{prefix}-vhost"
-    admin.add_vhost(vhost)
-    try:
-        admin.add_user(user, PASSWORD)
-        try:
-            admin.set_permissions(user, vhost, ".*", ".*", ".*")
-            yield admin, user, vhost
-        finally:
-            admin.delete_user(user)
-    finally:
-        admin.delete_vhost(vhost)
+    with fresh_tenant(broker, "pc", PASSWORD) as tenant:
+        yield tenant.admin, tenant.user, tenant.vhost
 
 
 def open_connection(broker, user: str, vhost: str) -> pika.BlockingConnection:

@@ -17,8 +17,9 @@ import pytest
 from broker_admin import AdminRefused
 from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     WAIT, _test_deadline, close_quietly, connect, get_all, publish_bodies, queue_exists,
-    ready_count, unique, wait_for_bodies, wait_for_count, wait_until,
+    ready_count, wait_for_bodies, wait_for_count, wait_until,
 )
+from tenants import guest_vhost
 
 PIKA_TEST_TIMEOUT = 120   # rabbitmqctl takes about a second per call
 STREAM = {"x-queue-type": "stream"}
@@ -47,16 +48,12 @@ class Space:
 
 @pytest.fixture
 def space(broker):
-    admin = broker.admin()
-    vhost = unique("policies")
-    admin.add_vhost(vhost)
-    admin.set_permissions("guest", vhost, ".*", ".*", ".*")
-    connection = connect(broker, virtual_host=vhost)
-    try:
-        yield Space(admin, vhost, connection, connection.channel())
-    finally:
-        close_quietly(connection)
-        admin.delete_vhost(vhost)
+    with guest_vhost(broker, "policies") as (admin, vhost):
+        connection = connect(broker, virtual_host=vhost)
+        try:
+            yield Space(admin, vhost, connection, connection.channel())
+        finally:
+            close_quietly(connection)
 
 
 def fill(channel, queue, count, prefix="m"):

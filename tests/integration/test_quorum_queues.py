@@ -15,6 +15,7 @@ import pytest
 from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     WAIT, _test_deadline, close_quietly, connect, unique, wait_for_count,
 )
+from tenants import guest_vhost
 
 PIKA_TEST_TIMEOUT = 120   # rabbitmqctl takes about a second per call
 QUORUM = {"x-queue-type": "quorum"}
@@ -24,16 +25,12 @@ COUNT = "x-delivery-count"
 @pytest.fixture
 def space(broker):
     """A fresh vhost (so policies reach only this test's queues) and a channel in it."""
-    admin = broker.admin()
-    vhost = unique("quorum")
-    admin.add_vhost(vhost)
-    admin.set_permissions("guest", vhost, ".*", ".*", ".*")
-    connection = connect(broker, virtual_host=vhost)
-    try:
-        yield admin, vhost, connection, connection.channel()
-    finally:
-        close_quietly(connection)
-        admin.delete_vhost(vhost)
+    with guest_vhost(broker, "quorum") as (admin, vhost):
+        connection = connect(broker, virtual_host=vhost)
+        try:
+            yield admin, vhost, connection, connection.channel()
+        finally:
+            close_quietly(connection)
 
 
 def quorum(channel, name, **arguments):
