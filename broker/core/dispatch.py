@@ -37,25 +37,27 @@ def exchange_delete(channel: Channel, method) -> None:
 
 
 def exchange_bind(channel: Channel, method) -> None:
-    vhost = channel.vhost
-    destination_name, source = stripped(method.destination), stripped(method.source)
-    vhost.authorize_binding(channel.access, "exchange", destination_name, source,
-                            method.routing_key)
-    destination = vhost.exchange(destination_name)
-    vhost.bind(destination, source, method.routing_key, method.arguments or {})
+    destination, source = _authorized_exchange_binding(channel, method)
+    channel.vhost.bind(destination, source, method.routing_key, method.arguments or {})
     if not method.nowait:
         channel.send(commands.Exchange.BindOk())
 
 
 def exchange_unbind(channel: Channel, method) -> None:
+    destination, source = _authorized_exchange_binding(channel, method)
+    channel.vhost.unbind(destination, source, method.routing_key, method.arguments or {})
+    if not method.nowait:
+        channel.send(commands.Exchange.UnbindOk())
+
+
+def _authorized_exchange_binding(channel: Channel, method):
+    """(destination exchange, source name) of an exchange.bind/unbind, after the
+    permission checks RabbitMQ makes for it."""
     vhost = channel.vhost
     destination_name, source = stripped(method.destination), stripped(method.source)
     vhost.authorize_binding(channel.access, "exchange", destination_name, source,
                             method.routing_key)
-    destination = vhost.exchange(destination_name)
-    vhost.unbind(destination, source, method.routing_key, method.arguments or {})
-    if not method.nowait:
-        channel.send(commands.Exchange.UnbindOk())
+    return vhost.exchange(destination_name), source
 
 
 def queue_declare(channel: Channel, method) -> None:

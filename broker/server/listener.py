@@ -15,7 +15,7 @@ from .alarms import ResourceAlarm, held_memory
 from .committer import GroupCommitter
 from .control import ControlSocket
 from .tls import TlsHandshakeFailed, TlsListener, TlsSocketTransport
-from .transport import DrainSignal, SocketTransport
+from .transport import DrainSignal, SocketTransport, peer_text
 
 log = logging.getLogger("warren.server")
 
@@ -154,7 +154,7 @@ class Server:
                              accepted_at: float) -> TlsSocketTransport | None:
         """The TLS handshake, which counts against handshake_timeout from the accept;
         None when it failed or took too long (counted, summed up in the log)."""
-        peer = "%s:%s" % address
+        peer = peer_text(address)
         with trio.move_on_at(accepted_at + self.broker.config.handshake_timeout):
             try:
                 session = await tls.handshake(stream)

@@ -60,9 +60,8 @@ class SocketTransport:
                  alarm: ResourceAlarm, drain_signal: DrainSignal, admission: Admission,
                  tls: TlsPeer | None = None, accepted_at: float | None = None):
         self.stream = stream
-        self.address, port = peer   # the client's IP address and port
-        self.peer = (f"[{self.address}]:{port}" if ":" in self.address
-                     else f"{self.address}:{port}")
+        self.address = peer[0]      # the client's IP address
+        self.peer = peer_text(peer)
         self.admission = admission
         self._in_handshake = True     # counted by admission until Connection.Open
         self._refusal_delayed = False
@@ -358,6 +357,12 @@ class SocketTransport:
                 return
             if now - self._last_sent >= interval / 2:
                 self.write(HEARTBEAT_FRAME)
+
+
+def peer_text(address: tuple[str, int]) -> str:
+    """host:port for logs, with an IPv6 host in brackets."""
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def receive_ready(fd: int) -> bytes | None:
