@@ -10,9 +10,13 @@ open connection.
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import access_refused
 from .passwords import SHA256_ALGORITHM, hash_password, verify_password
+
+if TYPE_CHECKING:
+    from .exchange import Exchange
 
 ACCESS_KINDS = ("configure", "write", "read")
 # The tag that lets a user publish messages whose user_id names another user.
@@ -167,10 +171,15 @@ class ChannelAccess:
     channel.
 
     Topic permissions are checked only for topic exchanges the user has a topic
-    permission on (`topics` is None for a user without any in this vhost)."""
+    permission on (`topics` is None for a user without any in this vhost).
+
+    `publish_targets` is the channel's publish cache, dropped with the decisions: the
+    exchanges, by name, that passed every check a publish makes before routing (write
+    permission, existence, not internal, no topic permission to match per routing key),
+    so that a publish to one of them costs one dict lookup (broker/core/channel.py)."""
 
     __slots__ = ("access", "user", "vhost", "generation", "configurable", "writable",
-                 "readable", "topics", "topic_patterns", "topic_keys")
+                 "readable", "topics", "topic_patterns", "topic_keys", "publish_targets")
 
     def __init__(self, access: AccessControl, user: str, vhost: str):
         self.access = access
@@ -183,6 +192,7 @@ class ChannelAccess:
         self.topics: dict[str, TopicPermission] | None = None
         self.topic_patterns: dict[tuple[str, str], re.Pattern | None] = {}
         self.topic_keys: set[tuple[str, str, str]] = set()
+        self.publish_targets: dict[str, Exchange] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -195,6 +205,7 @@ class ChannelAccess:
         self.topics = access.topic_permissions.get((self.user, self.vhost)) or None
         self.topic_patterns.clear()
         self.topic_keys.clear()
+        self.publish_targets.clear()
 
     @property
     def current(self) -> bool:

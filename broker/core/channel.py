@@ -9,9 +9,10 @@ from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER,
                                  CHANNEL_FLOW)
 
-from .access_control import IMPERSONATOR, ChannelAccess
+from .access_control import CACHED_DECISIONS, IMPERSONATOR, ChannelAccess
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
+from .exchange import Exchange
 from .message import Message, QueueEntry
 from .queue_base import Consumer, QueueBase
 from .sender_routing import sender_routed
@@ -64,7 +65,7 @@ class Channel:
     # -- delivery (called by queues) -------------------------------------------------
 
     def can_deliver(self, consumer: Consumer) -> bool:
-        if self.closing or not self.connection.writable:
+        if self.closing or not self.connection.transport.writable:
             return False
         if consumer.no_ack:
             return True
@@ -124,18 +125,10 @@ class Channel:
                 f"message size {command.body_size} is larger than configured max size "
                 f"{self.connection.broker.config.max_message_size}")
         access = self.access
-        if (command.exchange not in access.writable
+        exchange = access.publish_targets.get(command.exchange)
+        if (exchange is None or exchange.deleted
                 or access.generation != access.access.generation):
-            access.write("exchange", command.exchange)   # 403 before 404, as RabbitMQ
-        exchange = self.vhost.exchanges.get(command.exchange)
-        if exchange is None:
-            exchange = self.vhost.exchange(command.exchange)   # 404
-        if exchange.internal:
-            raise ChannelError(ReplyCode.ACCESS_REFUSED,
-                               f"cannot publish to internal exchange '{exchange.name}' "
-                               f"in vhost '{self.vhost.name}'")
-        if access.topics is not None and exchange.kind == "topic":
-            access.topic("write", exchange.name, command.routing_key)
+            exchange = self._publish_target(command)
         message = Message(command.exchange, command.routing_key, command.properties,
                           command.body)
         if message.needs_checks():
@@ -150,6 +143,32 @@ class Channel:
             if not accepted:
                 self.nacked_seqs.append(self.publish_seq)
             self.connection.confirms_pending(self)
+
+    def _publish_target(self, command) -> Exchange:
+        """The exchange a publish goes to, after RabbitMQ's checks in its order: write
+        permission (403 before 404), existence (404), not internal (403), then the
+        user's topic permission on the routing key. Unless that last check applies, the
+        exchange joins the channel's publish cache (ChannelAccess.publish_targets), so
+        the next publishes to it skip these checks until permissions change or the
+        exchange is deleted."""
+        access = self.access
+        name = command.exchange
+        access.write("exchange", name)
+        exchange = self.vhost.exchanges.get(name)
+        if exchange is None:
+            exchange = self.vhost.exchange(name)   # 404
+        if exchange.internal:
+            raise ChannelError(ReplyCode.ACCESS_REFUSED,
+                               f"cannot publish to internal exchange '{exchange.name}' "
+                               f"in vhost '{self.vhost.name}'")
+        if access.topics is not None and exchange.kind == "topic":
+            access.topic("write", exchange.name, command.routing_key)
+            return exchange    # checked per routing key: not cached
+        targets = access.publish_targets
+        if len(targets) >= CACHED_DECISIONS:
+            targets.clear()
+        targets[name] = exchange
+        return exchange
 
     def _checked(self, message: Message) -> Message:
         if message.has_user_id():

@@ -57,6 +57,10 @@ class Exchange:
         # policy's); the default exchange has none.
         self.alternate: str | None = alternate_exchange(self.arguments, {}) if name else None
         self.applied_policies: tuple = (None, None)   # (policy, operator policy) in force
+        # Bindings whose destination is an exchange: while there are none, routing
+        # ends at the queues this exchange's index gives (VirtualHost.route).
+        self.exchange_bindings = 0
+        self.deleted = False    # set when the vhost forgets it (caches that hold it check)
 
     def apply_policy(self, definition: dict) -> None:
         """The policy in force changed: `definition` is the merged definition of the
@@ -71,6 +75,8 @@ class Exchange:
             return False
         self.bindings[key] = dict(arguments or {})
         self._index_add(destination, routing_key, arguments or {})
+        if not destination.is_queue:
+            self.exchange_bindings += 1
         return True
 
     def unbind(self, destination, routing_key: str, arguments: dict | None) -> bool:
@@ -78,6 +84,8 @@ class Exchange:
         if self.bindings.pop(key, None) is None:
             return False
         self._index_remove(destination, routing_key, arguments or {})
+        if not destination.is_queue:
+            self.exchange_bindings -= 1
         return True
 
     def unbind_destination(self, destination) -> None:

@@ -13,6 +13,7 @@ _EXPIRATION_BIT = EXPIRATION_FLAG >> 8   # in the first (high) byte
 _REPLY_TO_BIT = REPLY_TO_FLAG >> 8       # in the first byte
 _HEADERS_BIT = HEADERS_FLAG >> 8         # in the first byte
 _USER_ID_BIT = USER_ID_FLAG              # in the second (low) byte
+_CHECKED_HIGH_BITS = _EXPIRATION_BIT | _REPLY_TO_BIT | _HEADERS_BIT   # needs_checks
 _EXPIRATION = re.compile(r"\+?[0-9]+", re.ASCII)
 
 
@@ -75,9 +76,8 @@ class Message:
         """Whether user_id, expiration, reply_to or headers (for CC and BCC) is set (each
         needs a look on publish); one test for the common case of none."""
         properties = self.properties
-        return len(properties) >= 2 and bool(
-            properties[0] & (_EXPIRATION_BIT | _REPLY_TO_BIT | _HEADERS_BIT)
-            or properties[1] & _USER_ID_BIT)
+        return len(properties) >= 2 and bool(properties[0] & _CHECKED_HIGH_BITS
+                                             or properties[1] & _USER_ID_BIT)
 
     def may_name_recipients(self) -> bool:
         """Whether a CC or BCC header may be present: headers are set and "CC" occurs

@@ -3,7 +3,7 @@
 import base64
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from amqp_codec.field_table import text_value
 from amqp_codec.reply_codes import ReplyCode
@@ -155,6 +155,7 @@ class VirtualHost:
         for other in self.exchanges.values():
             other.unbind_destination(exchange)
         del self.exchanges[exchange.name]
+        exchange.deleted = True
         if exchange.durable:
             self.persistence.record(DeleteExchange(vhost=self.name, name=exchange.name))
 
@@ -392,15 +393,17 @@ class VirtualHost:
 
     # -- routing -------------------------------------------------------------------
 
-    def route(self, exchange: Exchange, message: Message) -> list[QueueBase]:
+    def route(self, exchange: Exchange, message: Message) -> Sequence[QueueBase]:
         """Every queue the message reaches, following exchange-to-exchange bindings and
         alternate exchanges."""
         destinations = (exchange.route(message) if not message.extra_routing_keys
                         else _destinations(exchange, message))
         if not destinations:
             if exchange.alternate is None:
-                return []
+                return ()
             return self._route_through(exchange, [], [], message)
+        if not exchange.exchange_bindings:
+            return tuple(destinations)   # queues only (a copy: enqueueing may unbind)
         queues = []
         pending = None
         for destination in destinations:
@@ -452,11 +455,10 @@ def _destinations(exchange: Exchange, message: Message):
     """Where `exchange` routes the message, with its routing key and the ones its CC and
     BCC headers added (each destination once; fanout and headers exchanges do not look
     at routing keys)."""
-    extra = message.extra_routing_keys
-    if not extra or exchange.kind not in _KEYED_KINDS:
+    if exchange.kind not in _KEYED_KINDS:
         return exchange.route(message)
     found = dict.fromkeys(exchange.route(message))
-    for routing_key in extra:
+    for routing_key in message.extra_routing_keys:
         found.update(dict.fromkeys(exchange.route(
             Message(message.exchange, routing_key, message.properties, message.body))))
     return found

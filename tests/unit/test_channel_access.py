@@ -132,6 +132,29 @@ def test_a_channel_that_just_published_is_refused_after_a_change():
     assert close_code(client.publish(2, "amq.fanout", "k", b"x")) is None
 
 
+def test_a_channel_publishes_to_an_exchange_redeclared_after_deletion_or_gets_404():
+    """The channel's publish cache holds the exchange it found: once that exchange is
+    deleted, the next publish looks again, so it reaches the one declared under the
+    same name since (by that one's bindings), or, with none, gets 404."""
+    client = Client()
+    client.open_channel()
+    for queue in ("old", "new"):
+        client.declare_queue(1, queue)
+    client.method(1, commands.Exchange.Declare(exchange="x", exchange_type="direct"))
+    client.method(1, commands.Queue.Bind(queue="old", exchange="x", routing_key="k"))
+    assert close_code(client.publish(1, "x", "k", b"1")) is None
+    client.method(1, commands.Exchange.Delete(exchange="x"))
+    client.method(1, commands.Exchange.Declare(exchange="x", exchange_type="direct"))
+    client.method(1, commands.Queue.Bind(queue="new", exchange="x", routing_key="k"))
+    assert close_code(client.publish(1, "x", "k", b"2")) is None
+    queues = client.broker.vhosts["/"].queues
+    assert (len(queues["old"].ready), len(queues["new"].ready)) == (1, 1)
+    client.method(1, commands.Exchange.Delete(exchange="x"))
+    (_, close), = client.publish(1, "x", "k", b"3")
+    assert (close.reply_code, close.reply_text) == (
+        404, "NOT_FOUND - no exchange 'x' in vhost '/'")
+
+
 def test_an_empty_queue_name_does_not_pass_for_the_default_exchange():
     _, channel = access_for(write="^$")
     channel.write("queue", "")
