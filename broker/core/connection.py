@@ -650,12 +650,15 @@ class Connection:
             self._check_channel_count()
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
                                     *BASIC_PUBLISH)
-        persistence = self.broker.persistence
-        writes = persistence.writes
         try:
-            channel.publish(item)
-            if channel.confirming and persistence.writes != writes:
-                self.needs_sync = True
+            if channel.confirming:    # the confirm waits for what the publish wrote
+                persistence = self.broker.persistence
+                writes = persistence.writes
+                channel.publish(item)
+                if persistence.writes != writes:
+                    self.needs_sync = True
+            else:
+                channel.publish(item)
         except ChannelError as error:
             error.class_id, error.method_id = BASIC_PUBLISH
             raise
