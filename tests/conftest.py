@@ -24,6 +24,8 @@ from postgres_support import postgres_server  # noqa: F401  (session fixture)
 settings.register_profile("warren", deadline=None)
 settings.load_profile("warren")
 
+WARREN_ONLY = pytest.StashKey[list]()   # (test id, reason) of the tests not run
+
 
 @dataclass(frozen=True)
 class BrokerAddress:
@@ -36,6 +38,35 @@ class BrokerAddress:
         if self.control_socket is None:
             return RabbitAdmin()
         return WarrenAdmin(self.control_socket)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Against another broker (WARREN_TEST_BROKER), tests marked warren_only are not run:
+    they are deselected, and the summary lists each with its reason."""
+    if _external_broker() is None:
+        return
+    kept, warren_only = [], []
+    for item in items:
+        marker = item.get_closest_marker("warren_only")
+        if marker is None:
+            kept.append(item)
+            continue
+        if not marker.args:
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.warren_only needs a reason")
+        warren_only.append((item.nodeid, marker.args[0]))
+    if warren_only:
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+        config.stash[WARREN_ONLY] = warren_only
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    warren_only = config.stash.get(WARREN_ONLY, [])
+    if warren_only:
+        terminalreporter.section(
+            f"not run against {os.environ['WARREN_TEST_BROKER']}: Warren-only tests")
+        for nodeid, reason in warren_only:
+            terminalreporter.write_line(f"{nodeid}: {reason}")
 
 
 def _external_broker():
