@@ -529,6 +529,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             entry.redelivered = True
         if not ready or entries[-1].seq < ready[0].seq:
             ready.extendleft(reversed(entries))
+        elif entries[0].seq > ready[-1].seq:    # queued anew (a quorum queue's returns)
+            ready.extend(entries)
         else:
             for entry in entries:
                 ready.insert(_insertion_point(ready, entry.seq), entry)

@@ -11,9 +11,10 @@ Warren keeps one replica: a quorum queue is a classic queue (queue.py) that also
   policy key `delivery-limit`.
 
 The count lives in the message's headers, written when the message is queued and when
-it comes back, so deliveries cost nothing more and classic queues are untouched. The
-queue file keeps the header as it was when the message was queued: after a restart,
-counts start from 0 again (RabbitMQ keeps them in its Raft log).
+it comes back, so deliveries cost nothing more and classic queues are untouched. A
+message that comes back goes to the tail of the queue, as in RabbitMQ 3.10: it is
+queued anew, under a new seq and with its new count, in the queue file too, so the count
+survives a restart (RabbitMQ keeps it in its Raft log).
 """
 
 import struct
@@ -22,7 +23,7 @@ from amqp_codec import MalformedProperties, headers_entries, replace_properties
 from amqp_codec.field_table import text_value
 
 from .errors import precondition_failed, resource_locked
-from .message import Message
+from .message import Message, QueueEntry
 from .message_store import MEMORY_STORE
 from .policy import QUORUM_UNSUPPORTED
 from .queue import Queue
@@ -122,22 +123,35 @@ class QuorumQueue(Queue):
 
     def requeue(self, entries: list) -> None:
         """Messages come back: each one's count goes up; those over the delivery limit
-        are dead-lettered (reason delivery_limit) or dropped, the others requeued."""
+        are dead-lettered (reason delivery_limit) or dropped, the others go to the tail
+        of the queue, in the order they were first queued, as in RabbitMQ 3.10."""
         if self.deleted:
             return
         limit = self.delivery_limit
         back, over = [], []
-        for entry in entries:
+        for entry in sorted(entries, key=lambda entry: entry.seq):
             count = delivery_count(entry.message) + 1
             if limit is not None and count > limit:
                 over.append(entry)
             else:
-                entry.message = with_delivery_count(entry.message, count)
-                back.append(entry)
+                back.append(self._returned(entry, count))
         if over:
             self.discard(over, "delivery_limit")
         if back:
             super().requeue(back)
+
+    def _returned(self, entry: QueueEntry, count: int) -> QueueEntry:
+        """The entry of a message coming back with delivery count `count`: the next
+        seq puts it at the tail. The queue file gets it anew, so that the count
+        survives a restart; it is written before the old record is acked, so that a
+        crash between the two can duplicate the message, never lose it."""
+        self._next_seq += 1
+        returned = QueueEntry(with_delivery_count(entry.message, count), self._next_seq,
+                              True, entry.expires_at)
+        if self.stores_messages:
+            self.store.append(returned)
+            self.store.settle(entry)
+        return returned
 
     def _successor(self):
         """x-single-active-consumer: the next consumer registered takes over (RabbitMQ
