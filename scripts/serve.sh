@@ -3,5 +3,5 @@
 # Installs Warren into .venv first. Extra arguments go to `warren serve`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/venv.sh
+source scripts/venv.sh ""
 exec .venv/bin/warren serve "$@"
