@@ -2,11 +2,12 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pika
 
 from broker import __version__
-from broker_process import BrokerProcess
+from broker_process import LISTENING, BrokerProcess
 
 SERVE = [sys.executable, "-m", "broker", "serve"]
 
@@ -58,3 +59,26 @@ def test_the_broker_advertises_its_package_version(broker_factory):
     finally:
         connection.close()
     assert (properties["product"], properties["version"]) == ("Warren", __version__)
+
+
+def test_serve_sh_passes_its_arguments_to_warren_serve(tmp_path):
+    """The README's start command with flags: they reach `warren serve` (not pip)."""
+    repo = Path(__file__).resolve().parents[2]
+    process = subprocess.Popen(
+        ["bash", str(repo / "scripts" / "serve.sh"), "--port", "0", "--data-dir",
+         str(tmp_path / "data"), "--log-level", "info"],
+        stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for line in process.stderr:     # pip (first use only), then the broker's log
+            found = LISTENING.search(line)
+            if found:
+                port = int(found.group(3))
+                break
+        assert port is not None, f"serve.sh exited with {process.wait()}"
+        connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+        connection.close()
+    finally:
+        process.kill()
+        process.wait()
+    assert (tmp_path / "data").is_dir()
