@@ -53,6 +53,10 @@ class Channel:
         self.next_delivery_tag = 1
         self.consumer_prefetch = 0
         self.global_prefetch = 0
+        # Unacked deliveries the channel-wide limit does not count, as RabbitMQ's
+        # limiter: Basic.Get deliveries since the last global Basic.Qos (which counts
+        # every delivery then unacked), less the Basic.Get deliveries settled since.
+        self.uncounted_unacked = 0
         self.confirming = False
         self.publish_seq = 0
         self.acked_seq = 0
@@ -67,11 +71,15 @@ class Channel:
     def can_deliver(self, consumer: Consumer) -> bool:
         if self.closing or not self.connection.transport.writable:
             return False
+        if self.global_prefetch and self._global_limit_reached(consumer):
+            return False    # (no-ack consumers too, as RabbitMQ)
         if consumer.no_ack:
             return True
-        if consumer.prefetch and consumer.unacked >= consumer.prefetch:
-            return False
-        return not self.global_prefetch or len(self.unacked) < self.global_prefetch
+        return not consumer.prefetch or consumer.unacked < consumer.prefetch
+
+    def _global_limit_reached(self, consumer: Consumer) -> bool:
+        return (len(self.unacked) - self.uncounted_unacked >= self.global_prefetch
+                and consumer.queue.honours_global_qos)
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
         """Send `entry` to `consumer`. The frames are encoded before any state changes,
@@ -292,6 +300,11 @@ class Channel:
                 f"expected an integer, got {priority!r}")
         consumer = queue.make_consumer(tag, self, method.no_ack, method.exclusive,
                                        self.consumer_prefetch, method.arguments)
+        if self.global_prefetch and not queue.honours_global_qos:
+            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED,
+                                    f"queue '{queue.name}' in vhost '{self.vhost.name}' "
+                                    "does not support global qos (consume on a channel "
+                                    "without Basic.Qos global=true)", *BASIC_CONSUME)
         self.consumers[tag] = consumer
         if not method.nowait:
             self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
@@ -336,6 +349,7 @@ class Channel:
             queue.settle(entry)
         else:
             self.unacked[tag] = Delivery(tag, queue, entry, None)
+            self.uncounted_unacked += 1
             queue.store.delivered(entry)
         message = entry.message
         self.connection.write(self.connection.framer.encode_get_ok(
@@ -348,8 +362,10 @@ class Channel:
                                     f"prefetch_size!=0 ({prefetch_size})", *BASIC_QOS)
         if global_:
             self.global_prefetch = prefetch_count
+            self.uncounted_unacked = 0   # from now on every unacked delivery counts
         else:
             self.consumer_prefetch = prefetch_count
+            self.global_prefetch = 0     # as RabbitMQ 3.x: lifts the channel-wide limit
         self.redispatch()
 
     def set_flow(self, active: bool) -> None:
@@ -431,14 +447,15 @@ class Channel:
             queue.requeue(entries)
         self._after_release(queues)
 
-    @staticmethod
-    def _release(deliveries: list[Delivery]) -> set:
+    def _release(self, deliveries: list[Delivery]) -> set:
         queues = set()
         for delivery in deliveries:
             consumer = delivery.consumer
             if consumer is not None:
                 consumer.unacked -= 1
                 queues.add(consumer.queue)
+            else:   # a Basic.Get: RabbitMQ's limiter does not count its ack
+                self.uncounted_unacked -= 1
         return queues
 
     def _after_release(self, queues: set) -> None:

@@ -88,9 +88,12 @@ class Exchange:
             self.exchange_bindings -= 1
         return True
 
-    def unbind_destination(self, destination) -> None:
-        for key in [key for key in self.bindings if key[0] is destination]:
+    def unbind_destination(self, destination) -> bool:
+        """Remove every binding to `destination`; whether there was one."""
+        keys = [key for key in self.bindings if key[0] is destination]
+        for key in keys:
             self.unbind(key[0], key[1], self.bindings[key])
+        return bool(keys)
 
     def has_binding(self, destination, routing_key: str, arguments: dict | None) -> bool:
         return (destination, routing_key, freeze_arguments(arguments)) in self.bindings

@@ -60,6 +60,11 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
     # queues with a durable store; a stream's consumers keep their own offsets.
     stores_messages = False
 
+    # Whether a channel-wide prefetch limit (Basic.Qos global=true) applies to this
+    # queue's consumers: RabbitMQ's classic queues only (quorum queues and streams
+    # refuse a consumer on a limited channel and ignore the limit set later).
+    honours_global_qos = True
+
     # Policy keys this kind of queue does not support: a policy that has one does not
     # apply to it (broker/core/policy.py).
     unsupported_policy_keys = CLASSIC_UNSUPPORTED

@@ -108,6 +108,7 @@ class QuorumQueue(Queue):
     """A quorum queue with one replica: a classic queue that counts deliveries."""
 
     unsupported_policy_keys = QUORUM_UNSUPPORTED
+    honours_global_qos = False
 
     def __init__(self, vhost, name: str, auto_delete: bool = False,
                  arguments: dict | None = None, store=MEMORY_STORE):

@@ -57,6 +57,7 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
     nor auto-deleted, and holds no messages itself: consumers read them through its store."""
 
     unsupported_policy_keys = STREAM_UNSUPPORTED
+    honours_global_qos = False
 
     def __init__(self, vhost: "VirtualHost", name: str, arguments: dict, store):
         super().__init__(vhost, name, True, None, False, arguments, store)

@@ -149,15 +149,24 @@ class VirtualHost:
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         """Forget an exchange and every binding from or to it (the metadata store
-        cascades the bindings of a durable exchange)."""
+        cascades the bindings of a durable exchange); an auto-delete source that so
+        loses its last binding goes too."""
         for (destination, key, _), arguments in list(exchange.bindings.items()):
             exchange.unbind(destination, key, arguments)
-        for other in self.exchanges.values():
-            other.unbind_destination(exchange)
+        sources = [other for other in self.exchanges.values()
+                   if other.unbind_destination(exchange)]
         del self.exchanges[exchange.name]
         exchange.deleted = True
         if exchange.durable:
             self.persistence.record(DeleteExchange(vhost=self.name, name=exchange.name))
+        for source in sources:
+            self._auto_delete(source)
+
+    def _auto_delete(self, exchange: Exchange) -> None:
+        """RabbitMQ's rule: an auto-delete exchange goes when a binding from it was just
+        removed and it has none left (one never bound stays)."""
+        if exchange.auto_delete and not exchange.bindings and not exchange.deleted:
+            self._remove_exchange(exchange)
 
     def authorize_binding(self, access: "ChannelAccess", destination_kind: str,
                           destination: str, source: str, routing_key: str) -> None:
@@ -202,8 +211,7 @@ class VirtualHost:
             return   # unbinding what is not bound succeeds, as in RabbitMQ 3.x
         self._record_binding(DeleteBinding, exchange, destination, routing_key,
                              arguments)
-        if exchange.auto_delete and not exchange.bindings:
-            self._remove_exchange(exchange)
+        self._auto_delete(exchange)
 
     # -- queues --------------------------------------------------------------------
 
@@ -310,9 +318,8 @@ class VirtualHost:
         queue.deleted = True
         self.queues.pop(queue.name, None)
         for exchange in list(self.exchanges.values()):
-            exchange.unbind_destination(queue)
-            if exchange.auto_delete and not exchange.bindings and exchange.name:
-                self._remove_exchange(exchange)
+            if exchange.unbind_destination(queue):
+                self._auto_delete(exchange)
         if _persisted(queue):
             self.persistence.record(DeleteQueue(vhost=self.name, name=queue.name))
         for consumer in list(queue.consumers):
