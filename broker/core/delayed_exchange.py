@@ -8,7 +8,8 @@ are then. Due times are wall-clock milliseconds (they stay right across a restar
 scheduler's monotonic timer only wakes the exchange up, and a message is released only
 once the wall clock has reached its due time, so it is never early.
 
-Held messages are kept in a heap of (due time, seq) with the message by seq. A durable
+Held messages are kept in one heap of (due time, seq, message), without their decoded
+properties (dropped when held, decoded again if a feature needs them). A durable
 exchange writes persistent messages to its DelayedStore (the server's, over a queue
 file) in the same group commit as every other durable write, so a publisher confirm
 means the message is on disk.
@@ -93,15 +94,13 @@ class DelayedExchange(Exchange):
         self.routing = inner_class(name)      # the bindings' index, as its type keeps it
         self.vhost: "VirtualHost | None" = None
         self.store: DelayedStore | None = None
-        self._due: list[tuple[int, int]] = []     # heap of (due ms, seq)
-        self._held: dict[int, Message] = {}       # seq -> message
-        self._stored: set[int] = set()            # seqs written to the store
+        self._due: list[tuple[int, int, Message]] = []   # heap of (due ms, seq, message)
         self._last_seq = 0
         self._timer: Timer | None = None
 
     @property
     def pending(self) -> int:
-        return len(self._held)
+        return len(self._due)
 
     def attach(self, vhost: "VirtualHost", store: DelayedStore | None) -> None:
         self.vhost = vhost
@@ -130,15 +129,15 @@ class DelayedExchange(Exchange):
         seq = self._last_seq = self._last_seq + 1
         if self.store is not None and message.persistent:
             self.store.append(seq, due, message)
-            self._stored.add(seq)
+        message.forget_decoded()
         self._add(due, seq, message)
 
     def restore_pending(self, store: DelayedStore, held: list) -> None:
         """Messages recovered from the store at start-up: (seq, due ms, message) each,
-        in seq order. Those already due are routed at the first timer run."""
+        in seq order, all persistent. Those already due are routed at the first timer
+        run."""
         self.store = store
         for seq, due, message in held:
-            self._stored.add(seq)
             self._last_seq = max(self._last_seq, seq)
             self._add(due, seq, message)
 
@@ -148,15 +147,12 @@ class DelayedExchange(Exchange):
             self._timer.cancel()
             self._timer = None
         self._due.clear()
-        self._held.clear()
-        self._stored.clear()
         if self.store is not None:
             self.store.drop()
 
     def _add(self, due: int, seq: int, message: Message) -> None:
         earliest = not self._due or due < self._due[0][0]
-        heapq.heappush(self._due, (due, seq))
-        self._held[seq] = message
+        heapq.heappush(self._due, (due, seq, message))
         if earliest:
             self._schedule()
 
@@ -188,11 +184,8 @@ class DelayedExchange(Exchange):
         now = self._now_ms()
         due = self._due
         while due and due[0][0] <= now:
-            _, seq = heapq.heappop(due)
-            message = self._held.pop(seq)
-            if seq in self._stored:
-                self._stored.discard(seq)
-                assert self.store is not None
+            _, seq, message = heapq.heappop(due)
+            if self.store is not None and message.persistent:
                 self.store.remove(seq)
             try:
                 self._route_now(message)
