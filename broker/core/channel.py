@@ -10,6 +10,7 @@ from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_
                                  CHANNEL_FLOW)
 
 from .access_control import CACHED_DECISIONS, IMPERSONATOR, ChannelAccess
+from .delayed_exchange import delay_ms
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .exchange import Exchange
@@ -224,6 +225,10 @@ class Channel:
         """Deliver to every bound queue; False if any queue refused the message."""
         if not exchange.name and message.routing_key.startswith(REPLY_PREFIX):
             return self._reply(message, mandatory)
+        if exchange.delays_messages:
+            delay = delay_ms(message)
+            if delay:
+                return self._hold(exchange, message, mandatory, delay)
         queues = self.vhost.route(exchange, message)
         accepted = True
         if queues:
@@ -235,6 +240,18 @@ class Channel:
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
                 message.properties, message.body))
         return accepted
+
+    def _hold(self, exchange, message: Message, mandatory: bool, delay: int) -> bool:
+        """A delayed message is held by its exchange, to be routed when it is due. A
+        mandatory one that nothing bound now would route is returned at once (on this
+        channel, which may be gone by the due time) and not held."""
+        if mandatory and not self.vhost.route(exchange, message):
+            self.connection.write(self.connection.framer.encode_return(
+                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
+                message.properties, message.body))
+            return True
+        exchange.hold(message, delay)
+        return True
 
     def _reply(self, message: Message, mandatory: bool) -> bool:
         """A reply to a direct reply-to request goes straight to the requester."""

@@ -43,6 +43,7 @@ class Exchange:
 
     kind = ""
     is_queue = False   # as a binding's destination (QueueBase.is_queue is True)
+    delays_messages = False   # an x-delayed-message exchange (delayed_exchange.py)
 
     def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
                  internal: bool = False, arguments: dict | None = None):

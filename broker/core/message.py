@@ -112,6 +112,10 @@ class Message:
             raise ValueError(text)
         return int(text)
 
+    def forget_decoded(self) -> None:
+        """Drop the decoded properties (a message held long keeps only its raw ones)."""
+        self._decoded = None
+
     @property
     def decoded_properties(self) -> commands.Basic.Properties:
         """The pamqp Basic.Properties of this message, decoded once on first use."""

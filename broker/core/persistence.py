@@ -19,6 +19,10 @@ def _memory_store(vhost: str, queue: str) -> QueueStore:
     return MEMORY_STORE
 
 
+def _no_delayed_store(vhost: str, exchange: str):
+    return None   # without a data directory, delayed messages are kept in memory only
+
+
 def _no_streams(vhost: str, queue: str, retention):
     raise precondition_failed(
         f"stream queue '{queue}' in vhost '{vhost}' needs durable storage: run the "
@@ -29,9 +33,12 @@ class Persistence:
     """The journal of pending durable writes, shared by the whole broker."""
 
     def __init__(self, store_factory: Callable[[str, str], QueueStore] = _memory_store,
-                 stream_factory: Callable = _no_streams):
+                 stream_factory: Callable = _no_streams,
+                 delayed_store_factory: Callable = _no_delayed_store):
         self.store_factory = store_factory
         self.stream_factory = stream_factory   # (vhost, queue, StreamRetention) -> store
+        # (vhost, exchange) -> the DelayedStore of a durable x-delayed-message exchange
+        self.delayed_store_factory = delayed_store_factory
         self.on_commit_request: Callable[[], None] = lambda: None
         self.writes = 0                  # ever-increasing count of pending-or-done writes
         self.durable = 0                 # how many of them are on disk

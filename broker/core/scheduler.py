@@ -1,8 +1,9 @@
-"""Timers for the core (message expiry). The server runs them; the core only asks."""
+"""Timers for the core (message expiry, delayed messages). The server runs them; the core only asks."""
 
 import heapq
 import itertools
 import logging
+import time
 from typing import Callable
 
 log = logging.getLogger("warren.scheduler")
@@ -27,8 +28,11 @@ class Scheduler:
     called when a timer earlier than every other is added, so the server can wake up.
     """
 
-    def __init__(self, clock: Callable[[], float]):
+    def __init__(self, clock: Callable[[], float],
+                 wall_clock: Callable[[], float] = time.time):
         self.clock = clock
+        self.wall_clock = wall_clock   # seconds since the epoch: due times that outlive
+        #                                a restart (delayed messages) are kept on it
         self.on_change: Callable[[], None] = lambda: None
         self._heap: list = []
         self._order = itertools.count()

@@ -14,6 +14,7 @@ from .message_store import MEMORY_STORE
 
 from .exchange import (ALTERNATE_EXCHANGE, EXCHANGE_TYPES, Exchange, field_type_name,
                        freeze_arguments)
+from .delayed_exchange import DELAYED_KIND, DelayedExchange
 from .limits import Limits
 from .message import Message
 from .policy import VhostPolicies, merged_definition
@@ -42,7 +43,8 @@ DEFAULT_EXCHANGES = (
     ("amq.headers", "headers"),
     ("amq.match", "headers"),
 )
-_KEYED_KINDS = ("direct", "topic")   # the exchange types that route by routing key
+_KEYED_KINDS = ("direct", "topic")
+EXCHANGE_CLASSES = {**EXCHANGE_TYPES, DELAYED_KIND: DelayedExchange}   # declarable types   # the exchange types that route by routing key
 
 
 def server_named(prefix: str) -> str:
@@ -100,7 +102,7 @@ class VirtualHost:
             if name == "":
                 raise _default_exchange_refused()
             return self.exchange(name)
-        exchange_class = EXCHANGE_TYPES.get(kind)
+        exchange_class = EXCHANGE_CLASSES.get(kind)
         if exchange_class is None:
             raise ConnectionFailure(ReplyCode.COMMAND_INVALID,
                                     f"unknown exchange type '{kind}'")
@@ -125,6 +127,9 @@ class VirtualHost:
                 f"invalid type '{field_type_name(alternate)}' for arg "
                 f"'{ALTERNATE_EXCHANGE}' in exchange '{name}' in vhost '{self.name}'")
         exchange = exchange_class(name, durable, auto_delete, internal, arguments)
+        if isinstance(exchange, DelayedExchange):
+            exchange.attach(self, self.persistence.delayed_store_factory(self.name, name)
+                            if durable else None)
         self._apply_policy(exchange)
         self.exchanges[name] = exchange
         if durable:
@@ -157,6 +162,8 @@ class VirtualHost:
                    if other.unbind_destination(exchange)]
         del self.exchanges[exchange.name]
         exchange.deleted = True
+        if isinstance(exchange, DelayedExchange):
+            exchange.drop_pending()
         if exchange.durable:
             self.persistence.record(DeleteExchange(vhost=self.name, name=exchange.name))
         for source in sources:
@@ -332,12 +339,16 @@ class VirtualHost:
     # -- recovery ------------------------------------------------------------------
 
     def restore_exchange(self, name: str, kind: str, auto_delete: bool, internal: bool,
-                         arguments: dict) -> None:
-        """Recreate a durable exchange found in the metadata store at start-up."""
-        exchange_class = EXCHANGE_TYPES[kind]
+                         arguments: dict) -> Exchange:
+        """Recreate a durable exchange found in the metadata store at start-up (a
+        delayed exchange gets its store and held messages from the caller)."""
+        exchange_class = EXCHANGE_CLASSES[kind]
         exchange = exchange_class(name, True, auto_delete, internal, arguments)
+        if isinstance(exchange, DelayedExchange):
+            exchange.attach(self, None)
         self._apply_policy(exchange)
         self.exchanges[name] = exchange
+        return exchange
 
     def restore_queue(self, name: str, auto_delete: bool, arguments: dict, store,
                       messages) -> Queue:

@@ -1,6 +1,7 @@
 """Durable storage for a running broker: the metadata store and the queue files under
 the data directory, opened and replayed at start-up."""
 
+import hashlib
 import logging
 import os
 import shutil
@@ -8,8 +9,10 @@ import uuid
 
 from broker.core.access_control import AccessControl, TopicPermission, User
 from broker.core.broker import Broker
+from broker.core.delayed_exchange import DelayedExchange
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from broker.core.policy import PolicyError, make_policy
+from .delayed_store import DurableDelayedStore, held_message
 from .durable_store import DurableQueueStore
 from .read_pool import ReadPool
 from broker.core.persistence import Persistence
@@ -27,7 +30,14 @@ from storage.stream_log import StreamLog
 log = logging.getLogger("warren.storage")
 
 QUEUES_DIRECTORY = "queues"
+DELAYED_DIRECTORY = "delayed"   # one queue file per durable x-delayed-message exchange
 GUEST_PASSWORD = "guest"   # RabbitMQ's default user, guest/guest, in a new metadata store
+
+
+def delayed_store_id(vhost: str, exchange: str) -> str:
+    """The directory name of a delayed exchange's store: a digest of its vhost and
+    name, so that the store is found again at start-up without a metadata column."""
+    return hashlib.sha256(f"{vhost}\0{exchange}".encode()).hexdigest()[:32]
 
 
 class DurableStorage:
@@ -37,9 +47,12 @@ class DurableStorage:
         self.reads = ReadPool()     # paged-out bodies and stream records are read there
         self.queues_dir = os.path.join(data_dir, QUEUES_DIRECTORY)
         os.makedirs(self.queues_dir, exist_ok=True)
+        self.delayed_dir = os.path.join(data_dir, DELAYED_DIRECTORY)
+        os.makedirs(self.delayed_dir, exist_ok=True)
         guest_password = PasswordHash(hash_password(GUEST_PASSWORD), SHA256_ALGORITHM)
         self.metadata = MetadataStore.open(metadata_url, data_dir, guest_password)
-        self.persistence = Persistence(self.new_queue_store, self.new_stream_store)
+        self.persistence = Persistence(self.new_queue_store, self.new_stream_store,
+                                       self.new_delayed_store)
 
     def new_queue_store(self, vhost: str, queue: str) -> DurableQueueStore:
         store_id = uuid.uuid4().hex
@@ -52,6 +65,11 @@ class DurableStorage:
         log_ = StreamLog(os.path.join(self.queues_dir, store_id),
                          **log_settings(retention))
         return DurableStreamStore(log_, self.persistence, store_id, self.reads)
+
+    def new_delayed_store(self, vhost: str, exchange: str) -> DurableDelayedStore:
+        store_id = delayed_store_id(vhost, exchange)
+        queue_file = QueueFile(os.path.join(self.delayed_dir, store_id))
+        return DurableDelayedStore(queue_file, self.persistence, store_id, self.reads)
 
     # -- committing (worker thread) ---------------------------------------------------
 
@@ -156,13 +174,17 @@ class DurableStorage:
         self._restore_access(broker)
         self._restore_limits(broker)
         known_stores = set()
+        known_delayed = set()
         policies = self.metadata.list_policies()
         for vhost_record in self.metadata.list_vhosts():
             vhost = broker.add_vhost(vhost_record.name)
             self._restore_policies(vhost, policies)
             for exchange in self.metadata.list_exchanges(vhost.name):
-                vhost.restore_exchange(exchange.name, exchange.type, exchange.auto_delete,
-                                       exchange.internal, exchange.arguments)
+                restored = vhost.restore_exchange(exchange.name, exchange.type,
+                                                  exchange.auto_delete, exchange.internal,
+                                                  exchange.arguments)
+                if isinstance(restored, DelayedExchange):
+                    known_delayed.add(self._restore_delayed(vhost.name, restored))
             for queue in self.metadata.list_queues(vhost.name):
                 known_stores.add(queue.id)
                 self._restore_queue(vhost, queue)
@@ -171,6 +193,26 @@ class DurableStorage:
                                       binding.destination, binding.routing_key,
                                       binding.arguments)
         self._remove_orphans(known_stores)
+        self._remove_orphan_delayed(known_delayed)
+
+    def _restore_delayed(self, vhost: str, exchange) -> str:
+        """A delayed exchange's held messages, from its queue file; returns its id."""
+        store_id = delayed_store_id(vhost, exchange.name)
+        queue_file, records, problems = QueueFile.recover(
+            os.path.join(self.delayed_dir, store_id))
+        store = DurableDelayedStore(queue_file, self.persistence, store_id, self.reads)
+        exchange.restore_pending(store, [held_message(exchange.name, record)
+                                         for record in records])
+        log.info("event=delayed_recovered vhost=%s exchange=%s messages=%d problems=%d",
+                 vhost, exchange.name, len(records), len(problems))
+        return store_id
+
+    def _remove_orphan_delayed(self, known: set) -> None:
+        """Delayed stores of exchanges deleted before their files were removed."""
+        for name in os.listdir(self.delayed_dir):
+            if name not in known:
+                shutil.rmtree(os.path.join(self.delayed_dir, name), ignore_errors=True)
+                log.info("event=orphan_delayed_files_removed store=%s", name)
 
     def _restore_access(self, broker: Broker) -> None:
         access = broker.access = AccessControl()
@@ -244,5 +286,12 @@ class DurableStorage:
                     except OSError as error:    # e.g. still no space: nothing confirmed
                         log.error("event=queue_close_failed vhost=%s queue=%s error=%r",
                                   vhost.name, queue.name, error)
+            for exchange in vhost.exchanges.values():
+                if isinstance(getattr(exchange, "store", None), DurableDelayedStore):
+                    try:
+                        exchange.store.close()
+                    except OSError as error:
+                        log.error("event=delayed_close_failed vhost=%s exchange=%s "
+                                  "error=%r", vhost.name, exchange.name, error)
         self.metadata.close()
 
