@@ -16,15 +16,12 @@ brokers are stopped at the end, whatever happens. See bench/README.md.
 import argparse
 import datetime
 import json
-import logging
 import os
 import platform
 import queue
-import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,20 +36,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from broker_process import BrokerProcess  # noqa: E402
+from rabbitmq_node import (HOST, RABBITMQ_SERVER, NodeError, RabbitInstance,  # noqa: E402
+                           free_port, wait_for_handshake)
 
 PERFTEST_SOURCE = REPO / "bench" / "java" / "PerfTest.java"
 JAVA_DIR = Path("/usr/share/java")
 JARS = ("amqp-client.jar", "slf4j-api.jar", "slf4j-nop.jar")
-RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 DOCS_MD = REPO / "docs" / "benchmarks.md"
 DOCS_PNG = REPO / "docs" / "benchmarks.png"
 BEGIN_MARK = "<!-- bench/compare.py results: begin (generated, do not edit by hand) -->"
 END_MARK = "<!-- bench/compare.py results: end -->"
 BROKERS = ("warren", "rabbitmq")
-HOST = "127.0.0.1"
 
 
-class BenchError(Exception):
+class BenchError(NodeError):
     """A failure that ends the whole comparison (a broker did not start, a tool is missing)."""
 
 
@@ -114,64 +111,12 @@ def log(message: str) -> None:
     print(f"[compare {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    """A free port below the kernel's ephemeral range: the idle-connections scenario
-    leaves a thousand client ports in TIME_WAIT there, and a broker started on one of
-    them fails with EADDRINUSE."""
-    for _ in range(100):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as sock:
-            try:
-                sock.bind((HOST, port))
-            except OSError:
-                continue
-            return port
-    raise BenchError("no free port found in 20000-32000")
-
-
 def rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise BenchError(f"no VmRSS for pid {pid}")
-
-
-def pid_alive(pid: int | None) -> bool:
-    return pid is not None and os.path.exists(f"/proc/{pid}")
-
-
-def amqp_handshake(port: int, timeout: float = 2.0) -> dict:
-    """A full AMQP handshake (connection.open-ok) with guest/guest; returns server properties."""
-    import pika
-
-    logging.getLogger("pika").setLevel(logging.CRITICAL)   # failed attempts are expected
-    params = pika.ConnectionParameters(
-        host=HOST, port=port, credentials=pika.PlainCredentials("guest", "guest"),
-        connection_attempts=1, socket_timeout=timeout, stack_timeout=timeout,
-        blocked_connection_timeout=timeout, heartbeat=0)
-    connection = pika.BlockingConnection(params)
-    try:
-        props = dict(connection._impl.server_properties or {})
-    finally:
-        connection.close()
-    return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in props.items()
-            if k in ("product", "version", "platform")}
-
-
-def wait_for_handshake(port: int, alive, timeout: float, what: str) -> dict:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        if not alive():
-            raise BenchError(f"{what} exited during start-up")
-        try:
-            return amqp_handshake(port)
-        except Exception as error:  # refused, reset, handshake not finished yet
-            last = error
-            time.sleep(0.01)
-    raise BenchError(f"{what}: no AMQP handshake on port {port} within {timeout:.0f} s "
-                     f"(last error: {last!r})")
 
 
 # ---------------------------------------------------------------------------- brokers
@@ -224,137 +169,6 @@ class WarrenInstance:
                 self.data_dir = None
 
 
-class RabbitInstance:
-    """A throw-away RabbitMQ node: own node name, AMQP and distribution ports (loopback),
-    data, logs, config and Erlang cookie in a temporary directory. Runs in the foreground as a
-    child of this script (as the current user); SIGTERM stops it cleanly."""
-
-    name = "RabbitMQ"
-
-    def __init__(self, start_timeout: float, server_script: str = RABBITMQ_SERVER,
-                 extra_config: str = ""):
-        self.start_timeout = start_timeout
-        self.server_script = server_script
-        self.extra_config = extra_config   # more rabbitmq.conf lines (e.g. a TLS listener)
-        self.base = None
-        self.shell: subprocess.Popen | None = None
-        self.beam_pid = None
-        self.port = None
-        self.startup_s = None
-        self.server = {}
-        self.node = None
-
-    def start(self) -> "RabbitInstance":
-        if not os.access(self.server_script, os.X_OK):
-            raise BenchError(f"{self.server_script} not found: install Debian's rabbitmq-server")
-        self.base = Path(tempfile.mkdtemp(prefix="rabbitmq-compare-"))
-        self.port = free_port()
-        dist_port = free_port()
-        while dist_port == self.port:
-            dist_port = free_port()
-        self.node = f"bench-{self.port}@localhost"
-        (self.base / "enabled_plugins").write_text("[].\n")
-        (self.base / "rabbitmq.conf").write_text(
-            f"listeners.tcp.1 = {HOST}:{self.port}\nloopback_users.guest = true\n"
-            + self.extra_config)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("RABBITMQ_", "ERL_"))}
-        env.update({
-            "HOME": str(self.base),                          # its own .erlang.cookie
-            "RABBITMQ_NODENAME": self.node,
-            "RABBITMQ_NODE_IP_ADDRESS": HOST,
-            "RABBITMQ_NODE_PORT": str(self.port),
-            "RABBITMQ_DIST_PORT": str(dist_port),
-            "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"),
-            "RABBITMQ_LOG_BASE": str(self.base / "log"),
-            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq.conf"),
-            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
-            "RABBITMQ_PLUGINS_EXPAND_DIR": str(self.base / "plugins-expand"),
-            "RABBITMQ_PID_FILE": str(self.base / "rabbitmq.pid"),
-            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
-        })
-        self.out_path = self.base / "console.log"
-        out = open(self.out_path, "wb")
-        started = time.perf_counter()
-        try:
-            self.shell = subprocess.Popen([self.server_script], env=env, stdout=out,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          cwd=self.base, start_new_session=True)
-        finally:
-            out.close()
-        try:
-            self.server = wait_for_handshake(self.port, self.alive, self.start_timeout,
-                                             f"RabbitMQ node {self.node}")
-        except BenchError as error:
-            raise BenchError(f"{error}\n--- console (tail) ---\n{self.log_tail()}") from None
-        self.startup_s = time.perf_counter() - started
-        self.beam_pid = self._find_beam()
-        if self.beam_pid is None:
-            raise BenchError(f"RabbitMQ node {self.node} accepts connections but no beam.smp "
-                             f"process was found under pid {self.shell.pid}")
-        return self
-
-    def _find_beam(self):
-        """beam.smp, a child of the rabbitmq-server shell (or the shell itself after exec)."""
-        wanted = {self.shell.pid}
-        for _ in range(3):                 # sh -> (erl -> erlexec ->) beam.smp, via exec
-            for stat in Path("/proc").glob("[0-9]*/stat"):
-                try:
-                    text = stat.read_text()
-                except OSError:
-                    continue
-                comm = text[text.index("(") + 1:text.rindex(")")]
-                ppid = int(text[text.rindex(")") + 2:].split()[1])
-                pid = int(stat.parent.name)
-                if comm == "beam.smp" and (ppid in wanted or pid in wanted):
-                    return pid
-                if ppid in wanted:
-                    wanted.add(pid)
-        return None
-
-    @property
-    def pid(self):
-        return self.beam_pid
-
-    def alive(self) -> bool:
-        return self.shell is not None and self.shell.poll() is None
-
-    def log_tail(self, lines: int = 30) -> str:
-        chunks = []
-        paths = [self.out_path] if self.base else []
-        if self.base and (self.base / "log").is_dir():
-            paths += sorted((self.base / "log").glob("*.log"))
-        for path in paths:
-            try:
-                text = path.read_text(errors="replace").splitlines()[-lines:]
-            except OSError:
-                continue
-            chunks.append(f"[{path.name}]\n" + "\n".join(text))
-        return "\n".join(chunks)
-
-    def stop(self) -> None:
-        try:
-            if self.shell is not None and self.shell.poll() is None:
-                self.shell.send_signal(signal.SIGTERM)   # the script's trap stops the node
-                try:
-                    self.shell.wait(30)
-                except subprocess.TimeoutExpired:
-                    log(f"RabbitMQ node {self.node} did not stop within 30 s: killing it")
-            if self.shell is not None:
-                try:
-                    os.killpg(self.shell.pid, signal.SIGKILL)   # leftovers of the session, if any
-                except ProcessLookupError:
-                    pass
-                try:
-                    self.shell.wait(10)
-                except subprocess.TimeoutExpired:
-                    pass
-            if pid_alive(self.beam_pid):
-                os.kill(self.beam_pid, signal.SIGKILL)
-        finally:
-            if self.base:
-                shutil.rmtree(self.base, ignore_errors=True)
-                self.base = None
 
 
 def new_instance(broker: str, args):
@@ -522,7 +336,7 @@ def run_fresh_phase(args, perftest, selected, results: Results, live: list) -> N
                     load = os.getloadavg()[0]
                     try:
                         idle = measure_idle(perftest, instance, args.connections, args.settle)
-                    except BenchError as error:
+                    except NodeError as error:
                         results.errors.append(f"idle-1000 {broker} run {rep + 1}: {error}")
                         log(f"  idle connections failed: {error}")
                     else:
@@ -961,7 +775,7 @@ def main(argv=None) -> int:
         perftest = PerfTest(workdir)
         run_fresh_phase(args, perftest, selected, results, live)
         run_perftest_phase(args, perftest, selected, results, live)
-    except BenchError as error:
+    except NodeError as error:
         print(f"compare.py: {error}", file=sys.stderr)
         results.errors.append(str(error))
         status = 1

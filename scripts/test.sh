@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs (Debian packages: a JDK, Go and the RabbitMQ
 # Java and Go clients for the interop tests, PostgreSQL for the metadata tests, iproute2
-# for the network namespace of the loopback_users tests; .venv with Warren and its test
+# for the network namespace of the loopback_users tests, RabbitMQ for the differential
+# tests, which start a throw-away node of their own; .venv with Warren and its test
 # dependencies) and run the whole suite.
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -16,11 +17,38 @@ command -v go >/dev/null || debian_packages+=(golang-go)
 command -v ip >/dev/null || debian_packages+=(iproute2)
 [ -f /usr/share/gocode/src/github.com/rabbitmq/amqp091-go/channel.go ] \
     || debian_packages+=(golang-github-rabbitmq-amqp091-go-dev)
+sudo_if_needed=""
+[ "$(id -u)" = 0 ] || sudo_if_needed=sudo
 if [ ${#debian_packages[@]} -gt 0 ]; then
-    sudo_if_needed=""
-    [ "$(id -u)" = 0 ] || sudo_if_needed=sudo
     $sudo_if_needed apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq "${debian_packages[@]}"
+fi
+# rabbitmq-server's postinst starts a system node (invoke-rc.d) on 5672, Warren's default
+# port: a policy-rc.d answering 101 forbids that start during the install, and the
+# service is disabled for later boots. The tests start their own node on a free port.
+if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+    policy=/usr/sbin/policy-rc.d
+    saved_policy=""
+    if [ -e "$policy" ]; then
+        saved_policy=$(mktemp)
+        $sudo_if_needed cp -p "$policy" "$saved_policy"
+    fi
+    printf '#!/bin/sh\nexit 101\n' | $sudo_if_needed tee "$policy" >/dev/null
+    $sudo_if_needed chmod 755 "$policy"
+    $sudo_if_needed apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq rabbitmq-server \
+        || install_failed=1
+    if [ -n "$saved_policy" ]; then
+        $sudo_if_needed mv "$saved_policy" "$policy"
+    else
+        $sudo_if_needed rm -f "$policy"
+    fi
+    [ -z "${install_failed:-}" ] || exit 1
+    if command -v systemctl >/dev/null; then
+        $sudo_if_needed systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true
+    else
+        $sudo_if_needed update-rc.d rabbitmq-server disable >/dev/null 2>&1 || true
+    fi
 fi
 
 source scripts/venv.sh "[test]"

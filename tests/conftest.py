@@ -4,6 +4,10 @@ throwaway PostgreSQL server (`postgres_server`, tests/postgres_support.py).
 Set WARREN_TEST_BROKER=host:port to run the integration tests against another broker
 (for example RabbitMQ on 127.0.0.1:5673) and compare behaviour.
 
+The differential runner (tests/integration/differential.py) needs both brokers at once:
+`warren_node` always starts Warren, `rabbitmq_node` is the WARREN_TEST_BROKER broker or,
+when that is unset, a throw-away RabbitMQ node started for the session (tests/rabbitmq_node.py).
+
 Every hypothesis test runs under the "warren" profile, loaded here before any test module
 is imported (a `settings` object takes its unset values from the profile loaded when it is
 made): no per-example deadline, because a loaded machine is no reason for a test to fail
@@ -19,6 +23,7 @@ from hypothesis import settings
 
 from broker_admin import RabbitAdmin, WarrenAdmin
 from broker_process import BrokerProcess
+from rabbitmq_node import RABBITMQ_SERVER, NodeError, RabbitInstance
 from postgres_support import postgres_server  # noqa: F401  (session fixture)
 
 settings.register_profile("warren", deadline=None)
@@ -104,3 +109,41 @@ def broker(tmp_path_factory):
     process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-shared"))).start()
     yield BrokerAddress(process.host, process.port, process.control_socket)
     process.kill()
+
+
+RABBITMQ_START_TIMEOUT = 120.0   # a node starts in about 4 s on an idle 2-core machine
+
+
+@pytest.fixture(scope="session")
+def warren_node(tmp_path_factory):
+    """A Warren broker for the session whatever WARREN_TEST_BROKER says: the differential
+    runner's Warren side. A BrokerAddress."""
+    process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-differential"))).start()
+    yield BrokerAddress(process.host, process.port, process.control_socket)
+    process.kill()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_node():
+    """RabbitMQ for the session: WARREN_TEST_BROKER's broker if set, else a throw-away node
+    of Debian's rabbitmq-server (own node name, loopback ports, data and cookie), stopped at
+    the end. Fails (never skips) when the package is missing. A BrokerAddress."""
+    external = _external_broker()
+    if external is not None:
+        yield external
+        return
+    if not os.access(RABBITMQ_SERVER, os.X_OK):
+        pytest.fail(f"{RABBITMQ_SERVER} not found: the differential tests compare Warren with "
+                    "RabbitMQ 3.10; install Debian's rabbitmq-server (scripts/test.sh does) "
+                    "or set WARREN_TEST_BROKER=host:port to use a running RabbitMQ",
+                    pytrace=False)
+    node = RabbitInstance(RABBITMQ_START_TIMEOUT, node_prefix="warren-test")
+    try:
+        node.start()
+    except NodeError as error:
+        node.stop()
+        pytest.fail(f"the throw-away RabbitMQ node did not start: {error}", pytrace=False)
+    try:
+        yield BrokerAddress("127.0.0.1", node.port)
+    finally:
+        node.stop()

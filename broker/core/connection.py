@@ -637,7 +637,8 @@ class Connection:
         if isinstance(method, commands.Channel.CloseOk):
             self.closing_channels.discard(number)
         elif isinstance(method, commands.Channel.Close):
-            self.closing_channels.discard(number)
+            # crossing closes: answered, and, as RabbitMQ, the channel stays closing until
+            # the client's Close-Ok for our Close arrives
             self.send_method(number, commands.Channel.CloseOk())
 
     def _publish(self, item: InboundPublish) -> None:
