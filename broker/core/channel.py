@@ -510,6 +510,11 @@ class Channel:
     def rollback(self) -> None:
         transaction = self._require_tx()
         self.transaction = Transaction()
+        self._undo_settlements(transaction)
+
+    def _undo_settlements(self, transaction: "Transaction") -> None:
+        """The acks, nacks and rejects of an uncommitted transaction did not happen:
+        their deliveries are unacked again."""
         pending = transaction.acks + [d for ds, _ in transaction.rejects for d in ds]
         for delivery in sorted(pending, key=_by_tag):
             self.unacked[delivery.tag] = delivery
@@ -522,8 +527,13 @@ class Channel:
     # -- closing -------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """The channel is gone (closed or connection lost): cancel, requeue unacked."""
+        """The channel is gone (closed or connection lost): cancel, requeue unacked,
+        including what an uncommitted transaction acked (as RabbitMQ, which rolls it
+        back)."""
         self.closing = True
+        if self.transaction is not None:
+            self._undo_settlements(self.transaction)
+            self.transaction = None
         self._stop_replies()
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)

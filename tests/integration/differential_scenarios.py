@@ -337,9 +337,7 @@ SCENARIOS = (
     Scenario("close_ok_on_forgotten_channel", close_ok_on_forgotten_channel, unfixed=(
         "RabbitMQ ignores a Close-Ok on a channel never opened, Warren closes the "
         "connection with 504")),
-    Scenario("uncommitted_acks", uncommitted_acks, unfixed=(
-        "Warren applies the acks of an uncommitted transaction when its channel closes; "
-        "RabbitMQ requeues the messages (redelivered)")),
+    Scenario("uncommitted_acks", uncommitted_acks),
     Scenario("frame_max_after_tune", frame_max_after_tune),
     Scenario("frame_max_before_tune", frame_max_before_tune, unfixed=(
         "RabbitMQ drops a connection whose Start-Ok exceeds 4096 octets; Warren tunes")),

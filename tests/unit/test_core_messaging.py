@@ -182,6 +182,28 @@ def test_tx_rollback_keeps_acked_messages_unacked():
     assert kinds(client.method(1, commands.Tx.Commit())) == [(1, commands.Tx.CommitOk)]
 
 
+def test_closing_a_tx_channel_requeues_what_it_acked_and_rejected_uncommitted():
+    """As RabbitMQ: the close rolls the transaction back, so the messages its
+    uncommitted acks and rejects named come back, redelivered, in order."""
+    client = Client()
+    client.open_channel()
+    client.declare_queue(1, "q")
+    for body in (b"a", b"b", b"c"):
+        client.publish(1, "", "q", body)
+    client.open_channel(2)
+    client.method(2, commands.Tx.Select())
+    for _ in range(3):
+        client.method(2, commands.Basic.Get(queue="q"))
+    client.method(2, commands.Basic.Ack(delivery_tag=1))
+    client.method(2, commands.Basic.Reject(delivery_tag=2, requeue=False))
+    client.method(2, commands.Channel.Close(reply_code=200, reply_text="bye"))
+    got = []
+    for _ in range(3):
+        get_ok, _, body = client.method(1, commands.Basic.Get(queue="q", no_ack=True))
+        got.append((get_ok[1].redelivered, body[1].value))
+    assert got == [(True, b"a"), (True, b"b"), (True, b"c")]
+
+
 def test_commit_without_select_is_406():
     client = Client()
     client.open_channel()
