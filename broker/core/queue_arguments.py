@@ -9,7 +9,7 @@ the queue's type (QUEUE_TYPE_ARGUMENTS), as RabbitMQ 3.10 does.
 from amqp_codec.field_table import text_value
 
 from .errors import precondition_failed
-from .queue_type_arguments import QUEUE_TYPE_ARGUMENTS
+from .queue_type_arguments import QUEUE_TYPE_ARGUMENTS, queue_type_of
 from .exchange import field_type_name, freeze_arguments
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
@@ -158,10 +158,6 @@ def validate_queue_arguments(arguments: dict, queue: str, vhost: str) -> None:
             f"invalid arg 'x-queue-type' for queue '{queue}' in vhost '{vhost}': "
             f"Warren implements classic, quorum (one replica) and stream queues, "
             f"not '{queue_type}'")
-
-
-def queue_type_of(arguments: dict) -> str:
-    return text_value((arguments or {}).get("x-queue-type", "classic"))
 
 
 def check_arguments_equivalent(received: dict, current: dict, queue: str,

@@ -91,7 +91,7 @@ def declare(broker, vhost):
         return None
 
     run.names = names
-    run.connection = connection
+    run.vhost = vhost
     run.channel = lambda: state["channel"] if state["channel"].is_open else connection.channel()
     yield run
     channel = connection.channel()
@@ -270,3 +270,51 @@ def test_message_ttl_zero_drops_what_no_consumer_takes(declare):
     channel.basic_publish("", name, b"gone")
     assert wait_for_count(channel, name, 0) == 0
     assert channel.basic_get(name, auto_ack=True)[0] is None
+
+
+# -- basic.consume -------------------------------------------------------------------------
+
+CONSUMER_VALUES = {"x-priority": 5, "x-cancel-on-ha-failover": True,
+                   "x-stream-offset": "first", "x-credit": {"credit": 1, "drain": False},
+                   "x-made-up": 1}
+CONSUMER_TAKES = {"classic": {"x-priority", "x-cancel-on-ha-failover"},
+                  "quorum": {"x-priority"}, "stream": {"x-stream-offset"}}
+CONSUMER_IGNORED = {"x-credit", "x-made-up"}
+
+
+def consume(declare, queue_type, arguments):
+    """Basic.Consume on a new queue of the type: None if consumed, else the 406 text."""
+    name = unique("sweep")
+    assert declare(queue_type, {}, name) is None
+    channel = declare.channel()
+    channel.basic_qos(prefetch_count=10)   # streams need one
+    try:
+        channel.basic_cancel(channel.basic_consume(name, lambda *_: None,
+                                                   arguments=arguments))
+    except pika.exceptions.ChannelClosedByBroker as closed:
+        assert closed.reply_code == 406
+        return closed.reply_text.replace(name, "{q}").replace(declare.vhost, "{v}")
+    return None
+
+
+@pytest.mark.parametrize("queue_type", TYPES)
+@pytest.mark.parametrize("argument", CONSUMER_VALUES)
+def test_a_consumer_argument_is_taken_or_refused_by_the_queue_type(declare, queue_type,
+                                                                   argument):
+    expected = None
+    if argument not in CONSUMER_IGNORED and argument not in CONSUMER_TAKES[queue_type]:
+        expected = refused(f"invalid arg '{argument}' for queue '{{q}}' in vhost '{{v}}' "
+                           f"of queue type rabbit_{queue_type}_queue")
+    assert consume(declare, queue_type, {argument: CONSUMER_VALUES[argument]}) == expected
+
+
+@pytest.mark.parametrize("queue_type, arguments, problem", [
+    ("classic", {"x-priority": "a"}, '"expected integer, got longstr"'),
+    ("quorum", {"x-priority": "a"}, '"expected integer, got longstr"'),
+    ("classic", {"x-cancel-on-ha-failover": 1}, "{unacceptable_type,signedint}"),
+])
+def test_an_unacceptable_consumer_value_is_refused_in_rabbitmqs_words(
+        declare, queue_type, arguments, problem):
+    [argument] = arguments
+    assert consume(declare, queue_type, arguments) == refused(
+        f"invalid arg '{argument}' for queue '{{q}}' in vhost '{{v}}': {problem}")
