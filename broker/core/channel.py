@@ -13,9 +13,10 @@ from .access_control import CACHED_DECISIONS, IMPERSONATOR, ChannelAccess
 from .delayed_exchange import delay_ms
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
-from .exchange import Exchange
+from .exchange import Exchange, field_type_name
 from .message import Message, QueueEntry
 from .queue_base import Consumer, QueueBase
+from .queue_type_arguments import refuse_other_types_consumer_arguments
 from .sender_routing import sender_routed
 from .stream_queue import DeliveredOffset
 from .vhost import VirtualHost, server_named
@@ -310,11 +311,7 @@ class Channel:
             raise ChannelError(ReplyCode.ACCESS_REFUSED,
                                f"queue '{queue.name}' in vhost '{self.vhost.name}' in "
                                "exclusive use")
-        priority = (method.arguments or {}).get("x-priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise precondition_failed(
-                f"invalid arg 'x-priority' for consumer on queue '{queue.name}': "
-                f"expected an integer, got {priority!r}")
+        self._check_consumer_arguments(method.arguments or {}, queue)
         consumer = queue.make_consumer(tag, self, method.no_ack, method.exclusive,
                                        self.consumer_prefetch, method.arguments)
         if self.global_prefetch and not queue.honours_global_qos:
@@ -327,6 +324,23 @@ class Channel:
             self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
         queue.add_consumer(consumer)
         return tag
+
+    def _check_consumer_arguments(self, arguments: dict, queue: QueueBase) -> None:
+        """406 in RabbitMQ's words for an argument the queue's type does not take, an
+        x-priority that is not an integer, an x-cancel-on-ha-failover not a boolean."""
+        refuse_other_types_consumer_arguments(arguments, queue.arguments, queue.name,
+                                              self.vhost.name)
+        priority = arguments.get("x-priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise precondition_failed(
+                f"invalid arg 'x-priority' for queue '{queue.name}' in vhost "
+                f"'{self.vhost.name}': \"expected integer, got "
+                f"{field_type_name(priority)}\"")
+        failover = arguments.get("x-cancel-on-ha-failover", False)
+        if not isinstance(failover, bool):
+            raise precondition_failed(
+                f"invalid arg 'x-cancel-on-ha-failover' for queue '{queue.name}' in vhost "
+                f"'{self.vhost.name}': {{unacceptable_type,{field_type_name(failover)}}}")
 
     def _consume_replies(self, method, tag: str) -> str:
         if not method.no_ack:

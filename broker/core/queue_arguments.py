@@ -1,16 +1,23 @@
 """Validation of the optional queue arguments RabbitMQ understands (x-...).
 
 Unknown arguments are accepted and kept, as RabbitMQ does. A known argument with an
-unacceptable value is a 406, worded like RabbitMQ's.
+unacceptable value is a 406, worded like RabbitMQ's; so is, on a new queue, a known
+argument its queue type does not take. A redeclaration compares only the arguments of
+the queue's type (QUEUE_TYPE_ARGUMENTS), as RabbitMQ 3.10 does.
 """
 
 from amqp_codec.field_table import text_value
 
 from .errors import precondition_failed
-from .exchange import field_type_name
+from .queue_type_arguments import QUEUE_TYPE_ARGUMENTS, queue_type_of
+from .exchange import field_type_name, freeze_arguments
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 ACCEPTED_QUEUE_TYPES = ("classic", "quorum", "stream")
+DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
+QUEUE_MODES = ("default", "lazy")
+QUEUE_VERSIONS = (1, 2)
+LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
 
 
 def _non_negative_int(value):
@@ -45,8 +52,57 @@ def _string(value):
             return "{unacceptable_type,not_utf8}"
         return None
     if not isinstance(value, str):
-        return f"{{unacceptable_type,{type(value).__name__}}}"
+        return f"{{unacceptable_type,{field_type_name(value)}}}"
     return None
+
+
+def _integer(value):
+    """The quorum and stream checks' wording for a value that is not an integer."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f'"expected integer, got {field_type_name(value)}"'
+    return None
+
+
+def _non_negative_integer(value):
+    problem = _integer(value)
+    if problem is None and value < 0:
+        return f"{{value_negative,{value}}}"
+    return problem
+
+
+def _positive_integer(value):
+    problem = _non_negative_integer(value)
+    if problem is None and value == 0:
+        return f"{{value_zero,{value}}}"
+    return problem
+
+
+def _dead_letter_strategy(value):
+    return None if text_value(value) in DEAD_LETTER_STRATEGIES else "invalid_dlx_strategy"
+
+
+def _queue_mode(value):
+    text = text_value(value)
+    return None if text in QUEUE_MODES else f'"unsupported queue mode \'{text}\'"'
+
+
+def _queue_version(value):
+    if isinstance(value, int) and not isinstance(value, bool) and value in QUEUE_VERSIONS:
+        return None
+    return f'"unsupported queue version \'{_shown(value)}\'"'
+
+
+def _leader_locator(value):
+    return None if text_value(value) in LEADER_LOCATORS else "invalid_queue_locator_arg"
+
+
+def _shown(value) -> str:
+    """A value as RabbitMQ prints it in its texts."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode(errors="replace")
+    return str(value)
 
 
 def _boolean(value):
@@ -73,6 +129,14 @@ VALIDATORS = {
     "x-dead-letter-routing-key": _string,
     "x-queue-type": _string,
     "x-single-active-consumer": _boolean,
+    "x-dead-letter-strategy": _dead_letter_strategy,
+    "x-queue-mode": _queue_mode,
+    "x-queue-version": _queue_version,
+    "x-queue-leader-locator": _leader_locator,
+    "x-max-in-memory-length": _non_negative_integer,
+    "x-max-in-memory-bytes": _non_negative_integer,
+    "x-quorum-initial-group-size": _positive_integer,
+    "x-initial-cluster-size": _positive_integer,
 }
 
 
@@ -84,9 +148,43 @@ def validate_queue_arguments(arguments: dict, queue: str, vhost: str) -> None:
                 raise precondition_failed(
                     f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}': "
                     f"{problem}")
-    queue_type = text_value(arguments.get("x-queue-type", "classic"))
+    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
+        raise precondition_failed(
+            f"invalid arg 'x-dead-letter-routing-key' for queue '{queue}' in vhost "
+            f"'{vhost}': routing_key_but_no_dlx_defined")
+    queue_type = queue_type_of(arguments)
     if queue_type not in ACCEPTED_QUEUE_TYPES:
         raise precondition_failed(
             f"invalid arg 'x-queue-type' for queue '{queue}' in vhost '{vhost}': "
             f"Warren implements classic, quorum (one replica) and stream queues, "
             f"not '{queue_type}'")
+
+
+def check_arguments_equivalent(received: dict, current: dict, queue: str,
+                               vhost: str) -> None:
+    """A redeclaration as RabbitMQ 3.10 checks it: the same queue type, and the same
+    value (or absence) of each argument that type takes; other arguments are ignored."""
+    received = received or {}
+    if queue_type_of(received) != queue_type_of(current):
+        _refuse_inequivalent("x-queue-type", received, current, queue, vhost)
+    for name in QUEUE_TYPE_ARGUMENTS.get(queue_type_of(current), ()):
+        if freeze_arguments({"v": received.get(name)}) != freeze_arguments(
+                {"v": current.get(name)}):
+            _refuse_inequivalent(name, received, current, queue, vhost)
+
+
+def _refuse_inequivalent(name: str, received: dict, current: dict, queue: str,
+                         vhost: str):
+    if name in received and name in current:
+        difference = (f"received '{_shown(received[name])}' but current is "
+                      f"'{_shown(current[name])}'")
+    elif name in current:
+        difference = f"received none but current is {_typed(current[name])}"
+    else:
+        difference = f"received {_typed(received[name])} but current is none"
+    raise precondition_failed(
+        f"inequivalent arg '{name}' for queue '{queue}' in vhost '{vhost}': {difference}")
+
+
+def _typed(value) -> str:
+    return f"the value '{_shown(value)}' of type '{field_type_name(value)}'"

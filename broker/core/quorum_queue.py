@@ -27,15 +27,12 @@ from .message import Message, QueueEntry
 from .message_store import MEMORY_STORE
 from .policy import QUORUM_UNSUPPORTED
 from .queue import Queue
+from .queue_type_arguments import refuse_other_types_arguments
 
 QUORUM_TYPE = "quorum"
 DELIVERY_COUNT = "x-delivery-count"
 DELIVERY_LIMIT = "x-delivery-limit"
-# Arguments of other queue types that RabbitMQ 3.10 refuses on a quorum queue; the
-# first one given is named.
-REFUSED_ARGUMENTS = frozenset([
-    "x-max-priority", "x-queue-mode", "x-queue-version", "x-queue-master-locator",
-    "x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size"])
+DEAD_LETTER_STRATEGY = "x-dead-letter-strategy"
 _COUNT_KEY = bytes([len(DELIVERY_COUNT)]) + DELIVERY_COUNT.encode()
 
 
@@ -51,11 +48,12 @@ def validate_quorum_declaration(server_named: bool, durable: bool, exclusive: bo
     if server_named:
         raise precondition_failed(
             "Cannot declare a server-named queue for type rabbit_quorum_queue")
-    for name in arguments:
-        if name in REFUSED_ARGUMENTS:
-            raise precondition_failed(
-                f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}' of queue "
-                "type rabbit_quorum_queue")
+    refuse_other_types_arguments(arguments, QUORUM_TYPE, queue, vhost)
+    if text_value(arguments.get(DEAD_LETTER_STRATEGY)) == "at-least-once":
+        raise precondition_failed(
+            f"invalid arg '{DEAD_LETTER_STRATEGY}' for queue '{queue}' in vhost "
+            f"'{vhost}': Warren does not support at-least-once dead-lettering; leave the "
+            "argument out or use at-most-once")
     for refused, name in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),
                           (not durable, "non-durable")):
         if refused:
@@ -64,12 +62,9 @@ def validate_quorum_declaration(server_named: bool, durable: bool, exclusive: bo
 
 
 def validate_classic_declaration(arguments: dict, queue: str, vhost: str) -> None:
-    """A new classic queue refuses x-delivery-limit, as RabbitMQ's do (rather than
-    accepting a limit it would not apply)."""
-    if DELIVERY_LIMIT in arguments:
-        raise precondition_failed(
-            f"invalid arg '{DELIVERY_LIMIT}' for queue '{queue}' in vhost '{vhost}' of "
-            "queue type rabbit_classic_queue")
+    """A new classic queue refuses the arguments of other queue types (x-delivery-limit,
+    x-max-age...), as RabbitMQ's do, rather than accepting what it would not apply."""
+    refuse_other_types_arguments(arguments, "classic", queue, vhost)
 
 
 def delivery_limit(arguments: dict, definition: dict):

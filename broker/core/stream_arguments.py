@@ -8,12 +8,9 @@ from dataclasses import dataclass
 from amqp_codec.field_table import text_value
 
 from .errors import precondition_failed
+from .queue_type_arguments import refuse_other_types_arguments
 
 STREAM_TYPE = "stream"
-# Classic-queue arguments RabbitMQ refuses on a stream.
-REFUSED_ARGUMENTS = ("x-message-ttl", "x-max-length", "x-dead-letter-exchange",
-                     "x-dead-letter-routing-key", "x-expires", "x-overflow",
-                     "x-max-priority", "x-single-active-consumer")
 DURATION_UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60,
                   "s": 1}
 _DURATION = re.compile(r"^([0-9]+)([YMDhms])$")
@@ -46,11 +43,7 @@ def validate_stream_declaration(durable: bool, exclusive: bool, auto_delete: boo
         if refused:
             raise precondition_failed(
                 f"invalid property '{name}' for queue '{queue}' in vhost '{vhost}'")
-    for name in REFUSED_ARGUMENTS:
-        if name in arguments:
-            raise precondition_failed(
-                f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}' of queue "
-                "type rabbit_stream_queue")
+    refuse_other_types_arguments(arguments, STREAM_TYPE, queue, vhost)
     if "x-max-age" in arguments:
         age = arguments["x-max-age"]
         if not isinstance(age, (str, bytes, bytearray)):

@@ -12,15 +12,14 @@ from .errors import (ConnectionFailure, access_refused, not_found, precondition_
                      resource_locked)
 from .message_store import MEMORY_STORE
 
-from .exchange import (ALTERNATE_EXCHANGE, EXCHANGE_TYPES, Exchange, field_type_name,
-                       freeze_arguments)
+from .exchange import ALTERNATE_EXCHANGE, EXCHANGE_TYPES, Exchange, field_type_name
 from .delayed_exchange import DELAYED_KIND, DelayedExchange
 from .limits import Limits
 from .message import Message
 from .policy import VhostPolicies, merged_definition
 from .queue import Queue
 from .queue_base import QueueBase
-from .queue_arguments import validate_queue_arguments
+from .queue_arguments import check_arguments_equivalent, validate_queue_arguments
 from .stream_arguments import StreamRetention, is_stream, validate_stream_declaration
 from .stream_queue import StreamQueue
 from .quorum_queue import (QuorumQueue, is_quorum, validate_classic_declaration,
@@ -248,18 +247,18 @@ class VirtualHost:
                 access.write("exchange", dead_letter_exchange)
             # RabbitMQ checks the limit after the permissions, before the arguments
             self.limits.check_new_queue(self.name, name, len(self.queues))
-        validate_queue_arguments(arguments, name, self.name)
         stream = is_stream(arguments)
-        if stream:
-            validate_stream_declaration(durable, exclusive, auto_delete, arguments, name,
-                                        self.name)
         quorum = is_quorum(arguments)
-        if name not in self.queues:
-            if quorum:
+        if name not in self.queues:   # a redeclaration is only compared, not validated
+            if stream:
+                validate_stream_declaration(durable, exclusive, auto_delete, arguments,
+                                            name, self.name)
+            elif quorum:
                 validate_quorum_declaration(name_chosen_by_server, durable, exclusive,
                                             auto_delete, arguments, name, self.name)
-            elif not stream:
+            else:
                 validate_classic_declaration(arguments, name, self.name)
+            validate_queue_arguments(arguments, name, self.name)
         existing = self.queues.get(name)
         if existing is not None:
             self.check_exclusive(existing, connection)
@@ -294,8 +293,6 @@ class VirtualHost:
 
     def _check_queue_equivalent(self, queue: QueueBase, durable: bool, exclusive: bool,
                                 auto_delete: bool, arguments: dict) -> None:
-        received: object      # a flag, then an argument's value
-        current: object
         checks = (("durable", durable, queue.durable),
                   ("exclusive", exclusive, queue.exclusive_owner is not None),
                   ("auto_delete", auto_delete, queue.auto_delete))
@@ -305,14 +302,7 @@ class VirtualHost:
                     f"inequivalent arg '{field}' for queue '{queue.name}' in vhost "
                     f"'{self.name}': received '{_describe(received)}' but current is "
                     f"'{_describe(current)}'")
-        for key in set(arguments or {}) | set(queue.arguments):
-            received = (arguments or {}).get(key)
-            current = queue.arguments.get(key)
-            if freeze_arguments({"v": received}) != freeze_arguments({"v": current}):
-                raise precondition_failed(
-                    f"inequivalent arg '{key}' for queue '{queue.name}' in vhost "
-                    f"'{self.name}': received {_describe_arg(received)} but current is "
-                    f"{_describe_arg(current)}")
+        check_arguments_equivalent(arguments, queue.arguments, queue.name, self.name)
 
     def delete_queue(self, queue: QueueBase, if_unused: bool = False,
                      if_empty: bool = False) -> int:
@@ -523,7 +513,3 @@ def _describe(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _describe_arg(value) -> str:
-    return "none" if value is None else repr(value)
