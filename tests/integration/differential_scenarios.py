@@ -323,8 +323,9 @@ def pika_errors(s: Session) -> None:
 
 SCENARIOS = (
     Scenario("redeclare_queue_arguments", redeclare_queue_arguments, unfixed=(
-        "unknown x- arguments count for equivalence in Warren; the 406 texts do not show "
-        "values as RabbitMQ does ('2000', the value '1000' of type 'short')")),
+        "the 406 text names the field type the value would have as pika encodes it "
+        "('signedint'), not the type it came with ('short'): Warren keeps decoded "
+        "values, not their wire types")),
     Scenario("redeclare_exchange", redeclare_exchange),
     Scenario("reserved_names", reserved_names),
     Scenario("direct_reply_to_passive", direct_reply_to_passive),
