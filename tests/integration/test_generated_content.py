@@ -124,8 +124,13 @@ def property_blocks(draw) -> bytes:
     return struct.pack(">H", flags) + b"".join(values)
 
 
+# A block with "CC" anywhere in it may carry a CC or BCC header, which the broker reads
+# (sender-selected routing): such blocks are not among those it leaves unread.
+_unread_property_blocks = property_blocks().filter(lambda block: b"CC" not in block)
+
+
 @SETTINGS
-@given(property_blocks(), st.binary(max_size=100))
+@given(_unread_property_blocks, st.binary(max_size=100))
 def test_properties_the_broker_does_not_read_come_back_byte_identical(served, properties,
                                                                       body):
     _broker, client = served
