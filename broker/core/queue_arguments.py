@@ -73,6 +73,7 @@ VALIDATORS = {
     "x-dead-letter-routing-key": _string,
     "x-queue-type": _string,
     "x-single-active-consumer": _boolean,
+    "x-consumer-timeout": _non_negative_int,   # RabbitMQ 3.12 and later
 }
 
 
