@@ -15,6 +15,7 @@ Example file:
     frame_max = 131072
     heartbeat = 60
     max_message_size = 134217728    # bytes; a larger message is refused with 406
+    consumer_timeout = 1800000      # ms a delivery may stay unacked (406); 0: no timeout
 
     [alarms]
     memory_high_watermark = 0.4     # fraction of RAM; publishers are blocked above it
@@ -134,6 +135,8 @@ def _apply_file(settings: ServeSettings, path: str) -> None:
     _require_positive_int(settings.limits.max_message_size, "max_message_size",
                           path + " [limits]")
     _require_user_names(settings.loopback_users, "loopback_users", path)
+    _require_milliseconds(settings.limits.consumer_timeout, "consumer_timeout",
+                          path + " [limits]")
     if settings.alarms.memory_high_watermark_absolute is not None:
         _require_positive_int(settings.alarms.memory_high_watermark_absolute,
                               "memory_high_watermark_absolute", path + " [alarms]")
@@ -143,6 +146,12 @@ def _require_positive_int(value, name: str, where: str) -> None:
     if type(value) is not int or value <= 0:
         raise ConfigError(f"'{name}' in {where} must be a positive number of bytes, "
                           f"got {value!r}")
+
+
+def _require_milliseconds(value, name: str, where: str) -> None:
+    if type(value) is not int or value < 0:
+        raise ConfigError(f"'{name}' in {where} must be a number of milliseconds (0 for "
+                          f"no timeout), got {value!r}")
 
 
 def _require_user_names(value, name: str, where: str) -> None:

@@ -46,6 +46,7 @@ class BrokerConfig:
     connection_max: int = 0                 # open connections (refused at Connection.Open)
     unauthenticated_connection_max: int = 0   # sockets still in the handshake
     handshake_timeout: float = 10.0         # seconds from accept to Connection.Open
+    consumer_timeout: int = 1_800_000       # ms an unacked delivery may wait; 0: no limit
 
 
 class Broker:

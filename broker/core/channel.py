@@ -1,5 +1,6 @@
 """One AMQP channel: its state machine, consumers, deliveries, acks and confirms."""
 
+import logging
 from typing import TYPE_CHECKING
 
 from pamqp import commands
@@ -11,6 +12,7 @@ from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_
 
 from .access_control import CACHED_DECISIONS, IMPERSONATOR, ChannelAccess
 from .delayed_exchange import delay_ms
+from .consumer_timeout import AckWatch, timed_out_error
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .exchange import Exchange, field_type_name
@@ -24,6 +26,7 @@ from .vhost import VirtualHost, server_named
 if TYPE_CHECKING:
     from .connection import Connection
 
+log = logging.getLogger("warren.channel")
 
 class Delivery:
     """A message handed to the client and not yet acked: `entry` is what its queue
@@ -67,6 +70,7 @@ class Channel:
         self.reply_token: str | None = None       # consuming amq.rabbitmq.reply-to
         self.reply_consumer_tag: str | None = None
         self.transaction: "Transaction | None" = None
+        self.ack_watch: AckWatch | None = None   # while deliveries are unacked
 
     # -- delivery (called by queues) -------------------------------------------------
 
@@ -99,6 +103,8 @@ class Channel:
         else:
             consumer.unacked += 1
             self.unacked[tag] = Delivery(tag, queue, entry, consumer)
+            if self.ack_watch is None:
+                self.ack_watch = AckWatch(self, tag)
             if queue.stores_messages:
                 queue.store.delivered(entry)
         connection.write(frames)
@@ -111,9 +117,18 @@ class Channel:
         self.next_delivery_tag = tag + 1
         consumer.unacked += 1
         self.unacked[tag] = Delivery(tag, consumer.queue, entry, consumer)
+        if self.ack_watch is None:
+            self.ack_watch = AckWatch(self, tag)
         connection = self.connection
         connection.write(connection.framer.encode_deliver(
             self.number, consumer.tag, tag, False, exchange, routing_key, properties, body))
+
+    def acks_timed_out(self, timeout_ms: int) -> None:
+        """The oldest unacked delivery waited longer than `timeout_ms` (AckWatch): the
+        channel is closed with 406, as RabbitMQ does, and its deliveries requeued."""
+        log.warning("event=consumer_timeout channel=%d timeout_ms=%d unacked=%d peer=%s",
+                    self.number, timeout_ms, len(self.unacked), self.connection.peer)
+        self.connection.close_channel(self.number, timed_out_error(self.number, timeout_ms))
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The consumer's queue went away: forget the consumer, tell the client."""
@@ -381,6 +396,8 @@ class Channel:
         else:
             self.unacked[tag] = Delivery(tag, queue, entry, None)
             self.uncounted_unacked += 1
+            if self.ack_watch is None:
+                self.ack_watch = AckWatch(self, tag)
             queue.store.delivered(entry)
         message = entry.message
         self.connection.write(self.connection.framer.encode_get_ok(
@@ -532,6 +549,8 @@ class Channel:
         pending = transaction.acks + [d for ds, _ in transaction.rejects for d in ds]
         for delivery in sorted(pending, key=_by_tag):
             self.unacked[delivery.tag] = delivery
+        if pending and self.ack_watch is None:
+            self.ack_watch = AckWatch(self, max(map(_by_tag, pending)))
 
     def _require_tx(self) -> "Transaction":
         if self.transaction is None:
@@ -548,6 +567,9 @@ class Channel:
         if self.transaction is not None:
             self._undo_settlements(self.transaction)
             self.transaction = None
+        if self.ack_watch is not None:
+            self.ack_watch.stop()
+            self.ack_watch = None
         self._stop_replies()
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)

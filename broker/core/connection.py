@@ -664,6 +664,11 @@ class Connection:
             error.class_id, error.method_id = BASIC_PUBLISH
             raise
 
+    def close_channel(self, number: int, error: ChannelError) -> None:
+        """Close a channel for a reason of the broker's own (a consumer timeout)."""
+        if number in self.channels:
+            self._close_channel(number, error)
+
     def _close_channel(self, number: int, error: ChannelError) -> None:
         channel = self.channels.pop(number, None)
         if channel is not None:

@@ -41,6 +41,7 @@ _INTEGER_KEYS = {                   # key: (smallest value, what RabbitMQ calls 
     "max-length-bytes": (0, "maximum length in bytes"),
     "stream-max-segment-size-bytes": (0, "segment size"),
     "delivery-limit": (0, "delivery limit"),
+    "consumer-timeout": (0, "consumer timeout"),   # RabbitMQ 3.12 and later
 }
 _NAME_KEYS = {
     "dead-letter-exchange": "dead letter exchange name",
@@ -50,10 +51,6 @@ _NAME_KEYS = {
 POLICY_KEYS = frozenset([*_INTEGER_KEYS, *_NAME_KEYS, "overflow", "max-age"])
 OPERATOR_POLICY_KEYS = frozenset(["expires", "message-ttl", "max-length",
                                   "max-length-bytes", "delivery-limit"])
-# Keys Warren will honour once the feature exists: refused until then.
-NOT_YET_SUPPORTED = {
-    "consumer-timeout": "consumer timeouts",
-}
 # Keys RabbitMQ 3.10 knows that configure what Warren does not have.
 NOT_IMPLEMENTED = frozenset([
     "dead-letter-strategy", "max-in-memory-length", "max-in-memory-bytes", "queue-mode",
@@ -148,11 +145,6 @@ def validate_definition(definition, kind: str = POLICY) -> dict:
             problem = _value_problem(key, value)
             if problem:
                 raise PolicyError(f"Validation failed: {problem}")
-    for key in definition:
-        if key in NOT_YET_SUPPORTED:
-            raise PolicyError(
-                f"Validation failed: '{key}' is not supported yet: Warren does not "
-                f"implement {NOT_YET_SUPPORTED[key]}; remove the key from the definition")
     rabbit_only = sorted(key for key in definition if key in NOT_IMPLEMENTED)
     if rabbit_only and kind == POLICY:
         raise PolicyError(f"Validation failed: {_shown(rabbit_only)} are RabbitMQ policy "

@@ -137,6 +137,7 @@ VALIDATORS = {
     "x-max-in-memory-bytes": _non_negative_integer,
     "x-quorum-initial-group-size": _positive_integer,
     "x-initial-cluster-size": _positive_integer,
+    "x-consumer-timeout": _non_negative_int,   # RabbitMQ 3.12 and later
 }
 
 

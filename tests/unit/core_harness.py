@@ -1,5 +1,7 @@
 """Drive broker.core without sockets: a recording Transport and an opened connection."""
 
+import time
+
 from pamqp import commands, frame as pamqp_frame, header, body as pamqp_body
 
 from amqp_codec import InboundMethod, InboundPublish, encode_properties
@@ -134,7 +136,8 @@ def paging_client(tmp_path, window: int, reads: ManualReads | None = None, clock
     reads = reads or client_reads
     persistence.store_factory = lambda vhost, queue: DurableQueueStore(
         QueueFile(str(tmp_path / queue)), persistence, queue, reads)
-    client = Client(Broker(persistence=persistence, clock=clock), reads=client_reads)
+    client = Client(Broker(persistence=persistence, clock=clock or time.monotonic),
+                    reads=client_reads)
     client.open_channel()
     client.declare_queue(1, "long", durable=True, arguments=arguments or {})
     queue = client.broker.vhosts["/"].queues["long"]

@@ -1,4 +1,5 @@
-"""[limits] max_message_size and [alarms] memory_high_watermark_absolute from the file."""
+"""[limits] max_message_size and consumer_timeout, and [alarms]
+memory_high_watermark_absolute from the file."""
 
 import pytest
 
@@ -36,3 +37,16 @@ def test_sizes_are_read_from_the_file(tmp_path):
 def test_a_size_that_is_not_a_positive_number_of_bytes_is_refused(tmp_path, text, name):
     with pytest.raises(ConfigError, match=f"'{name}' .* must be a positive number of bytes"):
         settings_from(tmp_path, text)
+
+
+def test_consumer_timeout_defaults_to_rabbitmqs_30_minutes_and_0_turns_it_off(tmp_path):
+    assert settings_from(tmp_path, "").limits.consumer_timeout == 1_800_000
+    assert settings_from(tmp_path, "[limits]\nconsumer_timeout = 0\n").limits \
+        .consumer_timeout == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", '"30m"', "true"])
+def test_a_consumer_timeout_that_is_not_milliseconds_is_refused(tmp_path, value):
+    with pytest.raises(ConfigError, match="'consumer_timeout' .* must be a number of "
+                                          r"milliseconds \(0 for no timeout\)"):
+        settings_from(tmp_path, f"[limits]\nconsumer_timeout = {value}\n")

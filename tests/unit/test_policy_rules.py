@@ -47,10 +47,13 @@ def test_a_bad_definition_is_refused_in_rabbitmqs_words(definition, words):
     assert words in str(refused.value)
 
 
-@pytest.mark.parametrize("kind", [POLICY, OPERATOR_POLICY])
-def test_keys_warren_does_not_support_yet_are_refused_saying_so(kind):
-    with pytest.raises(PolicyError, match="'consumer-timeout' is not supported yet"):
-        policy("p", definition={"consumer-timeout": 5}, kind=kind)
+def test_consumer_timeout_is_a_policy_key_of_milliseconds_and_no_operator_policy_key():
+    assert policy("p", definition={"consumer-timeout": 5}).definition == {
+        "consumer-timeout": 5}
+    with pytest.raises(PolicyError, match="-1 is not a valid consumer timeout"):
+        policy("p", definition={"consumer-timeout": -1})
+    with pytest.raises(PolicyError, match="not recognised policy settings"):
+        policy("p", definition={"consumer-timeout": 5}, kind=OPERATOR_POLICY)
 
 
 @pytest.mark.parametrize("kind", [POLICY, OPERATOR_POLICY])
@@ -295,8 +298,6 @@ def test_clearing_an_unknown_policy_and_a_policy_in_an_unknown_vhost_are_refused
         live.admin.clear_policy("/", "nope")
     with pytest.raises(AdminError, match="no vhost 'elsewhere'"):
         live.admin.set_policy("elsewhere", "p", ".*", {"max-length": 1})
-    with pytest.raises(AdminError, match="not supported yet"):
-        live.admin.set_policy("/", "p", ".*", {"consumer-timeout": 1})
 
 
 # -- alternate exchanges ------------------------------------------------------------------

@@ -1,0 +1,185 @@
+"""Consumer timeouts with pika: a delivery left unacked longer than the timeout closes
+its channel with 406 PRECONDITION_FAILED and RabbitMQ's text, and goes back to its queue
+to be redelivered; channels that ack, or consume without acks, are left alone; the
+queue's `x-consumer-timeout` argument and the `consumer-timeout` policy key override the
+broker's `consumer_timeout` (Warren only: RabbitMQ 3.10 ignores the argument and refuses
+the policy key; RabbitMQ 3.12 and later honour both).
+
+Warren runs with `[limits] consumer_timeout = 1000`. With WARREN_TEST_BROKER=host:port
+the tests that do not need a per-queue timeout run against that broker instead, which
+must have the same `consumer_timeout = 1000` (RabbitMQ checks each channel every
+`channel_tick_interval`, 60 s by default: the close deadline allows for that).
+"""
+
+import os
+
+import pika.exceptions
+import pytest
+
+from pika_helpers import (_test_deadline, close_quietly, connect, unique,  # noqa: F401
+                          wait_for_count, wait_until)
+from tenants import guest_vhost
+
+TIMEOUT_MS = 1000
+CLOSE_DEADLINE = 90.0      # the broker's check period (RabbitMQ: 60 s) and a margin
+PIKA_TEST_TIMEOUT = 240
+TEXT = ("PRECONDITION_FAILED - delivery acknowledgement on channel {} timed out. Timeout "
+        "value used: {} ms. This timeout value can be configured, see consumers doc guide "
+        "to learn more")
+
+
+@pytest.fixture
+def timeout_broker(broker_factory, tmp_path):
+    """A broker whose consumer_timeout is TIMEOUT_MS."""
+    external = os.environ.get("WARREN_TEST_BROKER")
+    if external:
+        host, port = external.rsplit(":", 1)
+        return pika_address(host, int(port))
+    config = tmp_path / "warren.toml"
+    config.write_text(f"[limits]\nconsumer_timeout = {TIMEOUT_MS}\n")
+    return broker_factory("--config", str(config))
+
+
+def pika_address(host: str, port: int):
+    return type("Address", (), {"host": host, "port": port})()
+
+
+class Watched:
+    """A channel of `connection` whose Channel.Close from the broker is recorded."""
+
+    def __init__(self, connection):
+        self.channel = connection.channel()
+        self.closed_by: list[pika.exceptions.ChannelClosed] = []
+        self.channel._impl.add_on_close_callback(
+            lambda _channel, reason: self.closed_by.append(reason))
+
+    def wait_for_close(self, connection) -> pika.exceptions.ChannelClosed:
+        assert wait_until(connection, lambda: self.closed_by, timeout=CLOSE_DEADLINE), \
+            "the broker did not close the channel"
+        return self.closed_by[0]
+
+
+def hold_one_unacked(connection, queue: str, arguments=None) -> Watched:
+    """A channel whose consumer got one message from a new `queue` and never acks it."""
+    watched = Watched(connection)
+    channel = watched.channel
+    channel.queue_declare(queue, arguments=arguments)
+    channel.basic_publish("", queue, b"held")
+    got = []
+    channel.basic_consume(queue, lambda *delivery: got.append(delivery))
+    assert wait_until(connection, lambda: got), "the message was not delivered"
+    return watched
+
+
+def test_an_unacked_delivery_closes_its_channel_with_406_and_rabbitmqs_text(
+        timeout_broker):
+    connection = connect(timeout_broker)
+    try:
+        other = connection.channel()
+        queue = unique("ctimeout")
+        watched = hold_one_unacked(connection, queue)
+        reason = watched.wait_for_close(connection)
+        assert (reason.reply_code, reason.reply_text) == (
+            406, TEXT.format(watched.channel.channel_number, TIMEOUT_MS))
+        assert connection.is_open and other.is_open
+        assert wait_for_count(other, queue, 1) == 1      # requeued
+        other.queue_delete(queue)
+    finally:
+        close_quietly(connection)
+
+
+def test_the_timed_out_message_is_redelivered_to_another_consumer(timeout_broker):
+    connection = connect(timeout_broker)
+    second = connect(timeout_broker)
+    try:
+        queue = unique("ctimeout")
+        hold_one_unacked(connection, queue).wait_for_close(connection)
+        channel = second.channel()
+        got = []
+        channel.basic_consume(queue, lambda _ch, method, _props, body:
+                              got.append((method.redelivered, body)))
+        assert wait_until(second, lambda: got)
+        assert got == [(True, b"held")]
+        channel.basic_ack(1)
+        channel.queue_delete(queue)
+    finally:
+        close_quietly(connection)
+        close_quietly(second)
+
+
+@pytest.mark.parametrize("auto_ack", [False, True], ids=["acking", "no-ack"])
+def test_consumers_that_ack_in_time_or_need_no_acks_are_left_alone(timeout_broker,
+                                                                  auto_ack):
+    """A consumer gets its first message before another channel's delivery that is never
+    acked; once that channel is closed for it, the first consumer still works."""
+    connection = connect(timeout_broker)
+    try:
+        quick = Watched(connection)
+        queue = unique("ctimeout-quick")
+        quick.channel.queue_declare(queue)
+        got = []
+
+        def on_message(channel, method, _properties, body):
+            got.append(body)
+            if not auto_ack:
+                channel.basic_ack(method.delivery_tag)
+
+        quick.channel.basic_consume(queue, on_message, auto_ack=auto_ack)
+        quick.channel.basic_publish("", queue, b"first")
+        assert wait_until(connection, lambda: got == [b"first"])
+        late_queue = unique("ctimeout-late")
+        hold_one_unacked(connection, late_queue).wait_for_close(connection)
+        quick.channel.basic_publish("", queue, b"after")
+        assert wait_until(connection, lambda: got == [b"first", b"after"])
+        assert quick.closed_by == [] and quick.channel.is_open
+        quick.channel.queue_delete(queue)
+        quick.channel.queue_delete(late_queue)
+    finally:
+        close_quietly(connection)
+
+
+@pytest.mark.warren_only("RabbitMQ 3.10 ignores x-consumer-timeout (3.12 and later "
+                         "honour it)")
+def test_the_queue_argument_overrides_the_broker_timeout(broker):
+    connection = connect(broker)     # the shared broker: the 30-minute default
+    try:
+        queue = unique("ctimeout-arg")
+        watched = hold_one_unacked(connection, queue, arguments={"x-consumer-timeout": 500})
+        reason = watched.wait_for_close(connection)
+        assert (reason.reply_code, reason.reply_text) == (
+            406, TEXT.format(watched.channel.channel_number, 500))
+        connection.channel().queue_delete(queue)
+    finally:
+        close_quietly(connection)
+
+
+@pytest.mark.warren_only("RabbitMQ 3.10 refuses the consumer-timeout policy key (3.12 "
+                         "and later honour it)")
+def test_the_policy_overrides_the_broker_timeout_and_the_lower_of_it_and_the_argument_wins(
+        broker):
+    with guest_vhost(broker, "ctimeout") as (admin, vhost):
+        admin.set_policy(vhost, "timeout", "^ctimeout-", {"consumer-timeout": 600})
+        connection = connect(broker, virtual_host=vhost)
+        try:
+            watched = hold_one_unacked(connection, unique("ctimeout-policy"),
+                                       arguments={"x-consumer-timeout": 3_600_000})
+            reason = watched.wait_for_close(connection)
+            assert (reason.reply_code, reason.reply_text) == (
+                406, TEXT.format(watched.channel.channel_number, 600))
+        finally:
+            close_quietly(connection)
+
+
+@pytest.mark.warren_only("RabbitMQ 3.10 accepts any x-consumer-timeout, as an argument "
+                         "it does not know (3.12 and later check it)")
+def test_a_negative_queue_argument_is_refused(broker):
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.queue_declare(unique("ctimeout"), arguments={"x-consumer-timeout": -1})
+        assert refused.value.reply_code == 406
+        assert "invalid arg 'x-consumer-timeout'" in refused.value.reply_text
+        assert "{value_negative,-1}" in refused.value.reply_text
+    finally:
+        close_quietly(connection)
