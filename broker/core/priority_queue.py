@@ -12,7 +12,8 @@ RabbitMQ's priority queue does. Plain classic queues never see this module.
 from collections import deque
 from typing import TYPE_CHECKING, Iterator
 
-from amqp_codec.wire_ids import PRIORITY_FLAG
+from amqp_codec import MalformedProperties
+from amqp_codec.properties import priority
 
 from .message import QueueEntry
 from .message_store import MEMORY_STORE
@@ -22,9 +23,6 @@ from .queue import READ_AHEAD, READ_BATCH, Queue
 if TYPE_CHECKING:
     from .connection import Connection
     from .vhost import VirtualHost
-
-_PRIORITY_BIT = PRIORITY_FLAG >> 8    # in the property flags' first (high) byte
-
 
 def max_priority(arguments: dict) -> int:
     """The queue's highest message priority; 0 for a plain FIFO queue (no
@@ -36,12 +34,13 @@ def max_priority(arguments: dict) -> int:
 
 
 def message_priority(entry: QueueEntry, highest: int) -> int:
-    """The entry's priority property: 0 when absent, `highest` when above it."""
-    message = entry.message
-    properties = message.properties
-    if not properties or not properties[0] & _PRIORITY_BIT:
+    """The entry's priority property: 0 when absent, `highest` when above it. A block
+    that cannot be read (RabbitMQ refuses it on publish) counts as 0 here, so that the
+    queue's order never depends on a failure."""
+    try:
+        return min(priority(entry.message.properties), highest)
+    except MalformedProperties:
         return 0
-    return min(message.decoded_properties.priority or 0, highest)
 
 
 class PriorityReady:
