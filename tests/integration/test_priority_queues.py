@@ -171,20 +171,6 @@ def test_expiry_waits_for_the_higher_priorities_ahead(channel):
     assert drain(channel, dead) == ["short"]
 
 
-def test_expired_heads_go_priority_by_priority(channel):
-    dead = unique("dead")
-    channel.queue_declare(dead)
-    queue = declare(channel, **{"x-dead-letter-exchange": "",
-                                "x-dead-letter-routing-key": dead})
-    publish(channel, queue, "low", 1, expiration="1")
-    publish(channel, queue, "high", 5, expiration="1")
-    publish(channel, queue, "zero", 0)
-    assert wait_until(channel.connection, lambda: channel.queue_declare(
-        queue, passive=True).method.message_count == 1)
-    assert drain(channel, dead) == ["high", "low"]
-    assert drain(channel, queue) == ["zero"]
-
-
 def test_purge_counts_every_priority(channel):
     queue = declare(channel)
     for priority in (0, 3, 3, 10, None):
