@@ -25,7 +25,9 @@ def channel(broker):
     with guest_vhost(broker, "prio") as (_admin, vhost):
         connection = connect(broker, virtual_host=vhost)
         try:
-            yield connection.channel()
+            channel = connection.channel()
+            channel.confirm_delivery()     # RabbitMQ queues a message asynchronously:
+            yield channel                  # counts and Gets follow the confirms
         finally:
             close_quietly(connection)
 
@@ -140,7 +142,6 @@ def test_drop_head_dead_letters_the_next_message_to_deliver(channel):
 
 def test_reject_publish_refuses_whatever_the_priority(channel):
     queue = declare(channel, **{"x-max-length": 1, "x-overflow": "reject-publish"})
-    channel.confirm_delivery()
     publish(channel, queue, "low", 1)
     with pytest.raises(pika.exceptions.NackError):
         publish(channel, queue, "high", 9)
