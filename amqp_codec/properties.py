@@ -190,3 +190,29 @@ def delivery_mode(properties: bytes) -> int:
         return properties[offset]
     except (IndexError, StructError):
         raise MalformedProperties("property delivery_mode is truncated") from None
+
+
+def priority(properties: bytes) -> int:
+    """The priority of raw content properties (0 when absent), read past the fields
+    before it by their lengths as delivery_mode is (a priority queue reads it for each
+    message it queues). Raises MalformedProperties when the lengths run past the block."""
+    if len(properties) < 2:
+        return 0
+    flags = _SHORT.unpack_from(properties)[0]
+    if not flags & PRIORITY_FLAG:
+        return 0
+    if flags & CONTINUATION_FLAG:
+        return decode_properties(properties).priority or 0
+    try:
+        offset = 2
+        if flags & CONTENT_TYPE_FLAG:
+            offset += 1 + properties[offset]
+        if flags & CONTENT_ENCODING_FLAG:
+            offset += 1 + properties[offset]
+        if flags & HEADERS_FLAG:
+            offset += 4 + _LONG.unpack_from(properties, offset)[0]
+        if flags & DELIVERY_MODE_FLAG:
+            offset += 1
+        return properties[offset]
+    except (IndexError, StructError):
+        raise MalformedProperties("property priority is truncated") from None

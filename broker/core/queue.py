@@ -516,24 +516,13 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                       self.name, reason, exc_info=error)
 
     def requeue(self, entries: list[QueueEntry]) -> None:
-        """Put unacked messages back, redelivered, where they were in the queue.
-
-        `ready` is always ordered by seq, so each entry goes before the first ready
-        message published after it: usually the head.
-        """
+        """Put unacked messages back, redelivered, where they were in the queue."""
         if self.deleted:
             return
-        ready = self.ready
         entries = sorted(entries, key=_by_seq)
         for entry in entries:
             entry.redelivered = True
-        if not ready or entries[-1].seq < ready[0].seq:
-            ready.extendleft(reversed(entries))
-        elif entries[0].seq > ready[-1].seq:    # queued anew (a quorum queue's returns)
-            ready.extend(entries)
-        else:
-            for entry in entries:
-                ready.insert(_insertion_point(ready, entry.seq), entry)
+        self._return_to_ready(entries)
         if self.max_length_bytes is not None:
             self.ready_bytes += sum(body_size(entry.message) for entry in entries)
         if self.max_length is not None or self.max_length_bytes is not None:
@@ -541,6 +530,19 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         self.dispatch()
         if self._may_expire:
             self._arm_expiry()
+
+    def _return_to_ready(self, entries: list[QueueEntry]) -> None:
+        """Requeued entries (in seq order) back into `ready`, which is always ordered
+        by seq: each goes before the first ready message published after it, usually
+        the head."""
+        ready = self.ready
+        if not ready or entries[-1].seq < ready[0].seq:
+            ready.extendleft(reversed(entries))
+        elif entries[0].seq > ready[-1].seq:    # queued anew (a quorum queue's returns)
+            ready.extend(entries)
+        else:
+            for entry in entries:
+                ready.insert(_insertion_point(ready, entry.seq), entry)
 
     def settle(self, entry: QueueEntry) -> None:
         """A delivered message was acked or discarded (or delivered with no_ack)."""

@@ -17,6 +17,7 @@ from .delayed_exchange import DELAYED_KIND, DelayedExchange
 from .limits import Limits
 from .message import Message
 from .policy import VhostPolicies, merged_definition
+from .priority_queue import PriorityQueue, max_priority
 from .queue import Queue
 from .queue_base import QueueBase
 from .queue_arguments import check_arguments_equivalent, validate_queue_arguments
@@ -279,8 +280,9 @@ class VirtualHost:
         else:
             store = (self.persistence.store_factory(self.name, name) if persisted
                      else MEMORY_STORE)
-            queue = Queue(self, name, durable, connection if exclusive else None,
-                          auto_delete, arguments, store)
+            queue = _classic_queue_class(arguments)(
+                self, name, durable, connection if exclusive else None, auto_delete,
+                arguments, store)
         self._apply_policy(queue)
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
@@ -345,7 +347,8 @@ class VirtualHost:
         """Recreate a durable queue and the messages recovered from its queue file."""
         queue = (QuorumQueue(self, name, auto_delete, arguments, store)
                  if is_quorum(arguments) else
-                 Queue(self, name, True, None, auto_delete, arguments, store))
+                 _classic_queue_class(arguments)(self, name, True, None, auto_delete,
+                                                 arguments, store))
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
         queue.restore(messages)
@@ -493,6 +496,12 @@ def _name_argument(arguments: dict, key: str) -> str | None:
 
 def _default_exchange_refused():
     return access_refused("operation not permitted on the default exchange")
+
+
+def _classic_queue_class(arguments: dict) -> type[Queue]:
+    """PriorityQueue for an x-max-priority of 1 or more, else the plain classic Queue,
+    whose code a priority queue's does not slow down."""
+    return PriorityQueue if max_priority(arguments) else Queue
 
 
 def _persisted(destination) -> bool:

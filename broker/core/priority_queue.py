@@ -1,0 +1,173 @@
+"""Priority queues (x-max-priority 1-255): classic queues that deliver the highest
+message priority first, FIFO within a priority, as RabbitMQ 3.10's classic queues do.
+
+A `PriorityQueue` is a classic `Queue` whose ready messages (and paged-out ones) are
+kept in a `PriorityReady` instead of a deque: one deque per priority, read highest
+first. `PriorityReady` offers the deque operations the classic queue's code uses, so
+TTL, length limits, dead-lettering, paging, Basic.Get and purge apply unchanged, in
+delivery order: expiry and drop-head take the next message to be delivered, as
+RabbitMQ's priority queue does. Plain classic queues never see this module.
+"""
+
+from collections import deque
+from typing import TYPE_CHECKING, Iterator
+
+from amqp_codec import MalformedProperties
+from amqp_codec.properties import priority
+
+from .message import QueueEntry
+from .message_store import MEMORY_STORE
+from .ports import QueueStore
+from .queue import READ_AHEAD, READ_BATCH, Queue
+
+if TYPE_CHECKING:
+    from .connection import Connection
+    from .vhost import VirtualHost
+
+def max_priority(arguments: dict) -> int:
+    """The queue's highest message priority; 0 for a plain FIFO queue (no
+    x-max-priority, or 0, which RabbitMQ 3.10 treats as a single priority)."""
+    value = arguments.get("x-max-priority", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return min(value, 255)
+
+
+def message_priority(entry: QueueEntry, highest: int) -> int:
+    """The entry's priority property: 0 when absent, `highest` when above it. A block
+    that cannot be read (RabbitMQ refuses it on publish) counts as 0 here, so that the
+    queue's order never depends on a failure."""
+    try:
+        return min(priority(entry.message.properties), highest)
+    except MalformedProperties:
+        return 0
+
+
+class PriorityReady:
+    """Queue entries in delivery order: highest priority first, by seq (publication
+    order) within a priority. Supports the deque operations a classic queue uses."""
+
+    __slots__ = ("highest", "levels", "used", "count")
+
+    def __init__(self, highest: int):
+        self.highest = highest
+        self.levels: list[deque[QueueEntry]] = [deque() for _ in range(highest + 1)]
+        self.used: list[int] = []    # priorities that ever held an entry, highest first
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[QueueEntry]:
+        levels = self.levels
+        for priority in self.used:
+            yield from levels[priority]
+
+    def __getitem__(self, index: int) -> QueueEntry:
+        if index < 0:
+            index += self.count
+        for level in self._nonempty():
+            if index < len(level):
+                return level[index]
+            index -= len(level)
+        raise IndexError(index)
+
+    def _nonempty(self) -> Iterator[deque[QueueEntry]]:
+        levels = self.levels
+        for priority in self.used:
+            level = levels[priority]
+            if level:
+                yield level
+
+    def _level(self, entry: QueueEntry) -> deque[QueueEntry]:
+        priority = message_priority(entry, self.highest)
+        level = self.levels[priority]
+        if priority not in self.used:
+            self.used.append(priority)
+            self.used.sort(reverse=True)
+        return level
+
+    def append(self, entry: QueueEntry) -> None:
+        """A newly published entry: last of its priority."""
+        self._level(entry).append(entry)
+        self.count += 1
+
+    def appendleft(self, entry: QueueEntry) -> None:
+        """The entry just taken from the head comes back (a delivery failed)."""
+        self._level(entry).appendleft(entry)
+        self.count += 1
+
+    def put_back(self, entry: QueueEntry) -> None:
+        """A requeued entry: back to its place among its priority, by seq."""
+        level = self._level(entry)
+        self.count += 1
+        if not level or entry.seq < level[0].seq:
+            level.appendleft(entry)
+            return
+        for index, other in enumerate(level):
+            if other.seq > entry.seq:
+                level.insert(index, entry)
+                return
+        level.append(entry)
+
+    def popleft(self) -> QueueEntry:
+        for level in self._nonempty():
+            self.count -= 1
+            return level.popleft()
+        raise IndexError("pop from an empty PriorityReady")
+
+    def remove(self, entry: QueueEntry) -> None:
+        self._level(entry).remove(entry)
+        self.count -= 1
+
+    def clear(self) -> None:
+        for level in self.levels:
+            level.clear()
+        self.count = 0
+
+    def within(self, entry: QueueEntry, limit: int) -> bool:
+        """Whether at most `limit` entries come before `entry` (which is here)."""
+        levels = self.levels
+        priority = message_priority(entry, self.highest)
+        budget = limit
+        for other in self.used:
+            if other == priority:
+                break
+            budget -= len(levels[other])
+            if budget < 0:
+                return False
+        level = levels[priority]
+        return len(level) <= budget or level[budget].seq >= entry.seq
+
+
+class PriorityQueue(Queue):
+    """A classic queue with x-max-priority 1-255 (vhost.py picks this class then)."""
+
+    def __init__(self, vhost: "VirtualHost", name: str, durable: bool = False,
+                 exclusive_owner: "Connection | None" = None,
+                 auto_delete: bool = False, arguments: dict | None = None,
+                 store: QueueStore = MEMORY_STORE):
+        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
+                         store)
+        highest = max_priority(self.arguments)
+        assert highest > 0, "x-max-priority 0 is a plain classic queue"
+        self.ready = PriorityReady(highest)      # type: ignore[assignment]
+        self._paged.on_disk = PriorityReady(highest)   # type: ignore[assignment]
+
+    def _return_to_ready(self, entries: list[QueueEntry]) -> None:
+        ready = self.ready
+        for entry in entries:
+            ready.put_back(entry)     # type: ignore[attr-defined]
+
+    def _read_ahead(self) -> None:
+        """As Queue._read_ahead, in delivery order: read the next paged-out bodies
+        while at most READ_AHEAD ready messages come before the first on disk."""
+        paged = self._paged
+        on_disk = paged.on_disk
+        ready = self.ready
+        reading = paged.reading
+        while on_disk and ready.within(on_disk[0], READ_AHEAD):  # type: ignore[attr-defined]
+            batch = [on_disk.popleft() for _ in range(min(READ_BATCH, len(on_disk)))]
+            for entry in batch:
+                reading[entry.seq] = entry
+            self.store.read_bodies(batch, self._bodies_read)
