@@ -85,11 +85,14 @@ class RabbitInstance:
     name = "RabbitMQ"
 
     def __init__(self, start_timeout: float, server_script: str = RABBITMQ_SERVER,
-                 extra_config: str = "", node_prefix: str = "bench"):
+                 extra_config: str = "", node_prefix: str = "bench",
+                 advanced_config: str = "[]."):
         self.start_timeout = start_timeout
         self.node_prefix = node_prefix   # the node is <prefix>-<AMQP port>@localhost
         self.server_script = server_script
         self.extra_config = extra_config   # more rabbitmq.conf lines (e.g. a TLS listener)
+        # advanced.config: Erlang terms for settings rabbitmq.conf does not have
+        self.advanced_config = advanced_config
         self.base = None
         self.shell: subprocess.Popen | None = None
         self.beam_pid = None
@@ -111,6 +114,7 @@ class RabbitInstance:
         (self.base / "rabbitmq.conf").write_text(
             f"listeners.tcp.1 = {HOST}:{self.port}\nloopback_users.guest = true\n"
             + self.extra_config)
+        (self.base / "advanced.config").write_text(self.advanced_config + "\n")
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RABBITMQ_", "ERL_"))}
         env.update({
@@ -122,6 +126,7 @@ class RabbitInstance:
             "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"),
             "RABBITMQ_LOG_BASE": str(self.base / "log"),
             "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.base / "advanced.config"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
             "RABBITMQ_PLUGINS_EXPAND_DIR": str(self.base / "plugins-expand"),
             "RABBITMQ_PID_FILE": str(self.base / "rabbitmq.pid"),

@@ -5,43 +5,59 @@ queue's `x-consumer-timeout` argument and the `consumer-timeout` policy key over
 broker's `consumer_timeout` (Warren only: RabbitMQ 3.10 ignores the argument and refuses
 the policy key; RabbitMQ 3.12 and later honour both).
 
-Warren runs with `[limits] consumer_timeout = 1000`. With WARREN_TEST_BROKER=host:port
-the tests that do not need a per-queue timeout run against that broker instead, which
-must have the same `consumer_timeout = 1000` (RabbitMQ checks each channel every
-`channel_tick_interval`, 60 s by default: the close deadline allows for that).
+Each test that RabbitMQ 3.10 can pass runs twice: against a Warren with `[limits]
+consumer_timeout = 1000`, and against a throw-away RabbitMQ 3.10 node the module starts
+with `consumer_timeout = 1000` and a channel check every 100 ms (`channel_tick_interval`,
+60 s by default), tests/rabbitmq_node.py. With WARREN_TEST_BROKER set the module is not
+run: it brings its own brokers, configured as it needs them.
 """
 
-import os
+from types import SimpleNamespace
 
 import pika.exceptions
 import pytest
 
 from pika_helpers import (_test_deadline, close_quietly, connect, unique,  # noqa: F401
                           wait_for_count, wait_until)
+from rabbitmq_node import HOST, NodeError, RabbitInstance
 from tenants import guest_vhost
 
 TIMEOUT_MS = 1000
-CLOSE_DEADLINE = 90.0      # the broker's check period (RabbitMQ: 60 s) and a margin
+CLOSE_DEADLINE = 90.0      # a bound for a loaded machine (RabbitMQ's default check: 60 s)
 PIKA_TEST_TIMEOUT = 240
 TEXT = ("PRECONDITION_FAILED - delivery acknowledgement on channel {} timed out. Timeout "
         "value used: {} ms. This timeout value can be configured, see consumers doc guide "
         "to learn more")
 
 
-@pytest.fixture
-def timeout_broker(broker_factory, tmp_path):
-    """A broker whose consumer_timeout is TIMEOUT_MS."""
-    external = os.environ.get("WARREN_TEST_BROKER")
-    if external:
-        host, port = external.rsplit(":", 1)
-        return pika_address(host, int(port))
+pytestmark = pytest.mark.warren_only(
+    "starts its own Warren and RabbitMQ nodes with consumer_timeout = 1000 (the "
+    "RabbitMQ side runs in the default suite)")
+
+
+@pytest.fixture(scope="module")
+def rabbitmq_with_timeout():
+    """A throw-away RabbitMQ 3.10 node with consumer_timeout TIMEOUT_MS."""
+    node = RabbitInstance(start_timeout=120, node_prefix="ctimeout",
+                          extra_config=f"consumer_timeout = {TIMEOUT_MS}\n",
+                          advanced_config="[{rabbit, [{channel_tick_interval, 100}]}].")
+    try:
+        node.start()
+    except NodeError as error:
+        node.stop()
+        pytest.fail(f"the RabbitMQ side of the consumer-timeout tests did not start: {error}")
+    yield SimpleNamespace(host=HOST, port=node.port)
+    node.stop()
+
+
+@pytest.fixture(params=["warren", "rabbitmq"])
+def timeout_broker(request, broker_factory, tmp_path):
+    """A broker whose consumer_timeout is TIMEOUT_MS: Warren, then RabbitMQ."""
+    if request.param == "rabbitmq":
+        return request.getfixturevalue("rabbitmq_with_timeout")
     config = tmp_path / "warren.toml"
     config.write_text(f"[limits]\nconsumer_timeout = {TIMEOUT_MS}\n")
     return broker_factory("--config", str(config))
-
-
-def pika_address(host: str, port: int):
-    return type("Address", (), {"host": host, "port": port})()
 
 
 class Watched:
