@@ -14,7 +14,7 @@ from .message_store import MEMORY_STORE
 
 from .exchange import (ALTERNATE_EXCHANGE, EXCHANGE_TYPES, Exchange, field_type_name,
                        freeze_arguments)
-from .delayed_exchange import DELAYED_KIND, DelayedExchange
+from .delayed_exchange import DELAYED_KIND, DelayedExchange, delay_ms
 from .limits import Limits
 from .message import Message
 from .policy import VhostPolicies, merged_definition
@@ -128,8 +128,8 @@ class VirtualHost:
                 f"'{ALTERNATE_EXCHANGE}' in exchange '{name}' in vhost '{self.name}'")
         exchange = exchange_class(name, durable, auto_delete, internal, arguments)
         if isinstance(exchange, DelayedExchange):
-            exchange.attach(self, self.persistence.delayed_store_factory(self.name, name)
-                            if durable else None)
+            exchange.attach(self, self.persistence.delayed_store_factory(self.name, name,
+                                                                         durable))
         self._apply_policy(exchange)
         self.exchanges[name] = exchange
         if durable:
@@ -411,15 +411,18 @@ class VirtualHost:
 
     # -- routing -------------------------------------------------------------------
 
-    def route(self, exchange: Exchange, message: Message) -> Sequence[QueueBase]:
+    def route(self, exchange: Exchange, message: Message,
+              holds: list | None = None) -> Sequence[QueueBase]:
         """Every queue the message reaches, following exchange-to-exchange bindings and
-        alternate exchanges."""
+        alternate exchanges. With `holds`, a delayed exchange reached on the way that
+        would delay the message is not followed: (exchange, delay) goes into `holds`
+        for the caller to hold the message there (as the plugin delays it)."""
         destinations = (exchange.route(message) if not message.extra_routing_keys
                         else _destinations(exchange, message))
         if not destinations:
             if exchange.alternate is None:
                 return ()
-            return self._route_through(exchange, [], [], message)
+            return self._route_through(exchange, [], [], message, holds)
         if not exchange.exchange_bindings:
             return tuple(destinations)   # queues only (a copy: enqueueing may unbind)
         queues = []
@@ -431,11 +434,11 @@ class VirtualHost:
                 pending = pending or []
                 pending.append(destination)
         if pending:
-            return self._route_through(exchange, pending, queues, message)
+            return self._route_through(exchange, pending, queues, message, holds)
         return queues
 
     def _route_through(self, source: Exchange, pending: list, queues: list,
-                       message: Message) -> list[QueueBase]:
+                       message: Message, holds: list | None) -> list[QueueBase]:
         """Follow the exchanges in `pending` (`source` routed to them and to `queues`,
         or, both empty, nowhere). An exchange that routes the message nowhere hands it
         to its alternate exchange, as in RabbitMQ: one that does not exist is skipped,
@@ -449,6 +452,11 @@ class VirtualHost:
             if id(exchange) in seen_exchanges:
                 continue
             seen_exchanges.add(id(exchange))
+            if holds is not None and exchange.delays_messages:
+                delay = delay_ms(message)
+                if delay:
+                    holds.append((exchange, delay))
+                    continue
             destinations = _destinations(exchange, message)
             if not destinations:
                 self._add_alternate(exchange, pending)

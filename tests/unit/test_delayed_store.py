@@ -7,10 +7,10 @@ from pamqp import commands
 
 from amqp_codec import encode_properties
 from broker.core.broker import Broker
-from broker.core.delayed_exchange import delay_ms
+from broker.core.delayed_exchange import MemoryDelayedStore, delay_ms
 from broker.core.message import Message
 from broker.core.persistence import Persistence
-from broker.server.delayed_store import DurableDelayedStore, held_message
+from broker.server.delayed_store import DurableDelayedStore, held_index
 from core_harness import Client
 from storage.queue_file import QueueFile
 
@@ -101,50 +101,122 @@ def test_recovered_messages_past_due_are_routed_at_once_and_others_wait(tmp_path
     exchange = client.broker.vhosts["/"].exchanges["dx"]
     now_ms = int(wall.now * 1000)
     properties = encode_properties(commands.Basic.Properties())
-    exchange.restore_pending(_NoStore(), [
-        (1, now_ms - 5000, Message("dx", "k", properties, b"overdue")),
-        (2, now_ms + 100, Message("dx", "k", properties, b"later"))])
+    store = MemoryDelayedStore()
+    store.messages.update({1: Message("dx", "k", properties, b"overdue"),
+                           2: Message("dx", "k", properties, b"later")})
+    exchange.restore_pending(store, [(1, now_ms - 5000), (2, now_ms + 100)])
     client.broker.scheduler.run_due()
     assert ready(client) == [b"overdue"]
     advance(client, clock, wall, 0.1)
     assert ready(client) == [b"overdue", b"later"]
 
 
-class _NoStore:
-    def remove(self, seq: int) -> None:
-        pass
+def test_a_released_message_carries_the_delay_negated_as_the_plugin_forwards_it():
+    client, clock, wall = delayed_client()
+    client.publish(1, "dx", "k", b"m", properties=commands.Basic.Properties(
+        headers={"a": 1, "x-delay": "100", "z": "last"}))
+    advance(client, clock, wall, 0.1)
+    (entry,) = client.broker.vhosts["/"].queues["q"].ready
+    assert list(entry.message.headers.items()) == [("a", 1), ("x-delay", -100),
+                                                   ("z", "last")]
+
+
+def test_a_message_reaching_a_delayed_exchange_through_a_binding_is_held_there():
+    client, clock, wall = delayed_client()
+    client.method(1, commands.Exchange.Declare(exchange="front", exchange_type="fanout"))
+    client.method(1, commands.Exchange.Bind(destination="dx", source="front"))
+    client.declare_queue(1, "now")
+    client.method(1, commands.Queue.Bind(queue="now", exchange="front"))
+    client.publish(1, "front", "k", b"m", properties=commands.Basic.Properties(
+        headers={"x-delay": 100}))
+    queues = client.broker.vhosts["/"].queues
+    assert [entry.message.body for entry in queues["now"].ready] == [b"m"]
+    assert ready(client) == []
+    advance(client, clock, wall, 0.1)
+    (entry,) = queues["q"].ready
+    assert (entry.message.body, entry.message.exchange) == (b"m", "front")
+
+
+def test_a_message_reaching_a_delayed_alternate_exchange_is_held_there():
+    client, clock, wall = delayed_client()
+    client.method(1, commands.Exchange.Declare(
+        exchange="front", exchange_type="direct",
+        arguments={"alternate-exchange": "dx"}))
+    client.publish(1, "front", "k", b"m", properties=commands.Basic.Properties(
+        headers={"x-delay": 100}))
+    assert ready(client) == []
+    advance(client, clock, wall, 0.1)
+    assert ready(client) == [b"m"]
+
+
+class _InlineReads:
+    """The ReadPool's contract, on the calling thread."""
+
+    def submit(self, read, done) -> None:
+        done(read())
+
+
+def durable_store(directory: str) -> DurableDelayedStore:
+    return DurableDelayedStore(QueueFile(directory), Persistence(), "dx", _InlineReads(),
+                               "dx", True)
 
 
 def test_store_recovers_held_messages_and_tombstones_released_ones(tmp_path):
-    persistence = Persistence()
     directory = str(tmp_path / "dx")
-    store = DurableDelayedStore(QueueFile(directory), persistence, "dx", None)
+    store = durable_store(directory)
     properties = encode_properties(commands.Basic.Properties(delivery_mode=2))
     for seq, due in ((1, 5000), (2, 3000), (3, 4000)):
-        store.append(seq, due, Message("dx", f"key{seq}", properties, b"body%d" % seq))
+        assert store.append(seq, due, Message("dx", f"key{seq}", properties,
+                                              b"body%d" % seq))
     store.sync()
-    store.remove(2)
+    store.remove(2, True)
     store.synced()    # the commit that may have begun before the release
     store.sync()
     store.synced()    # the commit that made its routed copies durable
     store.sync()      # writes the tombstone
     store.close()
-    _, records, problems = QueueFile.recover(directory)
+    _, records, problems = QueueFile.recover(directory, load_bodies=False)
     assert problems == []
-    held = [held_message("dx", record) for record in records]
-    assert [(seq, due, message.routing_key, message.body)
-            for seq, due, message in held] == [(1, 5000, "key1", b"body1"),
-                                               (3, 4000, "key3", b"body3")]
+    assert [held_index(record) for record in records] == [(1, 5000), (3, 4000)]
+
+
+def test_store_reads_held_messages_back_from_its_file_with_their_exchange(tmp_path):
+    store = durable_store(str(tmp_path / "dx"))
+    properties = encode_properties(commands.Basic.Properties(delivery_mode=2))
+    store.append(1, 5000, Message("dx", "k1", properties, b"on disk"))
+    store.sync()
+    store.append(2, 6000, Message("front", "k2", b"\x00\x00", b"buffered"))
+    found = []
+    store.read([1, 2, 3], found.extend)
+    assert [(message.exchange, message.routing_key, message.properties, message.body)
+            for message in found[:2]] == [("dx", "k1", properties, b"on disk"),
+                                          ("front", "k2", b"\x00\x00", b"buffered")]
+    assert found[2] is None          # never written: logged and dropped by the exchange
+
+
+def test_store_does_not_recover_transient_messages_or_those_of_a_transient_exchange(
+        tmp_path):
+    directory = str(tmp_path / "dx")
+    store = durable_store(directory)
+    persistent = encode_properties(commands.Basic.Properties(delivery_mode=2))
+    assert not store.append(1, 5000, Message("dx", "k", b"\x00\x00", b"transient"))
+    assert store.append(2, 5000, Message("dx", "k", persistent, b"persistent"))
+    store.sync()
+    store.close()
+    _, records, _ = QueueFile.recover(directory, load_bodies=False)
+    assert [record.seq for record in records] == [2]
+    transient = DurableDelayedStore(QueueFile(str(tmp_path / "tx")), Persistence(), "tx",
+                                    _InlineReads(), "tx", False)
+    assert not transient.append(1, 5000, Message("tx", "k", persistent, b"m"))
 
 
 def test_store_keeps_a_released_message_until_its_routed_copies_are_committed(tmp_path):
-    persistence = Persistence()
     directory = str(tmp_path / "dx")
-    store = DurableDelayedStore(QueueFile(directory), persistence, "dx", None)
+    store = durable_store(directory)
     properties = encode_properties(commands.Basic.Properties(delivery_mode=2))
     store.append(1, 5000, Message("dx", "k", properties, b"m"))
     store.sync()
-    store.remove(1)
+    store.remove(1, True)
     store.synced()
     store.sync()      # a crash now: the message was routed, its copies maybe not durable
     store.queue_file.close(flush=False)
