@@ -1,6 +1,8 @@
 """The x-delayed-message exchange in the core, on fake clocks (its held-message index),
 and its durable store's recovery from a queue file."""
 
+import os
+import shutil
 from decimal import Decimal
 
 from pamqp import commands
@@ -10,6 +12,7 @@ from broker.core.broker import Broker
 from broker.core.delayed_exchange import MemoryDelayedStore, delay_ms
 from broker.core.message import Message
 from broker.core.persistence import Persistence
+from broker.server.durability import DurableStorage
 from broker.server.delayed_store import DurableDelayedStore, held_index
 from core_harness import Client
 from storage.queue_file import QueueFile
@@ -222,3 +225,70 @@ def test_store_keeps_a_released_message_until_its_routed_copies_are_committed(tm
     store.queue_file.close(flush=False)
     _, records, _ = QueueFile.recover(directory)
     assert [record.seq for record in records] == [1]
+
+
+def _commit(storage: DurableStorage) -> None:
+    """One group commit, as the committer runs it."""
+    changes, stores, writes = storage.persistence.take_pending()
+    storage.apply_changes(changes)
+    storage.sync_stores(stores)
+    storage.persistence.committed(stores, writes)
+
+
+def _started(data_dir: str) -> tuple[DurableStorage, Client]:
+    storage = DurableStorage(data_dir)
+    broker = Broker(persistence=storage.persistence)
+    storage.restore(broker)
+    client = Client(broker)
+    client.open_channel()
+    return storage, client
+
+
+def _declare_durable_delayed(client) -> None:
+    client.method(1, commands.Exchange.Declare(
+        exchange="dx", exchange_type="x-delayed-message", durable=True,
+        arguments={"x-delayed-type": "direct"}))
+
+
+def _hold_persistent(client, body: bytes) -> None:
+    client.publish(1, "dx", "k", body, properties=commands.Basic.Properties(
+        headers={"x-delay": 3_600_000}, delivery_mode=2))
+
+
+def test_a_durable_delayed_exchange_redeclared_before_the_commit_keeps_its_messages(
+        tmp_path):
+    data_dir = str(tmp_path)
+    storage, client = _started(data_dir)
+    _declare_durable_delayed(client)
+    _hold_persistent(client, b"old")
+    _commit(storage)                   # the first exchange's store is on disk
+    client.method(1, commands.Exchange.Delete(exchange="dx"))
+    _declare_durable_delayed(client)   # before the commit that drops the old files
+    _hold_persistent(client, b"new")
+    _commit(storage)
+    storage.close(client.broker)
+    storage, client = _started(data_dir)
+    exchange = client.broker.vhosts["/"].exchanges["dx"]
+    assert exchange.pending == 1
+    (store_dir,) = os.listdir(os.path.join(data_dir, "delayed"))
+    _, records, _ = QueueFile.recover(os.path.join(data_dir, "delayed", store_dir))
+    assert [record.body for record in records] == [b"new"]
+    storage.close(client.broker)
+
+
+def test_an_older_generation_left_by_a_crash_is_not_recovered_and_is_removed(tmp_path):
+    data_dir = str(tmp_path)
+    storage, client = _started(data_dir)
+    _declare_durable_delayed(client)
+    _hold_persistent(client, b"current")
+    _commit(storage)
+    storage.close(client.broker)
+    delayed_dir = os.path.join(data_dir, "delayed")
+    (current,) = os.listdir(delayed_dir)
+    prefix, _, generation = current.partition(".")
+    older = os.path.join(delayed_dir, f"{prefix}.{int(generation) - 1}")
+    shutil.copytree(os.path.join(delayed_dir, current), older)   # as if never dropped
+    storage, client = _started(data_dir)
+    assert client.broker.vhosts["/"].exchanges["dx"].pending == 1
+    assert os.listdir(delayed_dir) == [current]
+    storage.close(client.broker)
