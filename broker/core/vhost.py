@@ -480,8 +480,9 @@ class VirtualHost:
 def _destinations(exchange: Exchange, message: Message):
     """Where `exchange` routes the message, with its routing key and the ones its CC and
     BCC headers added (each destination once; fanout and headers exchanges do not look
-    at routing keys)."""
-    if exchange.kind not in _KEYED_KINDS:
+    at routing keys; a delayed exchange routes as its x-delayed-type)."""
+    kind = exchange.routing.kind if isinstance(exchange, DelayedExchange) else exchange.kind
+    if kind not in _KEYED_KINDS:
         return exchange.route(message)
     found = dict.fromkeys(exchange.route(message))
     for routing_key in message.extra_routing_keys:
