@@ -61,6 +61,10 @@ class DelayedStore(Protocol):
 
     def drop(self) -> None: ...
 
+    @property
+    def last_seq(self) -> int:
+        """The highest seq the store ever took: the next one must be above it."""
+
 
 class MemoryDelayedStore:
     """A delayed exchange's store on a broker without a data directory."""
@@ -82,6 +86,10 @@ class MemoryDelayedStore:
 
     def drop(self) -> None:
         self.messages.clear()
+
+    @property
+    def last_seq(self) -> int:
+        return max(self.messages, default=0)
 
 
 # A held message in the exchange's heap: one int, ordered by due time then seq.
@@ -198,10 +206,11 @@ class DelayedExchange(Exchange):
 
     def restore_pending(self, store: DelayedStore, held: list) -> None:
         """Messages recovered from the store at start-up: (seq, due ms) each, in seq
-        order, all persistent. Those already due are routed at the first timer run."""
+        order, all persistent. Those already due are routed at the first timer run; new
+        ones continue above every seq the store used (released ones included)."""
         self.store = store
+        self._last_seq = max(self._last_seq, store.last_seq)
         for seq, due in held:
-            self._last_seq = max(self._last_seq, seq)
             self._add(_held(due, seq, True))
 
     def drop_pending(self) -> None:

@@ -9,7 +9,7 @@ from pamqp import commands
 
 from amqp_codec import encode_properties
 from broker.core.broker import Broker
-from broker.core.delayed_exchange import MemoryDelayedStore, delay_ms
+from broker.core.delayed_exchange import DelayedExchange, MemoryDelayedStore, delay_ms
 from broker.core.message import Message
 from broker.core.persistence import Persistence
 from broker.server.durability import DurableStorage
@@ -292,3 +292,25 @@ def test_an_older_generation_left_by_a_crash_is_not_recovered_and_is_removed(tmp
     assert client.broker.vhosts["/"].exchanges["dx"].pending == 1
     assert os.listdir(delayed_dir) == [current]
     storage.close(client.broker)
+
+
+def test_holding_after_recovery_continues_above_every_seq_the_store_used(tmp_path):
+    directory = str(tmp_path / "dx")
+    store = durable_store(directory)
+    properties = encode_properties(commands.Basic.Properties(
+        delivery_mode=2, headers={"x-delay": 3_600_000}))
+    store.append(1, 5000, Message("dx", "k", properties, b"held"))
+    store.append(2, 4000, Message("dx", "k", properties, b"released"))
+    store.remove(2, True)
+    for _commit in range(3):    # the tombstone waits for two commits, the third writes it
+        store.sync()
+        store.synced()
+    store.close()
+    queue_file, records, _ = QueueFile.recover(directory, load_bodies=False)
+    recovered = DurableDelayedStore(queue_file, Persistence(), "dx", _InlineReads(), "dx",
+                                    True)
+    exchange = DelayedExchange("dx", durable=True, arguments={"x-delayed-type": "direct"})
+    exchange.attach(Broker().vhosts["/"], None)
+    exchange.restore_pending(recovered, [held_index(record) for record in records])
+    exchange.hold(Message("dx", "k", properties, b"new"), 100)    # seq 3, not 2
+    assert exchange.pending == 2
