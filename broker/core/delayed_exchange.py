@@ -20,11 +20,11 @@ message is on disk; the others are written for paging only.
 
 import heapq
 import logging
-from functools import partial
 import math
 import re
 import struct
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from amqp_codec import headers_entries, replace_properties
