@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from .names import decode_name, encode_name
 from .record import (FLAG_PERSISTENT, FLAG_REDELIVERED, KIND_ACK, KIND_DELIVERED,
-                     KIND_MESSAGE, RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, append_marker,
-                     append_message, decode_message, decode_segment_header,
+                     KIND_MESSAGE, RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, MessageFields,
+                     append_marker, append_message, decode_message, decode_segment_header,
                      encode_segment_header, parse_record, scan_segment, with_flags)
 
 log = logging.getLogger("warren.storage")
@@ -149,6 +149,13 @@ def _make_directory(path: str) -> None:
 def _read_file(path: str) -> bytes:
     with open(path, "rb") as file:
         return file.read()
+
+
+def _buffered_fields(record: list) -> MessageFields:
+    """The MessageFields of a record still in the write buffer."""
+    _flags, exchange, routing_key, properties, body = record
+    return MessageFields(bytes(exchange), bytes(routing_key), bytes(properties),
+                         bytes(body), len(body))
 
 
 class QueueFile:
@@ -393,10 +400,12 @@ class QueueFile:
             return self._body_in(data, 0, seq, number, offset)
         raise StorageError(f"{self.directory}: message {seq} kept moving while being read")
 
-    def read_many(self, seqs: list[int], run_bytes: int = READ_RUN_BYTES) -> list:
+    def read_many(self, seqs: list[int], run_bytes: int = READ_RUN_BYTES,
+                  whole: bool = False) -> list:
         """The bodies of `seqs`, in order, as `read` gives them, but each segment is
         opened once and adjacent records (up to `run_bytes`) come with one pread. An
-        item is the body, or the exception `read` would raise for that seq."""
+        item is the body (with `whole`, the record's MessageFields), or the exception
+        `read` would raise for that seq."""
         results: list = [None] * len(seqs)
         by_segment: dict[int, list] = {}
         with self._lock:
@@ -405,7 +414,8 @@ class QueueFile:
                 if record is None and self._inflight is not None:
                     record = self._inflight.get(seq)
                 if record is not None:
-                    results[index] = bytes(record[4])
+                    results[index] = (_buffered_fields(record) if whole
+                                      else bytes(record[4]))
                     continue
                 location = self._index.get(seq)
                 if location is None:
@@ -418,16 +428,16 @@ class QueueFile:
                 fd = os.open(self._path(number), os.O_RDONLY | _O_CLOEXEC)
             except FileNotFoundError:   # compacted meanwhile: `read` follows each one
                 for _offset, _length, index, seq in records:
-                    results[index] = self._read_or_error(seq)
+                    results[index] = self._read_or_error(seq, whole)
                 continue
             try:
-                self._read_runs(fd, number, sorted(records), run_bytes, results)
+                self._read_runs(fd, number, sorted(records), run_bytes, results, whole)
             finally:
                 os.close(fd)
         return results
 
     def _read_runs(self, fd: int, number: int, records: list, run_bytes: int,
-                   results: list) -> None:
+                   results: list, whole: bool = False) -> None:
         """Read `records` (offset, length, index, seq; by offset) of one segment, one
         pread per run of adjacent records, into `results`."""
         start = 0
@@ -448,25 +458,29 @@ class QueueFile:
                 for offset, _length, index, seq in records[start:end]:
                     try:
                         results[index] = self._body_in(data, offset - first, seq, number,
-                                                       offset)
+                                                       offset, whole)
                     except StorageError as error:
                         results[index] = error
             start = end
 
-    def _read_or_error(self, seq: int):
+    def _read_or_error(self, seq: int, whole: bool = False):
         try:
+            if whole:
+                return self.read_many([seq], whole=True)[0]
             return self.read(seq)
         except (KeyError, StorageError, OSError) as error:
             return error
 
-    def _body_in(self, data: bytes, at: int, seq: int, number: int, offset: int) -> bytes:
-        """The body of message `seq` from its record at `at` in `data` (read from
-        `offset` of segment `number`), checked."""
+    def _body_in(self, data: bytes, at: int, seq: int, number: int, offset: int,
+                 whole: bool = False):
+        """The body of message `seq` (with `whole`, its MessageFields) from its record
+        at `at` in `data` (read from `offset` of segment `number`), checked."""
         parsed = parse_record(data, at)
         if parsed is None or parsed.kind != KIND_MESSAGE or parsed.seq != seq:
             raise StorageError(f"{self._path(number)}: offset {offset}: "
                                f"record of message {seq} is damaged")
-        return decode_message(data, at, parsed.length).body
+        fields = decode_message(data, at, parsed.length)
+        return fields if whole else fields.body
 
     def close(self, flush: bool = True) -> None:
         """Sync (unless `flush` is False, which loses what was not synced) and close.

@@ -56,6 +56,7 @@ class Channel:
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, Delivery] = {}
         self.next_delivery_tag = 1
+        self._holds: list = []   # delayed exchanges a routed message reached (reused)
         self.consumer_prefetch = 0
         self.global_prefetch = 0
         # Unacked deliveries the channel-wide limit does not count, as RabbitMQ's
@@ -245,7 +246,9 @@ class Channel:
             delay = delay_ms(message)
             if delay:
                 return self._hold(exchange, message, mandatory, delay)
-        queues = self.vhost.route(exchange, message)
+        queues = self.vhost.route(exchange, message, self._holds)
+        if self._holds:
+            return self._hold_reached(queues, message, mandatory)
         accepted = True
         if queues:
             for queue in queues:
@@ -268,6 +271,28 @@ class Channel:
             return True
         exchange.hold(message, delay)
         return True
+
+    def _hold_reached(self, queues, message: Message, mandatory: bool) -> bool:
+        """The message reached delayed exchanges through exchange-to-exchange bindings
+        or as an alternate exchange: each holds it, as the plugin does, and the queues
+        reached on the way get it at once. A mandatory one that reached no queue and
+        that none of these exchanges would route now is returned and held nowhere, as
+        one published to a delayed exchange."""
+        holds = self._holds[:]
+        self._holds.clear()
+        if mandatory and not queues and not any(self.vhost.route(exchange, message)
+                                                for exchange, _delay in holds):
+            self.connection.write(self.connection.framer.encode_return(
+                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
+                message.properties, message.body))
+            return True
+        for exchange, delay in holds:
+            exchange.hold(message, delay)
+        accepted = True
+        for queue in queues:
+            if not queue.enqueue(message, self.connection):
+                accepted = False
+        return accepted
 
     def _reply(self, message: Message, mandatory: bool) -> bool:
         """A reply to a direct reply-to request goes straight to the requester."""

@@ -8,25 +8,31 @@ are then. Due times are wall-clock milliseconds (they stay right across a restar
 scheduler's monotonic timer only wakes the exchange up, and a message is released only
 once the wall clock has reached its due time, so it is never early.
 
-Held messages are kept in one heap of (due time, seq, message), without their decoded
-properties (dropped when held, decoded again if a feature needs them). A durable
-exchange writes persistent messages to its DelayedStore (the server's, over a queue
-file) in the same group commit as every other durable write, so a publisher confirm
-means the message is on disk.
+Held messages are written to the exchange's DelayedStore (the server's, over a queue
+file of its own; in memory on a broker without a data directory); the exchange keeps
+only a heap of ints, each packing a message's due time, seq and persistence, so memory
+grows with the number of held messages, not their size. When messages are due, the
+store reads their records back (off the event loop) and they are routed in due-time
+order, one batch at a time. Persistent messages held by a durable exchange are written
+in the same group commit as every other durable write, so a publisher confirm means the
+message is on disk; the others are written for paging only.
 """
 
 import heapq
 import logging
 import math
 import re
+import struct
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
+from amqp_codec import headers_entries, replace_properties
 from amqp_codec.field_table import text_value
 
 from .errors import precondition_failed
 from .exchange import EXCHANGE_TYPES, Exchange
-from .message import Message
+from .message import Message, SenderRoutedMessage
 from .scheduler import Timer
 
 if TYPE_CHECKING:
@@ -42,13 +48,63 @@ _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
 class DelayedStore(Protocol):
-    """Where a durable delayed exchange keeps its persistent held messages."""
+    """Where a delayed exchange keeps the records of its held messages."""
 
-    def append(self, seq: int, due_ms: int, message: Message) -> None: ...
+    def append(self, seq: int, due_ms: int, message: Message) -> bool:
+        """Write the message; True if it is kept across a restart (persistent)."""
 
-    def remove(self, seq: int) -> None: ...
+    def read(self, seqs: list[int], on_read) -> None:
+        """Read the messages `seqs` back; `on_read(messages)` follows (on the event
+        loop), each a Message or None when it could not be read."""
+
+    def remove(self, seq: int, persistent: bool) -> None: ...
 
     def drop(self) -> None: ...
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq the store ever took: the next one must be above it."""
+
+
+class MemoryDelayedStore:
+    """A delayed exchange's store on a broker without a data directory."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self):
+        self.messages: dict[int, Message] = {}
+
+    def append(self, seq: int, due_ms: int, message: Message) -> bool:
+        self.messages[seq] = message
+        return False
+
+    def read(self, seqs: list[int], on_read) -> None:
+        on_read([self.messages.get(seq) for seq in seqs])
+
+    def remove(self, seq: int, persistent: bool) -> None:
+        self.messages.pop(seq, None)
+
+    def drop(self) -> None:
+        self.messages.clear()
+
+    @property
+    def last_seq(self) -> int:
+        return max(self.messages, default=0)
+
+
+# A held message in the exchange's heap: one int, ordered by due time then seq.
+_SEQ_BITS = 48                     # seqs restart from the store's last one; 2^48 is far
+_DUE_SHIFT = _SEQ_BITS + 1
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+READ_BATCH = 1000                  # messages read back and routed at once
+
+
+def _held(due: int, seq: int, persistent: bool) -> int:
+    return (due << _DUE_SHIFT) | (seq << 1) | persistent
+
+
+def _held_seq(held: int) -> int:
+    return (held >> 1) & _SEQ_MASK
 
 
 def delay_ms(message: Message) -> int:
@@ -68,6 +124,19 @@ def delay_ms(message: Message) -> int:
     if not isinstance(value, int) or not 0 < value <= MAX_DELAY_MS:
         return 0
     return value
+
+
+def with_delay_negated(message: Message, delay: int) -> Message:
+    """The message as the plugin forwards it when due: its `x-delay` header replaced,
+    where it was, by the negated delay (a signed 32-bit integer; 64-bit above 2^31-1),
+    so that it is not delayed again downstream and consumers can tell it was delayed."""
+    value = (b"I" + struct.pack(">i", -delay) if delay < 2**31
+             else b"l" + struct.pack(">q", -delay))
+    entry = b"\x07" + DELAY_HEADER.encode() + value
+    headers = b"".join(entry if key == DELAY_HEADER else raw
+                       for key, _value, raw in headers_entries(message.properties))
+    properties = replace_properties(message.properties, headers=headers)
+    return Message(message.exchange, message.routing_key, properties, message.body)
 
 
 def routing_class(name: str, arguments: dict | None) -> type:
@@ -93,10 +162,12 @@ class DelayedExchange(Exchange):
         super().__init__(name, durable, auto_delete, internal, arguments)
         self.routing = inner_class(name)      # the bindings' index, as its type keeps it
         self.vhost: "VirtualHost | None" = None
-        self.store: DelayedStore | None = None
-        self._due: list[tuple[int, int, Message]] = []   # heap of (due ms, seq, message)
+        self.store: DelayedStore = MemoryDelayedStore()
+        self._due: list[int] = []       # heap of _held(due ms, seq, persistent)
+        self._extra_keys: dict[int, tuple] = {}   # seq -> CC/BCC routing keys
         self._last_seq = 0
         self._timer: Timer | None = None
+        self._reading = False           # a batch of due messages is being read back
 
     @property
     def pending(self) -> int:
@@ -104,7 +175,8 @@ class DelayedExchange(Exchange):
 
     def attach(self, vhost: "VirtualHost", store: DelayedStore | None) -> None:
         self.vhost = vhost
-        self.store = store
+        if store is not None:
+            self.store = store
 
     # -- routing as the x-delayed-type --------------------------------------------------
 
@@ -123,23 +195,23 @@ class DelayedExchange(Exchange):
     # -- holding ------------------------------------------------------------------------
 
     def hold(self, message: Message, delay: int) -> None:
-        """Keep `message` until `delay` ms from now (written to the store when it is
-        persistent and the exchange durable)."""
+        """Keep `message` until `delay` ms from now (written to the store: durably when
+        it is persistent and the exchange durable)."""
         due = math.ceil(self._wall_seconds() * 1000) + delay   # never before now + delay
         seq = self._last_seq = self._last_seq + 1
-        if self.store is not None and message.persistent:
-            self.store.append(seq, due, message)
-        message.forget_decoded()
-        self._add(due, seq, message)
+        persistent = self.store.append(seq, due, with_delay_negated(message, delay))
+        if message.extra_routing_keys:     # the BCC keys are not in the record
+            self._extra_keys[seq] = message.extra_routing_keys
+        self._add(_held(due, seq, persistent))
 
     def restore_pending(self, store: DelayedStore, held: list) -> None:
-        """Messages recovered from the store at start-up: (seq, due ms, message) each,
-        in seq order, all persistent. Those already due are routed at the first timer
-        run."""
+        """Messages recovered from the store at start-up: (seq, due ms) each, in seq
+        order, all persistent. Those already due are routed at the first timer run; new
+        ones continue above every seq the store used (released ones included)."""
         self.store = store
-        for seq, due, message in held:
-            self._last_seq = max(self._last_seq, seq)
-            self._add(due, seq, message)
+        self._last_seq = max(self._last_seq, store.last_seq)
+        for seq, due in held:
+            self._add(_held(due, seq, True))
 
     def drop_pending(self) -> None:
         """The exchange is deleted: its held messages go with it, as in the plugin."""
@@ -147,12 +219,12 @@ class DelayedExchange(Exchange):
             self._timer.cancel()
             self._timer = None
         self._due.clear()
-        if self.store is not None:
-            self.store.drop()
+        self._extra_keys.clear()
+        self.store.drop()
 
-    def _add(self, due: int, seq: int, message: Message) -> None:
-        earliest = not self._due or due < self._due[0][0]
-        heapq.heappush(self._due, (due, seq, message))
+    def _add(self, held: int) -> None:
+        earliest = not self._due or held < self._due[0]
+        heapq.heappush(self._due, held)
         if earliest:
             self._schedule()
 
@@ -169,24 +241,49 @@ class DelayedExchange(Exchange):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not self._due or self.vhost is None:
+        if not self._due or self.vhost is None or self._reading:
             return
         scheduler = self.vhost.scheduler
-        wait = max(0, self._due[0][0] - self._now_ms()) / 1000
+        wait = max(0, (self._due[0] >> _DUE_SHIFT) - self._now_ms()) / 1000
         self._timer = scheduler.call_at(scheduler.clock() + wait, self._release_due)
 
     def _release_due(self) -> None:
-        """Route every message whose due time the wall clock has reached; one that
-        fails is logged and dropped, the others are still routed."""
+        """Take up to READ_BATCH messages whose due time the wall clock has reached and
+        have the store read them back; they are routed when the read is done."""
         self._timer = None
+        if self.deleted or self._reading:
+            return
+        limit = (self._now_ms() + 1) << _DUE_SHIFT    # every due time <= now
+        due = self._due
+        batch: list[int] = []
+        while due and due[0] < limit and len(batch) < READ_BATCH:
+            batch.append(heapq.heappop(due))
+        if not batch:
+            self._schedule()
+            return
+        self._reading = True
+        self.store.read([_held_seq(held) for held in batch],
+                        partial(self._route_batch, batch))
+
+    def _route_batch(self, batch: list[int], messages: list) -> None:
+        """Route the messages read back, in due-time order; one that cannot be read
+        (the store logged why) or fails to route is logged and dropped, the others are
+        still routed."""
+        self._reading = False
         if self.deleted:
             return
-        now = self._now_ms()
-        due = self._due
-        while due and due[0][0] <= now:
-            _, seq, message = heapq.heappop(due)
-            if self.store is not None and message.persistent:
-                self.store.remove(seq)
+        for held, message in zip(batch, messages):
+            seq = _held_seq(held)
+            extra_keys = self._extra_keys.pop(seq, ())
+            self.store.remove(seq, bool(held & 1))
+            if message is None:
+                log.error("event=delayed_message_unreadable exchange=%r seq=%d",
+                          self.name, seq)
+                continue
+            if extra_keys:
+                message = SenderRoutedMessage(message.exchange, message.routing_key,
+                                              message.properties, message.body,
+                                              extra_keys)
             try:
                 self._route_now(message)
             except Exception as error:

@@ -19,7 +19,7 @@ def _memory_store(vhost: str, queue: str) -> QueueStore:
     return MEMORY_STORE
 
 
-def _no_delayed_store(vhost: str, exchange: str):
+def _no_delayed_store(vhost: str, exchange: str, durable: bool):
     return None   # without a data directory, delayed messages are kept in memory only
 
 
@@ -37,7 +37,7 @@ class Persistence:
                  delayed_store_factory: Callable = _no_delayed_store):
         self.store_factory = store_factory
         self.stream_factory = stream_factory   # (vhost, queue, StreamRetention) -> store
-        # (vhost, exchange) -> the DelayedStore of a durable x-delayed-message exchange
+        # (vhost, exchange, durable) -> the DelayedStore of an x-delayed-message exchange
         self.delayed_store_factory = delayed_store_factory
         self.on_commit_request: Callable[[], None] = lambda: None
         self.writes = 0                  # ever-increasing count of pending-or-done writes

@@ -13,7 +13,7 @@ from .errors import (ConnectionFailure, access_refused, not_found, precondition_
 from .message_store import MEMORY_STORE
 
 from .exchange import ALTERNATE_EXCHANGE, EXCHANGE_TYPES, Exchange, field_type_name
-from .delayed_exchange import DELAYED_KIND, DelayedExchange
+from .delayed_exchange import DELAYED_KIND, DelayedExchange, delay_ms
 from .limits import Limits
 from .message import Message
 from .policy import VhostPolicies, merged_definition
@@ -128,8 +128,8 @@ class VirtualHost:
                 f"'{ALTERNATE_EXCHANGE}' in exchange '{name}' in vhost '{self.name}'")
         exchange = exchange_class(name, durable, auto_delete, internal, arguments)
         if isinstance(exchange, DelayedExchange):
-            exchange.attach(self, self.persistence.delayed_store_factory(self.name, name)
-                            if durable else None)
+            exchange.attach(self, self.persistence.delayed_store_factory(self.name, name,
+                                                                         durable))
         self._apply_policy(exchange)
         self.exchanges[name] = exchange
         if durable:
@@ -404,15 +404,18 @@ class VirtualHost:
 
     # -- routing -------------------------------------------------------------------
 
-    def route(self, exchange: Exchange, message: Message) -> Sequence[QueueBase]:
+    def route(self, exchange: Exchange, message: Message,
+              holds: list | None = None) -> Sequence[QueueBase]:
         """Every queue the message reaches, following exchange-to-exchange bindings and
-        alternate exchanges."""
+        alternate exchanges. With `holds`, a delayed exchange reached on the way that
+        would delay the message is not followed: (exchange, delay) goes into `holds`
+        for the caller to hold the message there (as the plugin delays it)."""
         destinations = (exchange.route(message) if not message.extra_routing_keys
                         else _destinations(exchange, message))
         if not destinations:
             if exchange.alternate is None:
                 return ()
-            return self._route_through(exchange, [], [], message)
+            return self._route_through(exchange, [], [], message, holds)
         if not exchange.exchange_bindings:
             return tuple(destinations)   # queues only (a copy: enqueueing may unbind)
         queues = []
@@ -424,11 +427,11 @@ class VirtualHost:
                 pending = pending or []
                 pending.append(destination)
         if pending:
-            return self._route_through(exchange, pending, queues, message)
+            return self._route_through(exchange, pending, queues, message, holds)
         return queues
 
     def _route_through(self, source: Exchange, pending: list, queues: list,
-                       message: Message) -> list[QueueBase]:
+                       message: Message, holds: list | None) -> list[QueueBase]:
         """Follow the exchanges in `pending` (`source` routed to them and to `queues`,
         or, both empty, nowhere). An exchange that routes the message nowhere hands it
         to its alternate exchange, as in RabbitMQ: one that does not exist is skipped,
@@ -442,6 +445,11 @@ class VirtualHost:
             if id(exchange) in seen_exchanges:
                 continue
             seen_exchanges.add(id(exchange))
+            if holds is not None and exchange.delays_messages:
+                delay = delay_ms(message)
+                if delay:
+                    holds.append((exchange, delay))
+                    continue
             destinations = _destinations(exchange, message)
             if not destinations:
                 self._add_alternate(exchange, pending)
@@ -465,8 +473,9 @@ class VirtualHost:
 def _destinations(exchange: Exchange, message: Message):
     """Where `exchange` routes the message, with its routing key and the ones its CC and
     BCC headers added (each destination once; fanout and headers exchanges do not look
-    at routing keys)."""
-    if exchange.kind not in _KEYED_KINDS:
+    at routing keys; a delayed exchange routes as its x-delayed-type)."""
+    kind = exchange.routing.kind if isinstance(exchange, DelayedExchange) else exchange.kind
+    if kind not in _KEYED_KINDS:
         return exchange.route(message)
     found = dict.fromkeys(exchange.route(message))
     for routing_key in message.extra_routing_keys:

@@ -12,7 +12,7 @@ from broker.core.broker import Broker
 from broker.core.delayed_exchange import DelayedExchange
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from broker.core.policy import PolicyError, make_policy
-from .delayed_store import DurableDelayedStore, held_message
+from .delayed_store import DurableDelayedStore, held_index
 from .durable_store import DurableQueueStore
 from .read_pool import ReadPool
 from broker.core.persistence import Persistence
@@ -34,10 +34,16 @@ DELAYED_DIRECTORY = "delayed"   # one queue file per durable x-delayed-message e
 GUEST_PASSWORD = "guest"   # RabbitMQ's default user, guest/guest, in a new metadata store
 
 
-def delayed_store_id(vhost: str, exchange: str) -> str:
-    """The directory name of a delayed exchange's store: a digest of its vhost and
-    name, so that the store is found again at start-up without a metadata column."""
+def delayed_store_prefix(vhost: str, exchange: str) -> str:
+    """The start of a delayed exchange's store directory name: a digest of its vhost
+    and name, so that the store is found again at start-up without a metadata column."""
     return hashlib.sha256(f"{vhost}\0{exchange}".encode()).hexdigest()[:32]
+
+
+def delayed_store_generation(name: str) -> int:
+    """The generation in a store directory name `<prefix>.<generation>` (-1 if none)."""
+    _prefix, _dot, generation = name.partition(".")
+    return int(generation) if generation.isdigit() else -1
 
 
 class DurableStorage:
@@ -49,6 +55,12 @@ class DurableStorage:
         os.makedirs(self.queues_dir, exist_ok=True)
         self.delayed_dir = os.path.join(data_dir, DELAYED_DIRECTORY)
         os.makedirs(self.delayed_dir, exist_ok=True)
+        # Each delayed store gets a directory of its own, with a generation above every
+        # one on disk: a store redeclared before the old one's files are dropped never
+        # shares them, and at start-up an exchange's store is its newest generation.
+        self._delayed_generation = max(
+            (delayed_store_generation(name) for name in os.listdir(self.delayed_dir)),
+            default=0)
         guest_password = PasswordHash(hash_password(GUEST_PASSWORD), SHA256_ALGORITHM)
         self.metadata = MetadataStore.open(metadata_url, data_dir, guest_password)
         self.persistence = Persistence(self.new_queue_store, self.new_stream_store,
@@ -66,10 +78,13 @@ class DurableStorage:
                          **log_settings(retention))
         return DurableStreamStore(log_, self.persistence, store_id, self.reads)
 
-    def new_delayed_store(self, vhost: str, exchange: str) -> DurableDelayedStore:
-        store_id = delayed_store_id(vhost, exchange)
+    def new_delayed_store(self, vhost: str, exchange: str,
+                          durable: bool) -> DurableDelayedStore:
+        self._delayed_generation += 1
+        store_id = f"{delayed_store_prefix(vhost, exchange)}.{self._delayed_generation}"
         queue_file = QueueFile(os.path.join(self.delayed_dir, store_id))
-        return DurableDelayedStore(queue_file, self.persistence, store_id, self.reads)
+        return DurableDelayedStore(queue_file, self.persistence, store_id, self.reads,
+                                   exchange, durable)
 
     # -- committing (worker thread) ---------------------------------------------------
 
@@ -195,20 +210,30 @@ class DurableStorage:
         self._remove_orphans(known_stores)
         self._remove_orphan_delayed(known_delayed)
 
-    def _restore_delayed(self, vhost: str, exchange) -> str:
-        """A delayed exchange's held messages, from its queue file; returns its id."""
-        store_id = delayed_store_id(vhost, exchange.name)
+    def _restore_delayed(self, vhost: str, exchange) -> str | None:
+        """A delayed exchange's held messages, from the newest generation of its store
+        (a newer one is written only after the metadata commit that declared the
+        exchange it belongs to, see docs/delayed-messages.md); returns its id."""
+        prefix = delayed_store_prefix(vhost, exchange.name) + "."
+        generations = [name for name in os.listdir(self.delayed_dir)
+                       if name.startswith(prefix)]
+        if not generations:
+            exchange.attach(exchange.vhost, self.new_delayed_store(vhost, exchange.name,
+                                                                   True))
+            return None
+        store_id = max(generations, key=delayed_store_generation)
         queue_file, records, problems = QueueFile.recover(
-            os.path.join(self.delayed_dir, store_id))
-        store = DurableDelayedStore(queue_file, self.persistence, store_id, self.reads)
-        exchange.restore_pending(store, [held_message(exchange.name, record)
-                                         for record in records])
+            os.path.join(self.delayed_dir, store_id), load_bodies=False)
+        store = DurableDelayedStore(queue_file, self.persistence, store_id, self.reads,
+                                    exchange.name, True)
+        exchange.restore_pending(store, [held_index(record) for record in records])
         log.info("event=delayed_recovered vhost=%s exchange=%s messages=%d problems=%d",
                  vhost, exchange.name, len(records), len(problems))
         return store_id
 
     def _remove_orphan_delayed(self, known: set) -> None:
-        """Delayed stores of exchanges deleted before their files were removed."""
+        """Delayed stores of exchanges deleted (or transient) before their files were
+        removed, and older generations of a redeclared exchange's store."""
         for name in os.listdir(self.delayed_dir):
             if name not in known:
                 shutil.rmtree(os.path.join(self.delayed_dir, name), ignore_errors=True)
