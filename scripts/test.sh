@@ -3,8 +3,11 @@
 # Java and Go clients for the interop tests, PostgreSQL for the metadata tests, iproute2
 # for the network namespace of the loopback_users tests, RabbitMQ for the differential
 # tests, which start a throw-away node of their own; .venv with Warren and its test
-# dependencies) and run the whole suite.
-# Extra arguments go to pytest.
+# dependencies) and run the whole suite; then run the integration tests again against a
+# throw-away RabbitMQ node (tests/rabbitmq_node.py run), Warren-only tests deselected, so
+# every run proves that they pass against RabbitMQ too (docs/testing.md).
+# Extra arguments go to the first pytest run. The exit status is non-zero when either
+# run fails; pytest's 5 (no tests ran) is a failure too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,4 +55,22 @@ if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
 fi
 
 source scripts/venv.sh "[test]"
-exec .venv/bin/python -m pytest "$@"
+warren_status=0
+.venv/bin/python -m pytest "$@" || warren_status=$?
+
+# Not run again against RabbitMQ (docs/testing.md, "The RabbitMQ run"): the Spark tests
+# (`slow`), the differential runner (the first run compared Warren with a throw-away node
+# already), and the loopback_users test that needs a broker listening on every interface.
+echo "== the integration tests against a throw-away RabbitMQ node (Warren-only ones deselected)"
+rabbitmq_status=0
+.venv/bin/python tests/rabbitmq_node.py run -- \
+    .venv/bin/python -m pytest tests/integration -q -m "not slow" \
+    --ignore tests/integration/test_differential.py \
+    --deselect tests/integration/test_loopback_users.py::test_guest_is_refused_from_a_non_loopback_address_and_accepted_from_loopback \
+    || rabbitmq_status=$?
+
+[ "$warren_status" = 0 ] || echo "test.sh: the test suite failed (pytest exit status $warren_status)" >&2
+[ "$rabbitmq_status" = 0 ] \
+    || echo "test.sh: the run against RabbitMQ failed (exit status $rabbitmq_status)" >&2
+if [ "$warren_status" != 0 ]; then exit "$warren_status"; fi
+exit "$rabbitmq_status"

@@ -103,14 +103,17 @@ class WarrenAdmin:
 
 
 class RabbitAdmin:
-    """Runs `rabbitmqctl` against the local RabbitMQ node (RABBITMQ_NODENAME, or the
-    default node of this host)."""
+    """Runs `rabbitmqctl` against a local RabbitMQ node: RABBITMQ_NODENAME with the cookie
+    RABBITMQ_ERLANG_COOKIE (what tests/rabbitmq_node.py's `run` exports for its
+    throw-away node), or the default node of this host with its cookie."""
 
-    def __init__(self, node: str | None = None):
+    def __init__(self, node: str | None = None, cookie: str | None = None):
         self.node = node or os.environ.get("RABBITMQ_NODENAME")
+        self.cookie = cookie or os.environ.get("RABBITMQ_ERLANG_COOKIE")
 
     def call(self, *args: str) -> None:
-        command = ["rabbitmqctl", *(["-n", self.node] if self.node else []), "-q", *args]
+        command = ["rabbitmqctl", *(["-n", self.node] if self.node else []),
+                   *(["--erlang-cookie", self.cookie] if self.cookie else []), "-q", *args]
         result = subprocess.run(command, capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
             raise AdminRefused((result.stderr or result.stdout).strip())

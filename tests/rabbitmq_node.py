@@ -2,8 +2,19 @@
 the test suite's differential runner (tests/integration/differential.py) replays its
 scenarios on it. Debian's rabbitmq-server package provides the node; nothing is shared
 with a system node (own node name, ports, data, logs, config and Erlang cookie).
+
+As a command, it runs another command beside a throw-away node and stops the node
+afterwards, whatever happens (scripts/test.sh runs the integration tests so):
+
+    python tests/rabbitmq_node.py run -- python -m pytest tests/integration
+
+The command's environment names the node: WARREN_TEST_BROKER (host:port of its AMQP
+listener), RABBITMQ_NODENAME and RABBITMQ_ERLANG_COOKIE (what rabbitmqctl needs to reach
+it: tests/broker_admin.py's RabbitAdmin passes them as -n and --erlang-cookie). The exit
+status is the command's, or 1 when the node does not start.
 """
 
+import argparse
 import logging
 import os
 import random
@@ -11,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -175,6 +187,17 @@ class RabbitInstance:
     def pid(self):
         return self.beam_pid
 
+    @property
+    def cookie(self) -> str:
+        """The node's Erlang cookie, made by the node at its first start in its HOME."""
+        return (self.base / ".erlang.cookie").read_text().strip()
+
+    def environment(self) -> dict:
+        """What a test run needs to reach this node: AMQP, and rabbitmqctl."""
+        return {"WARREN_TEST_BROKER": f"{HOST}:{self.port}",
+                "RABBITMQ_NODENAME": self.node,
+                "RABBITMQ_ERLANG_COOKIE": self.cookie}
+
     def alive(self) -> bool:
         return self.shell is not None and self.shell.poll() is None
 
@@ -214,3 +237,65 @@ class RabbitInstance:
             if self.base:
                 shutil.rmtree(self.base, ignore_errors=True)
                 self.base = None
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGHUP arrived while the command ran."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum, _frame):
+    raise Stopped(signum)
+
+
+def run_beside_node(command: list[str], start_timeout: float) -> int:
+    """Start a node, run `command` with the node's environment, stop the node."""
+    node = RabbitInstance(start_timeout, node_prefix="warren-test")
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_stopped)
+    try:
+        try:
+            node.start()
+        except NodeError as error:
+            print(f"rabbitmq_node: the throw-away RabbitMQ node did not start: {error}",
+                  file=sys.stderr)
+            return 1
+        print(f"rabbitmq_node: RabbitMQ {node.server.get('version', '?')} node {node.node} "
+              f"on {HOST}:{node.port}, started in {node.startup_s:.1f} s", file=sys.stderr)
+        return subprocess.run(command, env={**os.environ, **node.environment()}).returncode
+    except Stopped as stopped:     # subprocess.run has killed the command
+        print(f"rabbitmq_node: stopped by {stopped}", file=sys.stderr)
+        return 128 + stopped.signum
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)   # a second signal must not leave it running
+        node.stop()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Run a command beside a throw-away RabbitMQ node (Debian's "
+                    "rabbitmq-server), stopping the node afterwards.")
+    subcommands = parser.add_subparsers(dest="subcommand", required=True)
+    run = subcommands.add_parser(
+        "run", help="start a node, run COMMAND with WARREN_TEST_BROKER, RABBITMQ_NODENAME "
+                    "and RABBITMQ_ERLANG_COOKIE naming it, stop the node; exit with "
+                    "COMMAND's status")
+    run.add_argument("--start-timeout", type=float, default=120.0,
+                     help="seconds the node may take to accept AMQP (default 120)")
+    run.add_argument("command", nargs=argparse.REMAINDER,
+                     help="the command, after --")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("run needs a command after --")
+    return run_beside_node(command, args.start_timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -183,6 +183,7 @@ def test_dead_letter_routing_key_replaces_the_keys_and_drops_cc(chan, names):
         assert take_all(chan, targets[key]) == []
 
 
+@pytest.mark.warren_only("restarts a Warren broker of its own (broker_factory)")
 def test_stored_message_keeps_cc_only_and_is_dead_lettered_by_it(broker_factory,
                                                                 tmp_path):
     """Warren only (it restarts its broker): BCC is taken out before the message is

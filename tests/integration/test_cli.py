@@ -5,9 +5,13 @@ import sys
 from pathlib import Path
 
 import pika
+import pytest
 
 from broker import __version__
 from broker_process import LISTENING, BrokerProcess
+
+pytestmark = pytest.mark.warren_only(
+    "runs `warren serve` itself: its command line, configuration file and start-up failures")
 
 SERVE = [sys.executable, "-m", "broker", "serve"]
 

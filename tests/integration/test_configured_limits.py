@@ -5,9 +5,13 @@ which also run against RabbitMQ). Each attack runs on its own connection to a de
 broker while a RunningBystander publishes and consumes beside it."""
 
 from pamqp import commands
+import pytest
 
 from bystander import RunningBystander
 from raw_amqp import FRAME_BODY, connect, raw_frame
+
+pytestmark = pytest.mark.warren_only(
+    "Warren's [limits] configuration file, on a Warren broker of its own (broker_factory)")
 
 
 def test_configured_channel_max_and_frame_max_are_offered_and_enforced(broker_factory,

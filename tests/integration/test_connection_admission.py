@@ -20,6 +20,9 @@ from bystander import RunningBystander, assert_broker_serves
 from raw_amqp import (PROTOCOL_HEADER, RawAmqpClient, connect, plain_response,
                       read_socket_until_closed, start_ok_frame)
 
+pytestmark = pytest.mark.warren_only(
+    "attacks a Warren broker of its own (BrokerProcess) and reads its admission limits and log")
+
 DEADLINE = 30.0   # the longest any single wait below may take on a loaded machine
 FLOOD = 100       # sockets past connection_max that handshake at once
 # Protocol header, Start-Ok, Tune-Ok and Open in one write, as a flood would send them.

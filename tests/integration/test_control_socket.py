@@ -13,6 +13,9 @@ import pytest
 from bystander import RunningBystander
 from tenants import open_as
 
+pytestmark = pytest.mark.warren_only(
+    "Warren's control socket, attacked on a Warren broker of its own (broker_factory)")
+
 TIMEOUT = 30.0
 USAGE = 'expected {"op": NAME, "args": {...}} on one line'
 

@@ -5,9 +5,13 @@ restart on the same data directory, in publish order."""
 import random
 
 import pika
+import pytest
 
 from crash_workload import (PERSISTENT, QUEUE, declare, drain, lost_messages,
                             out_of_order, run_cycle)
+
+pytestmark = pytest.mark.warren_only(
+    "kills (SIGKILL) and restarts a Warren broker of its own (broker_factory)")
 
 CYCLES = 3
 PUBLISHERS = 3

@@ -22,6 +22,9 @@ import raw_amqp
 from bystander import RunningBystander
 from pika_helpers import _test_deadline, connect, consume_and_ack  # noqa: F401  (fixture)
 
+pytestmark = pytest.mark.warren_only(
+    "fills the disk of a Warren broker of its own on a small tmpfs (broker_factory)")
+
 PIKA_TEST_TIMEOUT = 240
 DISK_SIZE = 20 * 1024 * 1024
 BODY = 64 * 1024                # more than a page: a write of one always needs new space

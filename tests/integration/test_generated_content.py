@@ -24,6 +24,9 @@ from test_hostile_content import (
     shortstr,
 )
 
+pytestmark = pytest.mark.warren_only(
+    "hostile generated content on a Warren broker of its own (BrokerProcess)")
+
 SETTINGS = settings(deadline=None, max_examples=60,
                     suppress_health_check=[HealthCheck.too_slow])
 

@@ -18,6 +18,9 @@ from bystander import RunningBystander
 from raw_amqp import (FRAME_HEADER, RawAmqpClient, connect, method_frame, raw_frame,
                       start_ok_frame)
 
+pytestmark = pytest.mark.warren_only(
+    "attacks a Warren broker of its own (broker_factory), as hostile-input tests run")
+
 CLOSE_CONNECTION = (10, 50)
 CLOSE_CHANNEL = (20, 40)
 PLAIN_GUEST = b"\x00guest\x00guest"

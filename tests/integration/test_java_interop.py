@@ -5,8 +5,10 @@ a broker restart, and channel error codes.
 Each test runs one program of interop/java/ (compiled once per session by java_support)
 and asserts on the `RESULT key=value` lines it prints. With WARREN_TEST_BROKER=host:port
 every test except the recovery one runs against that broker (RabbitMQ is the reference);
-the recovery test restarts a dedicated Warren and so always runs against Warren.
+the recovery test restarts a dedicated Warren and so is Warren-only.
 """
+
+import pytest
 
 from java_support import java_programs  # noqa: F401  (fixture)
 
@@ -76,6 +78,7 @@ def test_heartbeats_keep_idle_connection_open(broker, java_programs):
     assert run["open_at_end"] == "true"
 
 
+@pytest.mark.warren_only("restarts a Warren broker of its own (broker_factory)")
 def test_automatic_recovery_across_broker_restart(broker_factory, java_programs):
     warren = broker_factory()
     program = java_programs.start("Recovery", warren)

@@ -15,7 +15,6 @@ same way. A namespace that cannot be created fails the test, naming what is miss
 import json
 import os
 import secrets
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
+from broker_admin import RabbitAdmin
 from broker_process import BrokerProcess
 from login_probe import probe
 from network_namespace import ClientNamespace
@@ -81,17 +81,13 @@ def _warren_target(broker_factory, tmp_path, config: str) -> Target:
 
 def _rabbitmq_target(port: int):
     user, password = "loopback-" + secrets.token_hex(6), secrets.token_hex(12)
-    _rabbitmqctl("add_user", user, password)
+    admin = RabbitAdmin()
+    admin.add_user(user, password)
     try:
-        _rabbitmqctl("set_permissions", "-p", "/", user, ".*", ".*", ".*")
+        admin.set_permissions(user, "/", ".*", ".*", ".*")
         yield Target(port, "guest", user, password, None)
     finally:
-        _rabbitmqctl("delete_user", user)
-
-
-def _rabbitmqctl(*arguments: str) -> None:
-    subprocess.run(["rabbitmqctl", *arguments], check=True, capture_output=True,
-                   timeout=60)
+        admin.delete_user(user)
 
 
 def _hashed(password: str) -> PasswordHash:
@@ -128,6 +124,7 @@ def test_guest_is_refused_from_a_non_loopback_address_and_accepted_from_loopback
         assert target.guest_password not in log and target.password not in log
 
 
+@pytest.mark.warren_only("Warren's loopback_users setting, on a Warren broker of its own")
 def test_an_empty_loopback_users_lets_guest_in_from_anywhere(namespace, broker_factory,
                                                               tmp_path):
     warren = _warren_target(broker_factory, tmp_path, "loopback_users = []\n")

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.warren_only(
+    "Warren's metadata store on SQLite and PostgreSQL: no broker involved")
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 import test_metadata  # noqa: E402  (the shared tests; pytest imports it by this name)
 

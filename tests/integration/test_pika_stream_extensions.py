@@ -38,6 +38,9 @@ from stream_helpers import (
     next_delivery, nothing_more, publish_confirmed, stream_offset, texts,
 )
 
+pytestmark = pytest.mark.warren_only(
+    "Warren's stream behaviour that RabbitMQ 3.10 does not share (docs/streams.md, differences)")
+
 TRACKING = "x-stream-automatic-offset-tracking"
 END = "x-stream-end-offset"
 # How long retention may take to show: it runs from the flush every 0.2 s.

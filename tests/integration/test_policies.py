@@ -548,6 +548,7 @@ def test_dead_letters_follow_the_alternate_exchange(space):
 
 # -- durability (Warren only: restarts a broker of its own) ------------------------------
 
+@pytest.mark.warren_only("restarts and kills a Warren broker of its own (broker_factory)")
 def test_policies_survive_a_restart_and_a_kill(broker_factory, tmp_path):
     data_dir = str(tmp_path / "data")
     broker = broker_factory(data_dir=data_dir)
@@ -586,6 +587,7 @@ def test_policies_survive_a_restart_and_a_kill(broker_factory, tmp_path):
     close_quietly(connection)
 
 
+@pytest.mark.warren_only("restarts and kills a Warren broker of its own (broker_factory)")
 def test_a_policy_applies_to_messages_recovered_at_start_up(broker_factory, tmp_path):
     """Messages beyond a policy's limit at start-up (unacked when the limit came, so
     not dropped then, and ready again after the crash) are dropped as the queue is

@@ -23,6 +23,9 @@ from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from storage.metadata import SQLITE_FILE_NAME, MetadataStore, PasswordHash
 from stream_helpers import Reader
 
+pytestmark = pytest.mark.warren_only(
+    "Warren's metadata on PostgreSQL (--metadata-url), restarted and killed (broker_factory)")
+
 PER_ROUTE = 5          # messages published along each route in each phase
 STREAM_WAIT = 30.0     # seconds for a stream reader to receive what the stream holds
 

@@ -14,6 +14,9 @@ from pamqp import commands
 
 from raw_amqp import connect
 
+pytestmark = pytest.mark.warren_only(
+    "signals a Warren broker of its own (broker_factory) and checks its exit status")
+
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_closes_clients_with_320_and_exits_0(broker_factory, sig):

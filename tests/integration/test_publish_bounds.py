@@ -13,6 +13,9 @@ from bystander import RunningBystander
 from pika_helpers import consume_and_ack
 from raw_amqp import connect, content_body_frame, content_header_frame
 
+pytestmark = pytest.mark.warren_only(
+    "Warren's memory alarm and message size limit, on a Warren broker of its own (broker_factory)")
+
 WATERMARK = 4_000_000            # bytes: [alarms] memory_high_watermark_absolute
 FILL_BODY = bytes(100_000)       # the 40th of these takes the held memory past it
 EVENT_TIMEOUT = 60               # seconds any awaited event may take on a loaded machine

@@ -4,11 +4,15 @@ lifecycle"), and nothing still in the queue is lost, duplicated or reordered, ev
 the broker is killed with SIGKILL afterwards."""
 
 from pathlib import Path
+import pytest
 
 
 from numbered_bodies import (PERSISTENT, body_index, connect, fill_durable_queue,
                              numbered_body)
 from pika_helpers import _test_deadline, wait_until  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.warren_only(
+    "Warren's queue-file compaction; kills a Warren broker of its own (broker_factory)")
 
 PIKA_TEST_TIMEOUT = 300     # publishes and consumes ~48 MiB: about 15 s here
 QUEUE = "compaction-durable"

@@ -1,8 +1,12 @@
 """A raised resource alarm blocks publishing connections, as RabbitMQ's alarms do."""
 
 import pika
+import pytest
 
 from broker_process import BrokerProcess
+
+pytestmark = pytest.mark.warren_only(
+    "raises Warren's disk alarm through its configuration file (BrokerProcess)")
 
 QUEUE = "alarm-queue"
 

@@ -137,6 +137,7 @@ def impersonation_works(warren) -> None:
         close_quietly(connection)
 
 
+@pytest.mark.warren_only("restarts and kills a Warren broker of its own (broker_factory)")
 @pytest.mark.parametrize("end", ["stop", "kill -9"])
 def test_what_is_set_at_run_time_survives_the_broker(broker_factory, tmp_path, end):
     data_dir = str(tmp_path / "data")

@@ -7,11 +7,15 @@ import signal
 import threading
 
 import pika.exceptions
+import pytest
 
 from pika_helpers import _test_deadline, close_quietly, connect, wait_until  # noqa: F401
 from stream_helpers import (
     Reader, STREAM, confirm_channel, publish_confirmed, texts,
 )
+
+pytestmark = pytest.mark.warren_only(
+    "kills (SIGKILL) and restarts a Warren broker of its own (broker_factory)")
 
 PIKA_TEST_TIMEOUT = 120
 STREAM_NAME = "crash-stream"

@@ -58,6 +58,16 @@ class TlsBroker:
     warren: BrokerProcess | None = None   # None: an external broker (RabbitMQ)
 
 
+def warren_unless_tls_broker(test):
+    """Tests of the shared TLS broker run against WARREN_TEST_TLS_BROKER when it names
+    one (a RabbitMQ node set up as the module docstring says); otherwise they start a
+    Warren of their own, and are Warren-only."""
+    if os.environ.get("WARREN_TEST_TLS_BROKER"):
+        return test
+    return pytest.mark.warren_only(
+        "a Warren TLS broker of its own (set WARREN_TEST_TLS_BROKER to run it elsewhere)")(test)
+
+
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> Path:
     existing = os.environ.get("WARREN_TEST_TLS_PKI")
@@ -186,12 +196,14 @@ def messages() -> list[bytes]:
 
 # -- the shared TLS broker: Warren, or RabbitMQ with WARREN_TEST_TLS_BROKER --------------
 
+@warren_unless_tls_broker
 def test_shared_pika_plain_login_over_tls_without_a_client_certificate(shared):
     bodies = messages()
     with tls_connection(shared, client_context(shared.pki)) as connection:
         assert round_trip(connection, bodies) == bodies
 
 
+@warren_unless_tls_broker
 def test_shared_pika_external_logs_in_the_user_of_the_certificate(shared):
     external = pika.credentials.ExternalCredentials()
     with tls_connection(shared, client_context(shared.pki, "guest"), external) as connection:
@@ -207,6 +219,7 @@ def test_shared_pika_external_logs_in_the_user_of_the_certificate(shared):
         assert "authenticated user was 'tls-user'" in closed.value.reply_text
 
 
+@warren_unless_tls_broker
 def test_shared_external_is_offered_over_tls_only(shared):
     assert offered_mechanisms(shared, client_context(shared.pki)) == {
         "PLAIN", "AMQPLAIN", "EXTERNAL"}
@@ -214,6 +227,7 @@ def test_shared_external_is_offered_over_tls_only(shared):
         assert set(client.start_handshake().mechanisms.split()) == {"PLAIN", "AMQPLAIN"}
 
 
+@warren_unless_tls_broker
 @pytest.mark.parametrize("certificate", [None, "nobody"],
                          ids=["no-client-certificate", "no-such-user"])
 def test_shared_external_without_a_known_user_is_refused_with_403(shared, certificate):
@@ -227,6 +241,7 @@ def test_shared_external_without_a_known_user_is_refused_with_403(shared, certif
                        pika.credentials.ExternalCredentials())
 
 
+@warren_unless_tls_broker
 def test_shared_external_over_plain_tcp_is_dropped_without_a_frame(shared):
     with RawAmqpClient(shared.host, shared.port, timeout=DEADLINE) as client:
         client.start_handshake()
@@ -234,11 +249,13 @@ def test_shared_external_over_plain_tcp_is_dropped_without_a_frame(shared):
         assert client.read_until_closed(timeout=DEADLINE) == []
 
 
+@warren_unless_tls_broker
 def test_shared_a_client_that_trusts_another_ca_refuses_the_broker(shared):
     with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
         raw_tls_client(shared, client_context(shared.pki, ca="other-ca.pem"))
 
 
+@warren_unless_tls_broker
 @pytest.mark.parametrize("certificate", ["expired-guest", "foreign-guest"])
 def test_shared_verify_peer_refuses_an_expired_or_foreign_client_certificate(shared,
                                                                              certificate):
@@ -248,6 +265,7 @@ def test_shared_verify_peer_refuses_an_expired_or_foreign_client_certificate(sha
     assert "EXTERNAL" in offered_mechanisms(shared, client_context(shared.pki, "guest"))
 
 
+@warren_unless_tls_broker
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
 def test_shared_tls_1_2_and_1_3_are_served(shared, version):
     context = client_context(shared.pki, version=version)
@@ -256,6 +274,7 @@ def test_shared_tls_1_2_and_1_3_are_served(shared, version):
         assert "PLAIN" in client.start_handshake().mechanisms.split()
 
 
+@warren_unless_tls_broker
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated")
 def test_shared_tls_1_1_is_refused(shared):
     context = client_context(shared.pki, version=ssl.TLSVersion.TLSv1_1)
@@ -263,6 +282,7 @@ def test_shared_tls_1_1_is_refused(shared):
         raw_tls_client(shared, context)
 
 
+@warren_unless_tls_broker
 def test_shared_java_client_over_tls_with_plain_and_external(shared, java_programs):
     tls_address = SimpleNamespace(host=shared.host, port=shared.tls_port)
     run = java_programs.run("TlsClient", tls_address, shared.pki, timeout=90)
@@ -275,6 +295,7 @@ def test_shared_java_client_over_tls_with_plain_and_external(shared, java_progra
 
 # -- dedicated Warren brokers ---------------------------------------------------------
 
+@pytest.mark.warren_only("a Warren TLS broker of its own configuration (dedicated)")
 def test_fail_if_no_peer_cert_refuses_a_client_without_a_certificate(dedicated):
     broker = dedicated(tls="fail_if_no_peer_cert = true\n")
     with pytest.raises(REFUSED):
@@ -284,6 +305,7 @@ def test_fail_if_no_peer_cert_refuses_a_client_without_a_certificate(dedicated):
         assert round_trip(connection, [b"with a certificate"]) == [b"with a certificate"]
 
 
+@pytest.mark.warren_only("a Warren TLS broker of its own configuration (dedicated)")
 def test_a_client_rejects_an_expired_server_certificate(dedicated):
     broker = dedicated(server="expired-server")
     with pytest.raises(ssl.SSLCertVerificationError, match="certificate has expired"):
@@ -293,6 +315,7 @@ def test_a_client_rejects_an_expired_server_certificate(dedicated):
     assert broker.warren.process.poll() is None
 
 
+@pytest.mark.warren_only("a Warren TLS broker of its own configuration (dedicated)")
 def test_tls_only_broker_logs_in_the_subject_alternative_name(dedicated):
     user = "tls-user@example.test"
     broker = dedicated(tls='plain_listener = false\n'
@@ -308,6 +331,7 @@ def test_tls_only_broker_logs_in_the_subject_alternative_name(dedicated):
         tls_connection(broker, client_context(broker.pki, "guest"), external)
 
 
+@pytest.mark.warren_only("a Warren TLS broker of its own configuration (dedicated)")
 def test_distinguished_name_login_as_rabbitmqs_default(dedicated, pki):
     certificate = x509.load_pem_x509_certificate((pki / f"{TLS_USER}.pem").read_bytes())
     user = certificate.subject.rfc4514_string()    # "CN=tls-user,OU=...,O=trustme ..."
@@ -319,6 +343,7 @@ def test_distinguished_name_login_as_rabbitmqs_default(dedicated, pki):
         tls_connection(broker, client_context(broker.pki, "guest"), external)
 
 
+@pytest.mark.warren_only("a Warren TLS broker of its own configuration (dedicated)")
 def test_plain_amqp_on_the_tls_port_and_tls_on_the_plain_port_are_closed_cleanly(
         dedicated):
     broker = dedicated()
@@ -339,6 +364,7 @@ def test_plain_amqp_on_the_tls_port_and_tls_on_the_plain_port_are_closed_cleanly
                    for line in broker.warren.log_lines), "".join(broker.warren.log_lines)
 
 
+@pytest.mark.warren_only("a Warren TLS broker of its own configuration (dedicated)")
 def test_the_tls_handshake_counts_against_the_handshake_limits(dedicated):
     broker = dedicated(top="[limits]\nunauthenticated_connection_max = 3\n"
                            "handshake_timeout = 2\n")

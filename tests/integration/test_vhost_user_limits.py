@@ -196,6 +196,7 @@ def test_the_queue_limit_is_checked_before_the_queue_arguments(broker, tenant):
 
 # -- a flood past the limit (Warren) ---------------------------------------------------
 
+@pytest.mark.warren_only("attacks a Warren broker of its own (broker_factory)")
 def test_a_connection_flood_past_the_vhost_limit_leaves_the_broker_serving(broker_factory):
     warren = broker_factory()
     admin = warren.admin()

@@ -1,0 +1,90 @@
+"""`python tests/rabbitmq_node.py run -- COMMAND`, what scripts/test.sh runs the
+integration tests against RabbitMQ with: COMMAND gets the throw-away node's address, name
+and cookie (rabbitmqctl reaches the node through RabbitAdmin with them), the command's
+exit status is the script's, and the node is gone afterwards, also when the script is
+stopped with SIGTERM while the command runs."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+RUN = [sys.executable, str(Path(__file__).parents[1] / "rabbitmq_node.py"), "run", "--"]
+DEADLINE = 180.0   # a node start (about 5 s idle, much more on a loaded machine) and a stop
+
+pytestmark = pytest.mark.warren_only(
+    "tests the test harness's throw-away RabbitMQ node, not WARREN_TEST_BROKER's broker")
+
+# Run inside the node's environment: reports what it sees, creates and deletes a vhost
+# with RabbitAdmin (rabbitmqctl -n NODE --erlang-cookie COOKIE), exits with status 5.
+PROBE = """
+import json, os, sys
+sys.path.insert(0, {tests!r})
+from broker_admin import RabbitAdmin
+from rabbitmq_node import amqp_handshake
+admin = RabbitAdmin()
+admin.add_vhost("run-probe")
+admin.delete_vhost("run-probe")
+port = int(os.environ["WARREN_TEST_BROKER"].rsplit(":", 1)[1])
+print(json.dumps({{"broker": os.environ["WARREN_TEST_BROKER"],
+                  "node": os.environ["RABBITMQ_NODENAME"],
+                  "server": amqp_handshake(port)}}))
+sys.exit(5)
+"""
+
+
+def node_environment() -> dict:
+    """The environment of this test run without a broker or node of its own."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("WARREN_TEST_BROKER", "RABBITMQ_NODENAME", "RABBITMQ_ERLANG_COOKIE")}
+
+
+def accepts_connections(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def test_the_command_reaches_the_node_and_its_status_is_the_exit_status():
+    probe = PROBE.format(tests=str(Path(__file__).parents[1]))
+    result = subprocess.run([*RUN, sys.executable, "-c", probe], env=node_environment(),
+                            capture_output=True, text=True, timeout=DEADLINE)
+    assert result.returncode == 5, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["broker"].startswith("127.0.0.1:")
+    assert seen["node"].startswith("warren-test-")
+    assert seen["server"]["product"] == "RabbitMQ"
+    assert not accepts_connections(seen["broker"])
+
+
+def test_sigterm_stops_the_command_and_the_node(tmp_path):
+    address_file = tmp_path / "address"
+    command = (f"echo $WARREN_TEST_BROKER > {address_file}.part && "
+               f"mv {address_file}.part {address_file} && exec sleep {DEADLINE:.0f}")
+    runner = subprocess.Popen([*RUN, "sh", "-c", command], env=node_environment(),
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while not address_file.exists():
+            assert runner.poll() is None, runner.stderr.read()
+            assert time.monotonic() < deadline, "the command did not start"
+            time.sleep(0.05)
+        address = address_file.read_text().strip()
+        assert accepts_connections(address)
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(DEADLINE) == 128 + signal.SIGTERM
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert "stopped by SIGTERM" in runner.stderr.read()
+    assert not accepts_connections(address)
