@@ -263,6 +263,48 @@ def exclusive_queue_access(s: Session) -> None:
     s.call(owner, 1, Q.Declare(queue=name), "owner redeclares not exclusive")
 
 
+def binding_lookup_order(s: Session) -> None:
+    """Which end a bind names when both are missing, and when another connection's
+    exclusive queue is refused (bind and unbind, queue and exchange bindings)."""
+    owner = s.raw()
+    locked, queue, exchange = s.name("locked"), s.name("q"), s.name("x")
+    s.call(owner, 1, Q.Declare(queue=locked, exclusive=True), "declare exclusive")
+    s.call(owner, 1, E.Declare(exchange=exchange, exchange_type="direct"), "declare exchange")
+    s.call(owner, 1, Q.Bind(queue=locked, exchange=exchange, routing_key="bound"), "bind")
+    s.call(owner, 1, Q.Declare(queue=queue), "declare queue")
+    missing_queue, missing_exchange = s.name("nq"), s.name("nx")
+    client = s.raw(channel=None)
+    methods = (
+        ("bind both missing", Q.Bind(queue=missing_queue, exchange=missing_exchange)),
+        ("bind missing queue", Q.Bind(queue=missing_queue, exchange=exchange)),
+        ("bind missing exchange", Q.Bind(queue=queue, exchange=missing_exchange)),
+        ("bind locked to missing", Q.Bind(queue=locked, exchange=missing_exchange)),
+        ("bind locked", Q.Bind(queue=locked, exchange=exchange)),
+        ("unbind both missing", Q.Unbind(queue=missing_queue, exchange=missing_exchange)),
+        ("unbind missing queue", Q.Unbind(queue=missing_queue, exchange=exchange)),
+        ("unbind missing exchange", Q.Unbind(queue=queue, exchange=missing_exchange)),
+        ("unbind locked from missing", Q.Unbind(queue=locked, exchange=missing_exchange)),
+        ("unbind locked, not bound", Q.Unbind(queue=locked, exchange=exchange,
+                                              routing_key="other")),
+        ("unbind locked, bound", Q.Unbind(queue=locked, exchange=exchange,
+                                          routing_key="bound")),
+        ("exchange bind both missing", E.Bind(destination=missing_queue,
+                                              source=missing_exchange)),
+        ("exchange bind missing destination", E.Bind(destination=missing_queue,
+                                                     source=exchange)),
+        ("exchange bind missing source", E.Bind(destination=exchange,
+                                                source=missing_exchange)),
+        ("exchange unbind both missing", E.Unbind(destination=missing_queue,
+                                                  source=missing_exchange)),
+        ("exchange unbind missing source", E.Unbind(destination=exchange,
+                                                    source=missing_exchange)),
+        ("exchange unbind missing destination", E.Unbind(destination=missing_queue,
+                                                         source=exchange)))
+    for channel, (step, method) in enumerate(methods, start=1):
+        client.open_channel(channel)
+        s.call(client, channel, method, step)
+
+
 def pika_nack_requeue_order(s: Session) -> None:
     """Delivery order and redelivered flags after a nack with requeue (pika)."""
     connection = pika.BlockingConnection(pika.ConnectionParameters(
@@ -354,7 +396,6 @@ SCENARIOS = (
         "the owner redeclaring its exclusive queue as not exclusive: RabbitMQ 405 "
         "RESOURCE_LOCKED, Warren 406 inequivalent arg 'exclusive'")),
     Scenario("pika_nack_requeue_order", pika_nack_requeue_order),
-    Scenario("pika_errors", pika_errors, unfixed=(
-        "binding a missing queue to a missing exchange: RabbitMQ names the exchange in "
-        "its 404, Warren the queue")),
+    Scenario("binding_lookup_order", binding_lookup_order),
+    Scenario("pika_errors", pika_errors),
 )
