@@ -2,6 +2,8 @@
 RabbitMQ): the protocol edges of issue 15, written once each, through raw frames unless
 a client can say it."""
 
+import datetime
+
 import pika
 from pamqp import commands
 
@@ -243,6 +245,48 @@ def x_death_from_older_versions(s: Session) -> None:
     s.read_message(client, "dead-lettered")
 
 
+def x_death_histories(s: Session) -> None:
+    """Dead-lettering messages published with x-death histories RabbitMQ regroups or
+    replaces: duplicates, counts of other types, a merged entry's old fields, a header
+    that is not an array, x-first-death-* already present."""
+    client = s.raw()
+    then = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    histories = (
+        ("one entry without count", lambda work: [
+            {"queue": work, "reason": "rejected", "exchange": "old", "routing-keys": ["k"],
+             "time": then}], {}),
+        ("duplicates without count", lambda work: [
+            {"queue": work, "reason": "rejected", "exchange": "a"},
+            {"queue": "other", "reason": "expired"},
+            {"queue": work, "reason": "rejected", "exchange": "b"},
+            {"queue": "other", "reason": "expired", "count": 5}], {}),
+        ("duplicates with counts", lambda work: [
+            {"queue": work, "reason": "rejected", "count": 2},
+            {"queue": work, "reason": "rejected", "count": 7}], {}),
+        ("another entry's integers", lambda work: [
+            {"queue": "other", "reason": "expired", "count": 2, "n": 3}], {}),
+        ("not an array", lambda work: "text", {}),
+        ("first death named already", None, {"x-first-death-reason": "mine"}))
+    client.open_channel(2)   # 1 consumes the dead-letter queues, 2 gets and rejects
+    for number, (step, history, headers) in enumerate(histories):
+        work, dead = s.name(f"work{number}"), s.name(f"dead{number}")
+        s.call(client, 1, Q.Declare(queue=dead), f"{step}: declare dead")
+        s.call(client, 1, B.Consume(queue=dead, consumer_tag=f"dead{number}", no_ack=True),
+               f"{step}: consume dead")
+        s.call(client, 1, Q.Declare(queue=work, arguments={
+            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead}),
+            f"{step}: declare work")
+        if history is not None:
+            headers = {"x-death": history(work), **headers}
+        client.publish(2, work, b"m", properties=B.Properties(headers=headers,
+                                                              expiration="60000"))
+        s.call(client, 2, B.Get(queue=work), f"{step}: get")
+        s.read(client, f"{step}: get header")
+        s.read(client, f"{step}: get body")
+        client.send_method(2, B.Reject(delivery_tag=number + 1, requeue=False))
+        s.read_message(client, f"{step}: dead-lettered")
+
+
 def exclusive_queue_access(s: Session) -> None:
     """Another connection touching an exclusive queue: 405 RESOURCE_LOCKED, per method."""
     owner = s.raw()
@@ -387,11 +431,9 @@ SCENARIOS = (
     Scenario("publishes_after_close_ok", publishes_after_close_ok, unfixed=(
         "after Connection.Close-Ok RabbitMQ leaves the socket to the client, Warren "
         "closes it")),
-    Scenario("x_death_headers", x_death_headers, unfixed=(
-        "x-death count is a long ('l') in RabbitMQ, a byte-sized integer in Warren")),
-    Scenario("x_death_from_older_versions", x_death_from_older_versions, unfixed=(
-        "count types; RabbitMQ gives an entry without count the count 1 and drops the "
-        "time of a merged entry, and no x-first-death-* for an old history")),
+    Scenario("x_death_headers", x_death_headers),
+    Scenario("x_death_from_older_versions", x_death_from_older_versions),
+    Scenario("x_death_histories", x_death_histories),
     Scenario("exclusive_queue_access", exclusive_queue_access, unfixed=(
         "the owner redeclaring its exclusive queue as not exclusive: RabbitMQ 405 "
         "RESOURCE_LOCKED, Warren 406 inequivalent arg 'exclusive'")),
