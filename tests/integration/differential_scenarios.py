@@ -434,9 +434,7 @@ SCENARIOS = (
     Scenario("x_death_headers", x_death_headers),
     Scenario("x_death_from_older_versions", x_death_from_older_versions),
     Scenario("x_death_histories", x_death_histories),
-    Scenario("exclusive_queue_access", exclusive_queue_access, unfixed=(
-        "the owner redeclaring its exclusive queue as not exclusive: RabbitMQ 405 "
-        "RESOURCE_LOCKED, Warren 406 inequivalent arg 'exclusive'")),
+    Scenario("exclusive_queue_access", exclusive_queue_access),
     Scenario("pika_nack_requeue_order", pika_nack_requeue_order),
     Scenario("binding_lookup_order", binding_lookup_order),
     Scenario("pika_errors", pika_errors),
