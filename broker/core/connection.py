@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from .queue_base import QueueBase
     from .vhost import VirtualHost
 
+CLOSING_GRACE = 30   # seconds a closed connection leaves the socket to the client (RabbitMQ)
+
 log = logging.getLogger("warren.connection")
 
 _LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For details see "
@@ -539,7 +541,10 @@ class Connection:
         self._release_resources()
         self.send_method(0, commands.Connection.CloseOk())
         self.state = "closed"
-        self._close_transport()
+        # As RabbitMQ: the socket is the client's to close; after the heartbeat interval
+        # (up to 30 s, 30 without heartbeats) the server closes it.
+        self.transport.close_after_peer(
+            self.heartbeat if 0 < self.heartbeat < CLOSING_GRACE else CLOSING_GRACE)
 
     def _close_ok(self, method) -> None:
         self.state = "closed"
