@@ -72,7 +72,8 @@ def reserved_names(s: Session) -> None:
     s.call(client, 4, Q.Declare(queue="amq.new"), "active queue amq.new")
     client.open_channel(5)
     s.call(client, 5, E.Declare(exchange="", passive=True), "passive default exchange")
-    s.call(client, 5, E.Delete(exchange="amq.fanout"), "delete amq.fanout")
+    client.open_channel(6)
+    s.call(client, 6, E.Delete(exchange="amq.fanout"), "delete amq.fanout")
 
 
 def direct_reply_to_passive(s: Session) -> None:
