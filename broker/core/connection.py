@@ -45,8 +45,6 @@ if TYPE_CHECKING:
     from .queue_base import QueueBase
     from .vhost import VirtualHost
 
-CLOSING_GRACE = 30   # seconds a closed connection leaves the socket to the client (RabbitMQ)
-
 log = logging.getLogger("warren.connection")
 
 _LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For details see "
@@ -90,7 +88,6 @@ class Connection:
         # `data` a refused commit changes the output (see `writes_failed`).
         self._held: deque[list] = deque()
         self._close_when_released = False
-        self._close_grace: float | None = None   # see _close_transport
         self._capture: list[bytes | tuple] | None = None
         # Inbound items held back while a Basic.Get waits for a body read from disk:
         # handled, in order, once the read is done (None: nothing waits).
@@ -248,7 +245,7 @@ class Connection:
         if held:
             return True
         if self._close_when_released:
-            self._close_released()
+            self.transport.close()
         return False
 
     def writes_failed(self, writes: int, reason: str) -> bool:
@@ -279,7 +276,7 @@ class Connection:
         if held:
             return True
         if self._close_when_released:
-            self._close_released()
+            self.transport.close()
         return False
 
     def _refuse_replies(self, failed: list, reason: str) -> list[Channel]:
@@ -308,20 +305,11 @@ class Connection:
         self.end_of_batch()    # a protocol error may have cut the last batch short
         self._close_transport()
 
-    def _close_transport(self, grace: float | None = None) -> None:
-        """Close the socket once the held output is sent; with `grace`, leave it to the
-        client for that long first (Transport.close_after_peer)."""
-        self._close_grace = grace
+    def _close_transport(self) -> None:
         if self._held:
             self._close_when_released = True
         else:
-            self._close_released()
-
-    def _close_released(self) -> None:
-        if self._close_grace is None:
             self.transport.close()
-        else:
-            self.transport.close_after_peer(self._close_grace)
 
     def _open_segment(self) -> list:
         """The held segment of the batch being handled (started on first use)."""
@@ -551,10 +539,7 @@ class Connection:
         self._release_resources()
         self.send_method(0, commands.Connection.CloseOk())
         self.state = "closed"
-        # As RabbitMQ: the socket is the client's to close; after the heartbeat interval
-        # (up to 30 s, 30 without heartbeats) the server closes it.
-        self._close_transport(
-            self.heartbeat if 0 < self.heartbeat < CLOSING_GRACE else CLOSING_GRACE)
+        self._close_transport()
 
     def _close_ok(self, method) -> None:
         self.state = "closed"

@@ -198,11 +198,6 @@ class Transport(Protocol):
     def close(self) -> None:
         """Flush what was written, then close the socket."""
 
-    def close_after_peer(self, grace: float) -> None:
-        """The client closed the connection (its Close answered): flush, then read and
-        drop what it still sends, leaving the socket to it to close, for `grace`
-        seconds at most."""
-
     def tuned(self, heartbeat: int) -> None:
         """Negotiation finished: start heartbeats (0: none)."""
 

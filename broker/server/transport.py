@@ -85,7 +85,6 @@ class SocketTransport:
         self._handling = False        # the reader answers its own batch itself
         self._sending = False         # the writer task waits for the socket mid-send
         self._closing = False
-        self._discard_until: float | None = None   # the client closed: reading to drop
         self._last_received = trio.current_time()
         self._last_sent = trio.current_time()
         self._nursery: trio.Nursery | None = None
@@ -125,11 +124,6 @@ class SocketTransport:
         """Stop reading; the writer flushes what is buffered, then the socket closes
         (once the read being handled is finished with)."""
         self._closing = True
-        if not self._handling:
-            self._data_ready.set()
-
-    def close_after_peer(self, grace: float) -> None:
-        self._discard_until = trio.current_time() + grace
         if not self._handling:
             self._data_ready.set()
 
@@ -205,22 +199,12 @@ class SocketTransport:
                         await trio.lowlevel.wait_readable(sock)
                     if deadline.cancelled_caught:
                         return   # our Connection.Close was not answered in time
-                elif self._discard_until is not None:
-                    with trio.move_on_at(self._discard_until) as deadline:
-                        await trio.lowlevel.wait_readable(sock)
-                    if deadline.cancelled_caught:
-                        return   # the client kept its socket past the grace period
                 else:
                     await trio.lowlevel.wait_readable(sock)
                 yielded = True
                 continue
             if not data:
                 return       # the peer closed
-            if self._discard_until is not None:
-                if trio.current_time() >= self._discard_until:
-                    return
-                await trio.lowlevel.checkpoint()
-                continue     # sent after its Connection.Close: dropped, as RabbitMQ
             if not yielded:
                 await trio.lowlevel.checkpoint()
             yielded = False
@@ -374,7 +358,7 @@ class SocketTransport:
                 self.connection.lost()
                 self._nursery.cancel_scope.cancel()
                 return
-            if now - self._last_sent >= interval / 2 and self._discard_until is None:
+            if now - self._last_sent >= interval / 2:
                 self.write(HEARTBEAT_FRAME)
 
 

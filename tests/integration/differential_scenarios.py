@@ -428,7 +428,9 @@ SCENARIOS = (
     Scenario("frame_max_after_tune", frame_max_after_tune),
     Scenario("frame_max_before_tune", frame_max_before_tune),
     Scenario("heartbeat_on_a_channel", heartbeat_on_a_channel),
-    Scenario("publishes_after_close_ok", publishes_after_close_ok),
+    Scenario("publishes_after_close_ok", publishes_after_close_ok, unfixed=(
+        "after Connection.Close-Ok RabbitMQ leaves the socket to the client, Warren "
+        "closes it")),
     Scenario("x_death_headers", x_death_headers),
     Scenario("x_death_from_older_versions", x_death_from_older_versions),
     Scenario("x_death_histories", x_death_histories),

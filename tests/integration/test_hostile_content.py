@@ -10,7 +10,6 @@ difference.
 import struct
 
 import pika
-from pamqp import commands
 import pytest
 
 from amqp_codec import decode_properties
@@ -417,18 +416,4 @@ def test_a_start_ok_above_4096_octets_closes_the_socket_without_a_frame(attacked
     client = connect_raw(attacked)
     client.send_raw(_start_ok_of_payload_size(4096))
     assert client.read_frame(10.0).value.name == "Connection.Tune"
-    client.close()
-
-
-def test_a_client_writing_after_its_connection_close_is_dropped_after_the_grace(attacked):
-    """After Connection.Close-Ok the socket is the client's to close, as in RabbitMQ, and
-    what it still sends is dropped; one that keeps it open is closed after the heartbeat
-    interval (here 1 s; 30 s at most)."""
-    client = connect(attacked.host, attacked.port, heartbeat=1)
-    client.open_channel(1)
-    client.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye",
-                                                    class_id=0, method_id=0))
-    client.send_raw(method_frame(1, 50, 10, bytes(7)) * 1000)
-    assert client.read_frame(10.0).value.name == "Connection.CloseOk"
-    assert client.read_until_closed(10.0) == []
     client.close()

@@ -25,9 +25,6 @@ class RecordingTransport:
     def close(self) -> None:
         self.closed = True
 
-    def close_after_peer(self, grace: float) -> None:
-        self.closed = True
-
     def input_resumed(self) -> None:
         pass
 
