@@ -9,7 +9,7 @@ from .encoder import (
     encode_connection_start, encode_get_ok, encode_method, encode_properties,
     encode_queue_declare_ok, encode_return, fit_reply_text,
 )
-from .errors import FrameTooLarge, ProtocolError, ProtocolHeaderMismatch
+from .errors import ProtocolError, ProtocolHeaderMismatch
 from .field_table import (
     EncodedValue, Long, array_elements, encode_table, with_table_entry,
 )
@@ -27,7 +27,7 @@ __all__ = [
     "encode_basic_ack", "encode_basic_nack", "encode_return", "encode_properties",
     "decode_properties", "encode_connection_start", "encode_table", "with_long_header",
     "Long", "EncodedValue", "array_elements", "with_table_entry",
-    "ProtocolError", "FrameTooLarge",
+    "ProtocolError",
     "ProtocolHeaderMismatch", "ReplyCode", "is_connection_level", "MalformedProperties",
     "headers_entries", "replace_properties", "encode_queue_declare_ok", "fit_reply_text",
 ]

@@ -41,7 +41,7 @@ from .constants import (
     DEFAULT_FRAME_MAX, FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
     FRAME_OVERHEAD, FRAME_TYPES, PROTOCOL_HEADER,
 )
-from .errors import FrameTooLarge, ProtocolError, ProtocolHeaderMismatch
+from .errors import ProtocolError, ProtocolHeaderMismatch
 from .fast_path import decode_ack, decode_get, decode_publish
 from .field_table import decode_table
 from .reply_codes import ReplyCode
@@ -224,7 +224,7 @@ class Decoder:
         if frame_max and size > frame_max:
             # RabbitMQ 3.10's text: the payload size and the largest payload it names
             # (frame_max - 8; it lets payloads of up to frame_max through).
-            raise FrameTooLarge(FRAME_ERROR, f"type {frame_type}, all octets = <<>>: "
+            raise ProtocolError(FRAME_ERROR, f"type {frame_type}, all octets = <<>>: "
                                 f"{{frame_too_large,{size},{frame_max - 8}}}", channel)
         if frame_type not in FRAME_TYPES:
             raise ProtocolError(FRAME_ERROR, f"unknown frame type {frame_type}", channel)

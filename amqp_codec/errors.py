@@ -31,8 +31,3 @@ class ProtocolError(Exception):
     def reply_text(self) -> str:
         """The text for Connection.Close: ``NAME - explanation``, as RabbitMQ words it."""
         return f"{self.reply_code.name} - {self.text}"
-
-
-class FrameTooLarge(ProtocolError):
-    """A frame larger than the connection's frame_max (4096 until Connection.TuneOk, as
-    in RabbitMQ)."""

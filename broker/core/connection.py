@@ -70,8 +70,7 @@ class Connection:
         self.client_properties: dict = {}
         self.capabilities: dict = {}
         self.channel_max = broker.config.channel_max
-        # until Connection.TuneOk, frames of up to 4096 octets, as in RabbitMQ
-        self.framer = Framer(FRAME_MIN_SIZE, broker.config.max_message_size)
+        self.framer = Framer(broker.config.frame_max, broker.config.max_message_size)
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()
@@ -447,12 +446,6 @@ class Connection:
                       self.peer, user, self.tls.missing or "no such user")
             return
         self._logged_in(account, EXTERNAL)
-
-    def refuse_handshake(self, reason: str) -> None:
-        """A frame too large before Connection.Open (a Start-Ok above 4096 octets):
-        RabbitMQ closes the socket without a frame, after a delay, as for a refused
-        mechanism."""
-        self._refuse_mechanism(reason)
 
     def _refuse_mechanism(self, reason: str) -> None:
         """A mechanism not offered, or a malformed response: RabbitMQ closes the socket

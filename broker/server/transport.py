@@ -16,7 +16,7 @@ import os
 
 import trio
 
-from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, FrameTooLarge, ProtocolError,
+from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, ProtocolError,
                         ProtocolHeaderMismatch)
 from broker.core.certificate_login import TlsPeer
 from broker.core.connection import Connection
@@ -293,9 +293,6 @@ class SocketTransport:
         self._last_received = trio.current_time()
 
     def _protocol_error(self, error: ProtocolError) -> None:
-        if isinstance(error, FrameTooLarge) and self.connection.state in HANDSHAKE_STATES:
-            self.connection.refuse_handshake(error.reply_text)
-            return
         log.info("event=protocol_error peer=%s code=%s text=%r",
                  self.peer, int(error.reply_code), error.text)
         self.connection.close(error.reply_code, error.reply_text, error.class_id,

@@ -426,7 +426,8 @@ SCENARIOS = (
         "Warren applies the acks of an uncommitted transaction when its channel closes; "
         "RabbitMQ requeues the messages (redelivered)")),
     Scenario("frame_max_after_tune", frame_max_after_tune),
-    Scenario("frame_max_before_tune", frame_max_before_tune),
+    Scenario("frame_max_before_tune", frame_max_before_tune, unfixed=(
+        "RabbitMQ drops a connection whose Start-Ok exceeds 4096 octets; Warren tunes")),
     Scenario("heartbeat_on_a_channel", heartbeat_on_a_channel),
     Scenario("publishes_after_close_ok", publishes_after_close_ok, unfixed=(
         "after Connection.Close-Ok RabbitMQ leaves the socket to the client, Warren "

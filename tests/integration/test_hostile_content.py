@@ -394,26 +394,3 @@ def connect_raw(broker):
     client = RawAmqpClient(broker.host, broker.port)
     client.start_handshake()
     return client
-
-
-def _start_ok_of_payload_size(size: int) -> bytes:
-    """A PLAIN guest Start-Ok whose frame payload is `size` octets (padded in a client
-    property)."""
-    base = start_ok_frame("PLAIN", PLAIN_GUEST, {"padding": ""})
-    padding = "p" * (size - (len(base) - 8))
-    return start_ok_frame("PLAIN", PLAIN_GUEST, {"padding": padding})
-
-
-def test_a_start_ok_above_4096_octets_closes_the_socket_without_a_frame(attacked):
-    """Before Connection.Tune-Ok the frame limit is 4096 octets, as in RabbitMQ, which
-    drops a larger Start-Ok without a frame; one of exactly 4096 is tuned."""
-    client = connect_raw(attacked)
-    frame = _start_ok_of_payload_size(4097)
-    assert struct.unpack_from(">I", frame, 3)[0] == 4097
-    client.send_raw(frame)
-    assert client.read_until_closed(10.0) == []
-    client.close()
-    client = connect_raw(attacked)
-    client.send_raw(_start_ok_of_payload_size(4096))
-    assert client.read_frame(10.0).value.name == "Connection.Tune"
-    client.close()

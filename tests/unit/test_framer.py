@@ -10,8 +10,7 @@ import trio
 from hypothesis import given, strategies as st
 from pamqp import commands, frame
 
-from amqp_codec import (PROTOCOL_HEADER, Framer, FrameTooLarge, InboundMethod, InboundPublish,
-                        ProtocolError)
+from amqp_codec import PROTOCOL_HEADER, Framer, InboundMethod, InboundPublish, ProtocolError
 from amqp_codec.encoder import encode_deliver, encode_get_ok, encode_return
 from broker.core.broker import Broker, BrokerConfig
 from broker.core.connection import Connection
@@ -49,18 +48,20 @@ def _tuned_connection(frame_max: int, server_frame_max: int = 131072) -> Connect
     return connection
 
 
-def test_before_tune_ok_frames_of_4096_octets_at_most_are_read():
-    """Until Connection.TuneOk the framer reads frames of up to 4096 octets, as
-    RabbitMQ: a larger Connection.StartOk (a client with many client properties) is a
-    FrameTooLarge, whatever frame_max the server offers."""
+def test_before_tune_ok_the_servers_frame_max_limits_both_directions():
+    """Until Connection.TuneOk the framer holds the frame_max the server offers in
+    Connection.Tune: a Connection.StartOk larger than 4096 bytes (a client with many
+    client properties) is read, as it always was, and a larger frame is refused."""
     connection = Connection(Broker(BrokerConfig(frame_max=20_000)), RecordingTransport())
     framer = connection.framer
-    assert framer.frame_max == 4096
+    assert framer.frame_max == 20_000
     start_ok = frame.marshal(commands.Connection.StartOk(
         client_properties={"padding": "x" * 10_000}, mechanism="PLAIN",
         response="\0guest\0guest"), 0)
-    with pytest.raises(FrameTooLarge) as refused:
-        framer.feed(PROTOCOL_HEADER + start_ok)
+    [item] = framer.feed(PROTOCOL_HEADER + start_ok)
+    assert item.method.client_properties["padding"] == "x" * 10_000
+    with pytest.raises(ProtocolError) as refused:
+        framer.feed(raw_frame(1, 0, bytes(20_001)))
     assert refused.value.reply_code == 501
 
 
