@@ -10,7 +10,9 @@ from .encoder import (
     encode_queue_declare_ok, encode_return, fit_reply_text,
 )
 from .errors import ProtocolError, ProtocolHeaderMismatch
-from .field_table import encode_table
+from .field_table import (
+    EncodedValue, Long, array_elements, encode_table, with_table_entry,
+)
 from .framer import Framer
 from .header_splice import with_long_header
 from .properties import (
@@ -24,6 +26,7 @@ __all__ = [
     "HEARTBEAT_FRAME", "encode_method", "encode_content", "encode_deliver", "encode_get_ok",
     "encode_basic_ack", "encode_basic_nack", "encode_return", "encode_properties",
     "decode_properties", "encode_connection_start", "encode_table", "with_long_header",
+    "Long", "EncodedValue", "array_elements", "with_table_entry",
     "ProtocolError",
     "ProtocolHeaderMismatch", "ReplyCode", "is_connection_level", "MalformedProperties",
     "headers_entries", "replace_properties", "encode_queue_declare_ok", "fit_reply_text",

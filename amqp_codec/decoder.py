@@ -450,7 +450,8 @@ def _heartbeat(channel: int, size: int) -> InboundHeartbeat:
     if size:
         raise ProtocolError(FRAME_ERROR, f"heartbeat frame with a {size}-byte payload", channel)
     if channel:
-        raise ProtocolError(UNEXPECTED_FRAME, f"heartbeat frame on channel {channel}", channel)
+        # RabbitMQ's words: the frame type and its (empty) payload as an Erlang binary
+        raise ProtocolError(UNEXPECTED_FRAME, "type 8, all octets = <<>>", channel)
     return InboundHeartbeat(0)
 
 

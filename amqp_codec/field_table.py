@@ -51,6 +51,16 @@ class TableError(ValueError):
     """The bytes are not a field table (or array) this decoder accepts."""
 
 
+class Long(int):
+    """An integer ``encode_table`` writes as a long-long (``l``, 64 bits signed) whatever
+    its size, as RabbitMQ writes the counts of its x-death entries."""
+
+
+class EncodedValue(bytes):
+    """A table or array value already encoded (its type tag first), which
+    ``encode_table`` writes as it is: a value copied from received data keeps its types."""
+
+
 def decode_table(data: bytes, offset: int = 0, depth: int = 0) -> tuple[dict, int]:
     """The table whose 4-byte length is at ``data[offset]``; returns (table, offset just
     after it)."""
@@ -72,6 +82,25 @@ def table_entries(data: bytes, offset: int = 0):
         value, value_end = _value(data, value_offset, end, 0)
         yield key, value, start, value_end
         start = value_end
+
+
+def array_elements(data: bytes, offset: int = 0):
+    """Yield (value, EncodedValue) for each element of the array whose 4-byte length is
+    at ``data[offset]``."""
+    start, end = _extent(data, offset, "array")
+    while start < end:
+        value, value_end = _value(data, start, end, 1)
+        yield value, EncodedValue(data[start:value_end])
+        start = value_end
+
+
+def with_table_entry(table: EncodedValue, key: str, value) -> EncodedValue:
+    """The encoded table ``table`` (an EncodedValue of type ``F``) with ``key`` set to
+    ``value``, written first; every other entry copied byte for byte."""
+    entries = [table[start:end] for name, _value, start, end in table_entries(table, 1)
+               if name != key]
+    body = encode_table({key: value})[4:] + b"".join(entries)
+    return EncodedValue(b"F" + _with_length(body))
 
 
 def _extent(data: bytes, offset: int, kind: str) -> tuple[int, int]:
@@ -178,12 +207,13 @@ def text_value(value):
 
 def encode_table(table: dict) -> bytes:
     """A field table: its 4-byte length, then an entry per key in sorted order. Integers
-    are written as b, s, I or l, the smallest that holds them; other values as pamqp
-    writes them (bool t, float f, str S, Decimal D, datetime T, bytearray x, None V),
-    nested dicts and lists as tables and arrays. A key longer than 128 bytes of UTF-8 is
-    cut to 128, as pamqp cuts it. Raises TypeError for a value of another type or an
-    integer beyond 64 signed bits (and what pamqp raises for a value it cannot write,
-    e.g. OverflowError for a float beyond single precision)."""
+    are written as b, s, I or l, the smallest that holds them, a Long always as l, an
+    EncodedValue as it is; other values as pamqp writes them (bool t, float f, str S,
+    Decimal D, datetime T, bytearray x, None V), nested dicts and lists as tables and
+    arrays. A key longer than 128 bytes of UTF-8 is cut to 128, as pamqp cuts it. Raises
+    TypeError for a value of another type or an integer beyond 64 signed bits (and what
+    pamqp raises for a value it cannot write, e.g. OverflowError for a float beyond
+    single precision)."""
     if not table:
         return bytes(4)
     if not isinstance(table, dict):
@@ -203,6 +233,13 @@ def encode_table(table: dict) -> bytes:
 
 def _encoded_value(value) -> bytes:
     """A table or array value with its type tag."""
+    if isinstance(value, EncodedValue):
+        return bytes(value)
+    if isinstance(value, Long):
+        tag, struct, lowest, highest = _INTEGERS[-1]
+        if not lowest <= value <= highest:
+            raise TypeError(f"integer {value} does not fit in 64 signed bits")
+        return tag + struct.pack(value)
     if isinstance(value, bool):
         return b"t\x01" if value else b"t\x00"
     if isinstance(value, int):

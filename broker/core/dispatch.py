@@ -37,27 +37,31 @@ def exchange_delete(channel: Channel, method) -> None:
 
 
 def exchange_bind(channel: Channel, method) -> None:
-    destination, source = _authorized_exchange_binding(channel, method)
-    channel.vhost.bind(destination, source, method.routing_key, method.arguments or {})
+    vhost = channel.vhost
+    destination_name, source = _authorized_exchange_binding(channel, method)
+    vhost.exchange(source)   # as RabbitMQ, a missing source is named before the destination
+    vhost.bind(vhost.exchange(destination_name), source, method.routing_key,
+               method.arguments or {})
     if not method.nowait:
         channel.send(commands.Exchange.BindOk())
 
 
 def exchange_unbind(channel: Channel, method) -> None:
-    destination, source = _authorized_exchange_binding(channel, method)
-    channel.vhost.unbind(destination, source, method.routing_key, method.arguments or {})
+    destination_name, source = _authorized_exchange_binding(channel, method)
+    destination = channel.vhost.exchanges.get(destination_name)
+    if destination is not None:   # unbinding a missing exchange succeeds, as in RabbitMQ 3.x
+        channel.vhost.unbind(destination, source, method.routing_key, method.arguments or {})
     if not method.nowait:
         channel.send(commands.Exchange.UnbindOk())
 
 
 def _authorized_exchange_binding(channel: Channel, method):
-    """(destination exchange, source name) of an exchange.bind/unbind, after the
+    """(destination name, source name) of an exchange.bind/unbind, after the
     permission checks RabbitMQ makes for it."""
-    vhost = channel.vhost
     destination_name, source = stripped(method.destination), stripped(method.source)
-    vhost.authorize_binding(channel.access, "exchange", destination_name, source,
-                            method.routing_key)
-    return vhost.exchange(destination_name), source
+    channel.vhost.authorize_binding(channel.access, "exchange", destination_name, source,
+                                    method.routing_key)
+    return destination_name, source
 
 
 def queue_declare(channel: Channel, method) -> None:
@@ -105,6 +109,7 @@ def queue_bind(channel: Channel, method) -> None:
     name = channel.queue_name(stripped(method.queue))
     exchange, routing_key = stripped(method.exchange), _binding_key(channel, method)
     vhost.authorize_binding(channel.access, "queue", name, exchange, routing_key)
+    vhost.exchange(exchange)   # as RabbitMQ, a missing exchange is named before the queue
     queue = vhost.queue(name, channel.connection)
     vhost.bind(queue, exchange, routing_key, method.arguments or {})
     if not method.nowait:
@@ -118,8 +123,13 @@ def queue_unbind(channel: Channel, method) -> None:
     vhost.authorize_binding(channel.access, "queue", name, exchange, routing_key)
     queue = vhost.queues.get(name)
     if queue is not None:   # unbinding a missing queue succeeds, as in RabbitMQ 3.x
-        vhost.check_exclusive(queue, channel.connection)
-        vhost.unbind(queue, exchange, routing_key, method.arguments or {})
+        source = vhost.exchanges.get(exchange)
+        arguments = method.arguments or {}
+        # as RabbitMQ, another connection's exclusive queue is refused only when the
+        # binding exists: unbinding what is not bound succeeds
+        if source is not None and source.has_binding(queue, routing_key, arguments):
+            vhost.check_exclusive(queue, channel.connection)
+        vhost.unbind(queue, exchange, routing_key, arguments)
     channel.send(commands.Queue.UnbindOk())
 
 

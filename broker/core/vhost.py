@@ -263,10 +263,9 @@ class VirtualHost:
         existing = self.queues.get(name)
         if existing is not None:
             self.check_exclusive(existing, connection)
-            if exclusive and existing.exclusive_owner is None:
-                raise _locked(existing)
-            self._check_queue_equivalent(existing, durable, exclusive, auto_delete,
-                                         arguments)
+            if exclusive != (existing.exclusive_owner is not None):
+                raise _locked(existing)   # RabbitMQ's strict check, even for the owner
+            self._check_queue_equivalent(existing, durable, auto_delete, arguments)
             existing.touch()
             return existing
         persisted = durable and not exclusive
@@ -293,10 +292,11 @@ class VirtualHost:
                 arguments=dict(arguments), queue_id=store.store_id))
         return queue
 
-    def _check_queue_equivalent(self, queue: QueueBase, durable: bool, exclusive: bool,
-                                auto_delete: bool, arguments: dict) -> None:
+    def _check_queue_equivalent(self, queue: QueueBase, durable: bool, auto_delete: bool,
+                                arguments: dict) -> None:
+        received: object      # a flag, then an argument's value
+        current: object
         checks = (("durable", durable, queue.durable),
-                  ("exclusive", exclusive, queue.exclusive_owner is not None),
                   ("auto_delete", auto_delete, queue.auto_delete))
         for field, received, current in checks:
             if received != current:

@@ -2,6 +2,8 @@
 RabbitMQ): the protocol edges of issue 15, written once each, through raw frames unless
 a client can say it."""
 
+import datetime
+
 import pika
 from pamqp import commands
 
@@ -70,7 +72,8 @@ def reserved_names(s: Session) -> None:
     s.call(client, 4, Q.Declare(queue="amq.new"), "active queue amq.new")
     client.open_channel(5)
     s.call(client, 5, E.Declare(exchange="", passive=True), "passive default exchange")
-    s.call(client, 5, E.Delete(exchange="amq.fanout"), "delete amq.fanout")
+    client.open_channel(6)
+    s.call(client, 6, E.Delete(exchange="amq.fanout"), "delete amq.fanout")
 
 
 def direct_reply_to_passive(s: Session) -> None:
@@ -122,15 +125,15 @@ def crossing_channel_close(s: Session) -> None:
 
 
 def close_ok_on_forgotten_channel(s: Session) -> None:
-    client = s.raw()
-    s.send(client, 7, commands.Channel.CloseOk(), "Close-Ok on channel 7")
-    s.call(client, 1, Q.Declare(queue="", exclusive=True), "declare after Close-Ok on channel 7")
-    s.send(client, 1, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0,
-                                             method_id=0), "close")
-    s.read(client, "close")
-    s.send(client, 1, commands.Channel.CloseOk(), "second Close-Ok on channel 1")
-    s.call(client, 0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0),
-           "connection close after Close-Ok on a closed channel")
+    """A Close-Ok on a channel never opened, and a second one on a channel the client
+    closed. RabbitMQ answers them from a new channel process, so its Connection.Close may
+    come after replies on other channels: each is read before anything else is sent."""
+    client = s.raw(channel=None)
+    s.call(client, 7, commands.Channel.CloseOk(), "Close-Ok on channel 7")
+    other = s.raw()
+    s.call(other, 1, commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0,
+                                            method_id=0), "close")
+    s.call(other, 1, commands.Channel.CloseOk(), "second Close-Ok on channel 1")
 
 
 def uncommitted_acks(s: Session) -> None:
@@ -243,6 +246,48 @@ def x_death_from_older_versions(s: Session) -> None:
     s.read_message(client, "dead-lettered")
 
 
+def x_death_histories(s: Session) -> None:
+    """Dead-lettering messages published with x-death histories RabbitMQ regroups or
+    replaces: duplicates, counts of other types, a merged entry's old fields, a header
+    that is not an array, x-first-death-* already present."""
+    client = s.raw()
+    then = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    histories = (
+        ("one entry without count", lambda work: [
+            {"queue": work, "reason": "rejected", "exchange": "old", "routing-keys": ["k"],
+             "time": then}], {}),
+        ("duplicates without count", lambda work: [
+            {"queue": work, "reason": "rejected", "exchange": "a"},
+            {"queue": "other", "reason": "expired"},
+            {"queue": work, "reason": "rejected", "exchange": "b"},
+            {"queue": "other", "reason": "expired", "count": 5}], {}),
+        ("duplicates with counts", lambda work: [
+            {"queue": work, "reason": "rejected", "count": 2},
+            {"queue": work, "reason": "rejected", "count": 7}], {}),
+        ("another entry's integers", lambda work: [
+            {"queue": "other", "reason": "expired", "count": 2, "n": 3}], {}),
+        ("not an array", lambda work: "text", {}),
+        ("first death named already", None, {"x-first-death-reason": "mine"}))
+    client.open_channel(2)   # 1 consumes the dead-letter queues, 2 gets and rejects
+    for number, (step, history, headers) in enumerate(histories):
+        work, dead = s.name(f"work{number}"), s.name(f"dead{number}")
+        s.call(client, 1, Q.Declare(queue=dead), f"{step}: declare dead")
+        s.call(client, 1, B.Consume(queue=dead, consumer_tag=f"dead{number}", no_ack=True),
+               f"{step}: consume dead")
+        s.call(client, 1, Q.Declare(queue=work, arguments={
+            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead}),
+            f"{step}: declare work")
+        if history is not None:
+            headers = {"x-death": history(work), **headers}
+        client.publish(2, work, b"m", properties=B.Properties(headers=headers,
+                                                              expiration="60000"))
+        s.call(client, 2, B.Get(queue=work), f"{step}: get")
+        s.read(client, f"{step}: get header")
+        s.read(client, f"{step}: get body")
+        client.send_method(2, B.Reject(delivery_tag=number + 1, requeue=False))
+        s.read_message(client, f"{step}: dead-lettered")
+
+
 def exclusive_queue_access(s: Session) -> None:
     """Another connection touching an exclusive queue: 405 RESOURCE_LOCKED, per method."""
     owner = s.raw()
@@ -261,6 +306,48 @@ def exclusive_queue_access(s: Session) -> None:
         other.open_channel(channel)
         s.call(other, channel, method, step)
     s.call(owner, 1, Q.Declare(queue=name), "owner redeclares not exclusive")
+
+
+def binding_lookup_order(s: Session) -> None:
+    """Which end a bind names when both are missing, and when another connection's
+    exclusive queue is refused (bind and unbind, queue and exchange bindings)."""
+    owner = s.raw()
+    locked, queue, exchange = s.name("locked"), s.name("q"), s.name("x")
+    s.call(owner, 1, Q.Declare(queue=locked, exclusive=True), "declare exclusive")
+    s.call(owner, 1, E.Declare(exchange=exchange, exchange_type="direct"), "declare exchange")
+    s.call(owner, 1, Q.Bind(queue=locked, exchange=exchange, routing_key="bound"), "bind")
+    s.call(owner, 1, Q.Declare(queue=queue), "declare queue")
+    missing_queue, missing_exchange = s.name("nq"), s.name("nx")
+    client = s.raw(channel=None)
+    methods = (
+        ("bind both missing", Q.Bind(queue=missing_queue, exchange=missing_exchange)),
+        ("bind missing queue", Q.Bind(queue=missing_queue, exchange=exchange)),
+        ("bind missing exchange", Q.Bind(queue=queue, exchange=missing_exchange)),
+        ("bind locked to missing", Q.Bind(queue=locked, exchange=missing_exchange)),
+        ("bind locked", Q.Bind(queue=locked, exchange=exchange)),
+        ("unbind both missing", Q.Unbind(queue=missing_queue, exchange=missing_exchange)),
+        ("unbind missing queue", Q.Unbind(queue=missing_queue, exchange=exchange)),
+        ("unbind missing exchange", Q.Unbind(queue=queue, exchange=missing_exchange)),
+        ("unbind locked from missing", Q.Unbind(queue=locked, exchange=missing_exchange)),
+        ("unbind locked, not bound", Q.Unbind(queue=locked, exchange=exchange,
+                                              routing_key="other")),
+        ("unbind locked, bound", Q.Unbind(queue=locked, exchange=exchange,
+                                          routing_key="bound")),
+        ("exchange bind both missing", E.Bind(destination=missing_queue,
+                                              source=missing_exchange)),
+        ("exchange bind missing destination", E.Bind(destination=missing_queue,
+                                                     source=exchange)),
+        ("exchange bind missing source", E.Bind(destination=exchange,
+                                                source=missing_exchange)),
+        ("exchange unbind both missing", E.Unbind(destination=missing_queue,
+                                                  source=missing_exchange)),
+        ("exchange unbind missing source", E.Unbind(destination=exchange,
+                                                    source=missing_exchange)),
+        ("exchange unbind missing destination", E.Unbind(destination=missing_queue,
+                                                         source=exchange)))
+    for channel, (step, method) in enumerate(methods, start=1):
+        client.open_channel(channel)
+        s.call(client, channel, method, step)
 
 
 def pika_nack_requeue_order(s: Session) -> None:
@@ -335,28 +422,20 @@ SCENARIOS = (
                {"channel": 1, "method": "Channel.OpenOk", "channel_id": ""},
                "pamqp encodes Channel.OpenOk's deprecated channel-id only as '0'; clients "
                "ignore it"),)),
-    Scenario("close_ok_on_forgotten_channel", close_ok_on_forgotten_channel, unfixed=(
-        "RabbitMQ ignores a Close-Ok on a channel never opened, Warren closes the "
-        "connection with 504")),
+    Scenario("close_ok_on_forgotten_channel", close_ok_on_forgotten_channel),
     Scenario("uncommitted_acks", uncommitted_acks),
     Scenario("frame_max_after_tune", frame_max_after_tune),
     Scenario("frame_max_before_tune", frame_max_before_tune, unfixed=(
         "RabbitMQ drops a connection whose Start-Ok exceeds 4096 octets; Warren tunes")),
-    Scenario("heartbeat_on_a_channel", heartbeat_on_a_channel, unfixed=(
-        "505 texts differ: RabbitMQ 'type 8, all octets = <<>>'")),
+    Scenario("heartbeat_on_a_channel", heartbeat_on_a_channel),
     Scenario("publishes_after_close_ok", publishes_after_close_ok, unfixed=(
         "after Connection.Close-Ok RabbitMQ leaves the socket to the client, Warren "
         "closes it")),
-    Scenario("x_death_headers", x_death_headers, unfixed=(
-        "x-death count is a long ('l') in RabbitMQ, a byte-sized integer in Warren")),
-    Scenario("x_death_from_older_versions", x_death_from_older_versions, unfixed=(
-        "count types; RabbitMQ gives an entry without count the count 1 and drops the "
-        "time of a merged entry, and no x-first-death-* for an old history")),
-    Scenario("exclusive_queue_access", exclusive_queue_access, unfixed=(
-        "the owner redeclaring its exclusive queue as not exclusive: RabbitMQ 405 "
-        "RESOURCE_LOCKED, Warren 406 inequivalent arg 'exclusive'")),
+    Scenario("x_death_headers", x_death_headers),
+    Scenario("x_death_from_older_versions", x_death_from_older_versions),
+    Scenario("x_death_histories", x_death_histories),
+    Scenario("exclusive_queue_access", exclusive_queue_access),
     Scenario("pika_nack_requeue_order", pika_nack_requeue_order),
-    Scenario("pika_errors", pika_errors, unfixed=(
-        "binding a missing queue to a missing exchange: RabbitMQ names the exchange in "
-        "its 404, Warren the queue")),
+    Scenario("binding_lookup_order", binding_lookup_order),
+    Scenario("pika_errors", pika_errors),
 )

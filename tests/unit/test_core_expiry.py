@@ -149,20 +149,46 @@ def test_x_expires_never_deletes_a_queue_with_consumers():
     assert "busy" not in client.broker.vhosts["/"].queues
 
 
-def test_an_x_death_that_cannot_be_written_back_drops_the_message_quietly(caplog):
-    """Found by the in-process fuzzer: an earlier x-death holding a double that pamqp
-    can only write back as a single float. The message is dropped with a warning (as
-    the dead_letter module documents); the broker logs no error and carries on."""
-    client, _ = client_with_clock()
-    client.declare_queue(1, "dead")
-    client.declare_queue(1, "work", arguments={"x-dead-letter-exchange": "",
-                                               "x-dead-letter-routing-key": "dead"})
-    death = b"\x01v" + b"d" + struct.pack(">d", 1e300)                # {"v": 1e300}
+def _publish_with_x_death(client, death: bytes) -> None:
+    """Publish to 'work' a message whose x-death array holds one table, `death` (its
+    entries, encoded)."""
     array = b"F" + struct.pack(">I", len(death)) + death
     table = b"\x07x-death" + b"A" + struct.pack(">I", len(array)) + array
     properties = struct.pack(">H", 0x2000) + struct.pack(">I", len(table)) + table
     client.connection.handle(InboundPublish(1, "", "work", False, False, properties, b"m"))
     client.end_batch()
+
+
+def _client_with_dead_letter_queues():
+    client, _ = client_with_clock()
+    client.declare_queue(1, "dead")
+    client.declare_queue(1, "work", arguments={"x-dead-letter-exchange": "",
+                                               "x-dead-letter-routing-key": "dead"})
+    return client
+
+
+def test_an_earlier_x_death_is_copied_byte_for_byte():
+    """Found by the in-process fuzzer: an earlier x-death holding a double that pamqp
+    can only write back as a single float. As RabbitMQ, the entry is copied as it is."""
+    client = _client_with_dead_letter_queues()
+    death = b"\x01v" + b"d" + struct.pack(">d", 1e300)                # {"v": 1e300}
+    _publish_with_x_death(client, death)
+    client.method(1, commands.Basic.Get(queue="work"))
+    replies = client.method(1, commands.Basic.Reject(delivery_tag=1, requeue=False))
+    assert close_code(replies) is None
+    [entry] = queue(client, "dead").ready
+    assert death in entry.message.properties
+
+
+def test_an_x_death_that_cannot_be_written_back_drops_the_message_quietly(caplog):
+    """An earlier death of the same queue and reason whose count is the largest long:
+    one more does not fit. The message is dropped with a warning (as the dead_letter
+    module documents); the broker logs no error and carries on."""
+    client = _client_with_dead_letter_queues()
+    death = (b"\x05queue" + b"S" + struct.pack(">I", 4) + b"work" + b"\x06reason" + b"S"
+             + struct.pack(">I", 8) + b"rejected" + b"\x05count" + b"l"
+             + struct.pack(">q", 2 ** 63 - 1))
+    _publish_with_x_death(client, death)
     client.method(1, commands.Basic.Get(queue="work"))
     with caplog.at_level(logging.WARNING):
         replies = client.method(1, commands.Basic.Reject(delivery_tag=1, requeue=False))

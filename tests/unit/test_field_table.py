@@ -9,7 +9,8 @@ from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 
 from amqp_codec import MalformedProperties, decode_properties, replace_properties
-from amqp_codec.field_table import MAX_DEPTH, TableError, decode_table, encode_table
+from amqp_codec.field_table import (MAX_DEPTH, EncodedValue, Long, TableError, array_elements,
+                                    decode_table, encode_table, with_table_entry)
 from test_fast_path import properties, tables
 
 # Values of every type a decoded table holds, and some pamqp cannot write (bytes, integers
@@ -115,3 +116,25 @@ def test_malformed_property_blocks(raw):
 
 def test_any_timestamp_is_read():
     assert decode_properties(b"\x00\x40" + b"\xff" * 8).timestamp.year == 9999
+
+
+def test_a_long_is_written_as_a_long_long_whatever_its_size():
+    assert encode_table({"count": Long(1)}) == b"\x00\x00\x00\x0f\x05countl" + struct.pack(">q", 1)
+    with pytest.raises(TypeError):
+        encode_table({"count": Long(2 ** 63)})
+
+
+def test_array_elements_keep_their_encoding_through_a_new_table():
+    """An x-death history written by another broker (integers as 'I') is copied with
+    its types, and one entry set keeps the others' bytes."""
+    element = b"F" + struct.pack(">I", 11) + b"\x05countI" + struct.pack(">i", 3)
+    array = struct.pack(">I", len(element)) + element
+    [(value, encoded)] = array_elements(array)
+    assert value == {"count": 3} and encoded == element
+    assert encode_table({"a": [encoded]}) == encode_table({"a": [EncodedValue(element)]})
+    assert encode_table({"a": [encoded]})[4:].endswith(element)
+    changed = with_table_entry(encoded, "n", 1)
+    assert changed.endswith(element[5:])
+    assert decode_table(encode_table({"a": changed}))[0] == {"a": {"n": 1, "count": 3}}
+    replaced = with_table_entry(encoded, "count", Long(4))
+    assert replaced == b"F" + struct.pack(">I", 15) + b"\x05countl" + struct.pack(">q", 4)
