@@ -180,14 +180,7 @@ def delivery_mode(properties: bytes) -> int:
     if flags & CONTINUATION_FLAG:   # Basic needs no second flag word; the full read copes
         return decode_properties(properties).delivery_mode or 0
     try:
-        offset = 2
-        if flags & CONTENT_TYPE_FLAG:
-            offset += 1 + properties[offset]
-        if flags & CONTENT_ENCODING_FLAG:
-            offset += 1 + properties[offset]
-        if flags & HEADERS_FLAG:
-            offset += 4 + _LONG.unpack_from(properties, offset)[0]
-        return properties[offset]
+        return properties[_offset_past_headers(properties, flags)]
     except (IndexError, StructError):
         raise MalformedProperties("property delivery_mode is truncated") from None
 
@@ -204,15 +197,23 @@ def priority(properties: bytes) -> int:
     if flags & CONTINUATION_FLAG:
         return decode_properties(properties).priority or 0
     try:
-        offset = 2
-        if flags & CONTENT_TYPE_FLAG:
-            offset += 1 + properties[offset]
-        if flags & CONTENT_ENCODING_FLAG:
-            offset += 1 + properties[offset]
-        if flags & HEADERS_FLAG:
-            offset += 4 + _LONG.unpack_from(properties, offset)[0]
+        offset = _offset_past_headers(properties, flags)
         if flags & DELIVERY_MODE_FLAG:
             offset += 1
         return properties[offset]
     except (IndexError, StructError):
         raise MalformedProperties("property priority is truncated") from None
+
+
+def _offset_past_headers(properties: bytes, flags: int) -> int:
+    """Where the field after headers starts: past content_type, content_encoding and
+    headers, each skipped by its length when present. Raises IndexError or StructError
+    when a length runs past the block."""
+    offset = 2
+    if flags & CONTENT_TYPE_FLAG:
+        offset += 1 + properties[offset]
+    if flags & CONTENT_ENCODING_FLAG:
+        offset += 1 + properties[offset]
+    if flags & HEADERS_FLAG:
+        offset += 4 + _LONG.unpack_from(properties, offset)[0]
+    return offset

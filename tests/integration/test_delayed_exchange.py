@@ -40,17 +40,34 @@ def delayed_publish(channel, exchange: str, routing_key: str, body: bytes, delay
     return sent
 
 
-def receive(channel, queue: str, count: int) -> list[tuple[bytes, float]]:
-    """(body, wall-clock receive time) of the next `count` deliveries of `queue`."""
+def receive_full(channel, queue: str, count: int) -> list:
+    """(method, properties, body, wall-clock receive time) of the next `count`
+    deliveries of `queue`."""
     received = []
-    for method, _properties, body in channel.consume(queue, auto_ack=True,
-                                                     inactivity_timeout=WAIT):
+    for method, properties, body in channel.consume(queue, auto_ack=True,
+                                                    inactivity_timeout=WAIT):
         assert method is not None, f"got {len(received)} of {count} from {queue}"
-        received.append((body, time.time()))
+        received.append((method, properties, body, time.time()))
         if len(received) == count:
             break
     channel.cancel()
     return received
+
+
+def receive(channel, queue: str, count: int) -> list[tuple[bytes, float]]:
+    """(body, wall-clock receive time) of the next `count` deliveries of `queue`."""
+    return [(body, at) for _, _, body, at in receive_full(channel, queue, count)]
+
+
+def stop_and_restart(broker_factory, process, connection, data_dir: str, stop: str):
+    """Stop the broker (SIGKILL for "kill", else a clean stop); one on the same data."""
+    if stop == "kill":
+        process.process.send_signal(signal.SIGKILL)
+        process.process.wait()
+    else:
+        close_quietly(connection)
+        assert process.stop() == 0
+    return broker_factory(data_dir=data_dir)
 
 
 def bound_queue(channel, names, exchange: str, routing_key: str = "k",
@@ -204,13 +221,7 @@ def test_held_persistent_messages_survive_a_restart_and_kill_9(broker_factory, t
     for body, delay in ((b"late", 4000), (b"early", 2000)):
         sent[body] = (delayed_publish(channel, "delayed", "k", body, delay,
                                       delivery_mode=PERSISTENT), delay)
-    if stop == "kill":
-        process.process.send_signal(signal.SIGKILL)
-        process.process.wait()
-    else:
-        close_quietly(connection)
-        assert process.stop() == 0
-    restarted = broker_factory(data_dir=data_dir)
+    restarted = stop_and_restart(broker_factory, process, connection, data_dir, stop)
     connection = connect(restarted)
     try:
         received = receive(connection.channel(), "target", 2)
@@ -220,20 +231,6 @@ def test_held_persistent_messages_survive_a_restart_and_kill_9(broker_factory, t
     for body, at in received:
         published, delay = sent[body]
         assert at >= published + delay / 1000
-
-
-def receive_full(channel, queue: str, count: int) -> list:
-    """(method, properties, body, wall-clock receive time) of the next `count`
-    deliveries of `queue`."""
-    received = []
-    for method, properties, body in channel.consume(queue, auto_ack=True,
-                                                    inactivity_timeout=WAIT):
-        assert method is not None, f"got {len(received)} of {count} from {queue}"
-        received.append((method, properties, body, time.time()))
-        if len(received) == count:
-            break
-    channel.cancel()
-    return received
 
 
 @pytest.mark.parametrize("stop", ["restart", "kill"])
@@ -250,13 +247,7 @@ def test_held_bodies_come_back_from_the_store_file_intact(broker_factory, tmp_pa
     delayed_publish(channel, "delayed", "k", large, 2500, delivery_mode=PERSISTENT)
     delayed_publish(channel, "delayed", "k", b"transient", 1500)
     delayed_publish(channel, "delayed", "k", b"small", 2000, delivery_mode=PERSISTENT)
-    if stop == "kill":
-        process.process.send_signal(signal.SIGKILL)
-        process.process.wait()
-    else:
-        close_quietly(connection)
-        assert process.stop() == 0
-    restarted = broker_factory(data_dir=data_dir)
+    restarted = stop_and_restart(broker_factory, process, connection, data_dir, stop)
     connection = connect(restarted)
     try:
         received = receive_full(connection.channel(), "target", 2)
