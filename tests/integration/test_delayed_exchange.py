@@ -310,7 +310,10 @@ def test_a_transaction_holds_its_delayed_messages_at_commit_and_rollback_holds_n
     delayed_publish(chan, exchange, "k", b"rolled back", 100)
     chan.tx_rollback()
     delayed_publish(chan, exchange, "k", b"committed", 100)
-    time.sleep(0.5)    # the delay passes before the commit: the message is not held yet
+    # Not synchronisation: the time under test. The 100 ms delay elapses between the
+    # publish and the commit, so a message wrongly held from its publish would be
+    # queued by now and delivered before commit + 100 ms.
+    time.sleep(0.5)
     assert chan.queue_declare(queue, passive=True).method.message_count == 0
     committed = time.time()
     chan.tx_commit()
