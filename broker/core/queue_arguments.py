@@ -20,19 +20,24 @@ QUEUE_VERSIONS = (1, 2)
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
 
 
-def _non_negative_int(value):
+def _int_type(value):
+    """The classic checks' wording for a value that is not an integer."""
     if isinstance(value, bool) or not isinstance(value, int):
         return f"{{unacceptable_type,{type(value).__name__}}}"
-    if value < 0:
-        return f"{{value_negative,{value}}}"
     return None
 
 
-def _positive_int(value):
-    problem = _non_negative_int(value)
-    if problem is None and value == 0:
-        return f"{{value_zero,{value}}}"
-    return problem
+def _count(type_problem, zero_allowed: bool = True):
+    """A check of a count: an integer (`type_problem` words the refusal), not negative,
+    and not zero unless `zero_allowed`."""
+    def check(value):
+        problem = type_problem(value)
+        if problem is None and value < 0:
+            return f"{{value_negative,{value}}}"
+        if problem is None and value == 0 and not zero_allowed:
+            return f"{{value_zero,{value}}}"
+        return problem
+    return check
 
 
 def _overflow_mode(value):
@@ -63,18 +68,10 @@ def _integer(value):
     return None
 
 
-def _non_negative_integer(value):
-    problem = _integer(value)
-    if problem is None and value < 0:
-        return f"{{value_negative,{value}}}"
-    return problem
-
-
-def _positive_integer(value):
-    problem = _non_negative_integer(value)
-    if problem is None and value == 0:
-        return f"{{value_zero,{value}}}"
-    return problem
+_non_negative_int = _count(_int_type)
+_positive_int = _count(_int_type, zero_allowed=False)
+_non_negative_integer = _count(_integer)
+_positive_integer = _count(_integer, zero_allowed=False)
 
 
 def _dead_letter_strategy(value):

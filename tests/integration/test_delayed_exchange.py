@@ -206,10 +206,9 @@ def test_alternate_exchange_takes_what_nothing_routes_when_due(chan, names):
     assert body == b"m" and at >= published + 0.2
 
 
-@pytest.mark.parametrize("stop", ["restart", "kill"])
-def test_held_persistent_messages_survive_a_restart_and_kill_9(broker_factory, tmp_path,
-                                                               stop):
-    data_dir = str(tmp_path / "data")
+def durable_delayed_to_target(broker_factory, data_dir: str):
+    """A broker on `data_dir` with a durable delayed exchange "delayed" bound with key
+    "k" to the durable queue "target"; (process, connection, confirming channel)."""
     process = broker_factory(data_dir=data_dir)
     connection = connect(process)
     channel = connection.channel()
@@ -217,6 +216,14 @@ def test_held_persistent_messages_survive_a_restart_and_kill_9(broker_factory, t
     channel.queue_declare("target", durable=True)
     channel.queue_bind("target", "delayed", "k")
     channel.confirm_delivery()
+    return process, connection, channel
+
+
+@pytest.mark.parametrize("stop", ["restart", "kill"])
+def test_held_persistent_messages_survive_a_restart_and_kill_9(broker_factory, tmp_path,
+                                                               stop):
+    data_dir = str(tmp_path / "data")
+    process, connection, channel = durable_delayed_to_target(broker_factory, data_dir)
     sent = {}
     for body, delay in ((b"late", 4000), (b"early", 2000)):
         sent[body] = (delayed_publish(channel, "delayed", "k", body, delay,
@@ -236,13 +243,7 @@ def test_held_persistent_messages_survive_a_restart_and_kill_9(broker_factory, t
 @pytest.mark.parametrize("stop", ["restart", "kill"])
 def test_held_bodies_come_back_from_the_store_file_intact(broker_factory, tmp_path, stop):
     data_dir = str(tmp_path / "data")
-    process = broker_factory(data_dir=data_dir)
-    connection = connect(process)
-    channel = connection.channel()
-    declare_delayed(channel, "delayed", durable=True)
-    channel.queue_declare("target", durable=True)
-    channel.queue_bind("target", "delayed", "k")
-    channel.confirm_delivery()
+    process, connection, channel = durable_delayed_to_target(broker_factory, data_dir)
     large = bytes(range(256)) * 800          # 200 KiB, over several frames
     delayed_publish(channel, "delayed", "k", large, 2500, delivery_mode=PERSISTENT)
     delayed_publish(channel, "delayed", "k", b"transient", 1500)

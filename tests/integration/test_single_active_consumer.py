@@ -105,7 +105,9 @@ def test_only_the_first_consumer_gets_messages(setup, queue_type):
     assert received == [[(b"0", False), (b"1", False)], [], []]
 
 
-def test_basic_get_takes_the_next_ready_message_of_a_classic_queue(setup):
+def first_of_two_served(setup):
+    """A classic SAC queue with two consumers, 4 messages published and the active
+    (first) consumer holding its PREFETCH of them; (channel, queue, consumers)."""
     _, channel, new_queue, consumers_of = setup
     queue = new_queue("sac")
     declare(channel, queue, "classic")
@@ -114,6 +116,11 @@ def test_basic_get_takes_the_next_ready_message_of_a_classic_queue(setup):
     consumers.add()
     publish(channel, queue, 4)
     consumers.wait_for(0, PREFETCH)
+    return channel, queue, consumers
+
+
+def test_basic_get_takes_the_next_ready_message_of_a_classic_queue(setup):
+    channel, queue, consumers = first_of_two_served(setup)
     method, _, body = channel.basic_get(queue, auto_ack=True)
     assert body == b"2"
     assert consumers.received[1] == []
@@ -146,14 +153,7 @@ def test_when_the_active_consumer_goes_the_next_takes_over(setup, queue_type, su
 def test_a_cancelled_active_consumer_hands_over_the_ready_messages(setup):
     """Its messages acked first (RabbitMQ 3.10 does not serve the next one while the
     cancelled one still holds unacked messages)."""
-    _, channel, new_queue, consumers_of = setup
-    queue = new_queue("sac")
-    declare(channel, queue, "classic")
-    consumers = consumers_of(queue)
-    consumers.add()
-    consumers.add()
-    publish(channel, queue, 4)
-    consumers.wait_for(0, PREFETCH)
+    _, _, consumers = first_of_two_served(setup)
     first = consumers.channels[0]
     first.basic_ack(0, multiple=True)
     first.basic_cancel(first.consumer_tags[0])
