@@ -9,13 +9,14 @@ import time
 import trio
 
 from broker import __version__
-from broker.config import ConfigError, load_settings
+from broker.config import ConfigError, load_settings, management_port
 from broker.core.broker import Broker
 from broker.server.admission import default_connection_caps, raise_file_limit
 from broker.server.committer import GroupCommitter
 from broker.server.control import CONTROL_SOCKET_NAME, MAX_SOCKET_PATH, ControlSocket
 from broker.server.durability import DurableStorage
 from broker.server.listener import Server
+from broker.server.management.listener import ManagementListener
 from broker.server.tls import TlsListener, server_context
 
 
@@ -51,6 +52,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--tls-port", type=int,
                        help="amqps port (default: none, or [tls] port of the configuration "
                             "file; 0 picks a free one, logged as event=listening_tls)")
+    serve.add_argument("--management-port", type=management_port,
+                       help="port of the management HTTP API, metrics and web UI "
+                            "(default 15672; 0 turns it off; 'auto' picks a free one, "
+                            "logged as event=management_listening)")
     serve.add_argument("--data-dir", help="data directory (default ./data)")
     serve.add_argument("--metadata-url",
                        help="SQLAlchemy URL of the metadata database (default: SQLite "
@@ -70,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.config, {
             "host": args.host, "port": args.port, "data_dir": args.data_dir,
             "metadata_url": args.metadata_url, "log_level": args.log_level,
-            "control_socket": args.control_socket, "tls_port": args.tls_port})
+            "control_socket": args.control_socket, "tls_port": args.tls_port,
+            "management_port": args.management_port})
         tls = (TlsListener(settings.tls, server_context(settings.tls))
                if settings.tls.port is not None else None)
     except ConfigError as error:
@@ -88,14 +94,17 @@ def main(argv: list[str] | None = None) -> int:
                                storage.sync_stores, storage.maintain_stores)
     server = Server(broker, settings.host, settings.port, committer, settings.alarms,
                     settings.data_dir, control=_control_socket(settings, broker, committer),
-                    tls=tls, plain_listener=settings.tls.plain_listener)
+                    tls=tls, plain_listener=settings.tls.plain_listener,
+                    management=_management_listener(settings, broker, committer))
     try:
         trio.run(server.run)
     except OSError as error:
         logging.getLogger("warren.server").error(
-            "event=listen_failed host=%s port=%s tls_port=%s error=%r hint=%r",
-            settings.host, settings.port, settings.tls.port, error.strerror or str(error),
-            "another process uses this port: stop it or pass --port (--tls-port)")
+            "event=listen_failed host=%s port=%s tls_port=%s management_port=%s error=%r "
+            "hint=%r", settings.host, settings.port, settings.tls.port,
+            settings.management.port, error.strerror or str(error),
+            "another process uses this port: stop it or pass --port (--tls-port, "
+            "--management-port)")
         return 1
     finally:
         storage.close(broker)
@@ -114,6 +123,15 @@ def _control_socket(settings, broker: Broker,
             "control_socket to a shorter path")
         return None
     return ControlSocket(broker, committer, path) if path else None
+
+
+def _management_listener(settings, broker: Broker,
+                         committer: GroupCommitter) -> ManagementListener | None:
+    port = settings.management.port
+    if port == 0:
+        return None
+    host = settings.management.host or settings.host
+    return ManagementListener(broker, committer, host, 0 if port == "auto" else port)
 
 
 def _fill_connection_caps(limits) -> None:

@@ -34,6 +34,10 @@ Example file:
     fail_if_no_peer_cert = true
     plain_listener = false          # amqps only (default true: both listeners)
     ssl_cert_login_from = "common_name"   # the EXTERNAL user; or "distinguished_name"...
+
+    [management]
+    port = 15672                    # the HTTP API, metrics and web UI; 0: off
+    host = "127.0.0.1"              # default: the AMQP host
 """
 
 import tomllib
@@ -83,6 +87,19 @@ class TlsSettings:
     ssl_cert_login_san_index: int = 0       # which SAN of that type (0: the first)
 
 
+MANAGEMENT_PORT = 15672   # RabbitMQ's management port
+FREE_PORT = "auto"   # --management-port auto: a free port, logged as event=management_listening
+
+
+@dataclass
+class ManagementSettings:
+    """The `[management]` settings: the HTTP listener of the management API, the
+    Prometheus metrics and the web UI (broker/server/management)."""
+
+    port: int | str = MANAGEMENT_PORT   # 0: no listener; "auto": a free port
+    host: str | None = None             # None: the AMQP host
+
+
 @dataclass
 class ServeSettings:
     host: str = "127.0.0.1"
@@ -95,6 +112,7 @@ class ServeSettings:
     limits: BrokerConfig = field(default_factory=BrokerConfig)
     alarms: AlarmLimits = field(default_factory=AlarmLimits)
     tls: TlsSettings = field(default_factory=TlsSettings)
+    management: ManagementSettings = field(default_factory=ManagementSettings)
     auth_mechanisms: list = field(default_factory=lambda: ["PLAIN", "AMQPLAIN"])
 
 
@@ -103,7 +121,8 @@ class ConfigError(Exception):
 
 
 def load_settings(path: str | None, overrides: dict) -> ServeSettings:
-    """Overrides are flags: ServeSettings fields, and `tls_port` for [tls] port."""
+    """Overrides are flags: ServeSettings fields, `tls_port` for [tls] port and
+    `management_port` for [management] port."""
     settings = ServeSettings()
     if path:
         _apply_file(settings, path)
@@ -112,10 +131,13 @@ def load_settings(path: str | None, overrides: dict) -> ServeSettings:
             continue
         if name == "tls_port":
             settings.tls.port = value
+        elif name == "management_port":
+            settings.management.port = value
         else:
             setattr(settings, name, value)
     _check_auth_mechanisms(settings.auth_mechanisms)
     _check_tls(settings.tls)
+    _check_management(settings.management)
     return settings
 
 
@@ -128,10 +150,12 @@ def _apply_file(settings: ServeSettings, path: str) -> None:
     limits = data.pop("limits", {})
     alarms = data.pop("alarms", {})
     tls = data.pop("tls", {})
+    management = data.pop("management", {})
     _assign(settings, data, path)
     _assign(settings.limits, limits, path + " [limits]")
     _assign(settings.alarms, alarms, path + " [alarms]")
     _assign(settings.tls, tls, path + " [tls]")
+    _assign(settings.management, management, path + " [management]")
     _require_positive_int(settings.limits.max_message_size, "max_message_size",
                           path + " [limits]")
     _require_user_names(settings.loopback_users, "loopback_users", path)
@@ -163,7 +187,7 @@ def _require_user_names(value, name: str, where: str) -> None:
 def _assign(target, values: dict, where: str) -> None:
     known = {f.name: f for f in fields(target)}
     for name, value in values.items():
-        if name not in known or name in ("limits", "alarms", "tls"):
+        if name not in known or name in ("limits", "alarms", "tls", "management"):
             raise ConfigError(f"unknown setting '{name}' in {where}; "
                               f"known: {', '.join(sorted(known))}")
         setattr(target, name, value)
@@ -174,6 +198,21 @@ def _check_auth_mechanisms(mechanisms) -> None:
             or any(name not in AUTH_MECHANISMS for name in mechanisms)):
         raise ConfigError(f"'auth_mechanisms' must be a list of {', '.join(AUTH_MECHANISMS)}"
                           f", got {mechanisms!r}")
+
+
+def _check_management(management: ManagementSettings) -> None:
+    port = management.port
+    if port != FREE_PORT and (type(port) is not int or not 0 <= port <= 65535):
+        raise ConfigError(f"the management port must be a port number (0: no management "
+                          f"listener) or \"{FREE_PORT}\", got {port!r}")
+    if management.host is not None and type(management.host) is not str:
+        raise ConfigError(f"'host' in [management] must be an address, "
+                          f"got {management.host!r}")
+
+
+def management_port(text: str) -> int | str:
+    """The --management-port flag's value: a port number or "auto"."""
+    return text if text == FREE_PORT else int(text)
 
 
 def _check_tls(tls: TlsSettings) -> None:

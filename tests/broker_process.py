@@ -8,9 +8,11 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from broker_address import BrokerAddress
 from broker_admin import WarrenAdmin
 
-LISTENING = re.compile(r"event=(listening|listening_tls) .*host=(\S+) port=(\d+)")
+LISTENING = re.compile(
+    r"event=(listening|listening_tls|management_listening) .*host=(\S+) port=(\d+)")
 
 
 @dataclass
@@ -19,7 +21,10 @@ class BrokerProcess:
 
     It counts as started once every listener it has is listening: the plain AMQP port
     (`port`), and the amqps port (`tls_port`) when `--tls-port` is among the arguments.
-    A broker configured without the plain listener passes `plain_listener=False`."""
+    A broker configured without the plain listener passes `plain_listener=False`.
+
+    The management API listens on a free port (`management_port`) unless the arguments
+    name a --management-port; it is up before the AMQP listener is logged."""
 
     data_dir: str
     extra_args: tuple = ()
@@ -27,6 +32,7 @@ class BrokerProcess:
     host: str = "127.0.0.1"
     port: int = 0
     tls_port: int | None = None
+    management_port: int | None = None
     plain_listener: bool = True
     process: subprocess.Popen | None = None
     log_lines: list = field(default_factory=list)
@@ -43,12 +49,25 @@ class BrokerProcess:
         """Admin operations on this broker (users, vhosts, permissions...)."""
         return WarrenAdmin(self.control_socket)
 
+    @property
+    def management_url(self) -> str | None:
+        if self.management_port is None:
+            return None
+        return f"http://{self.host}:{self.management_port}"
+
+    def address(self) -> BrokerAddress:
+        return BrokerAddress(self.host, self.port, self.control_socket, self.management_url)
+
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         self._listening.clear()
         self._waiting_for = ({"listening"} if self.plain_listener else set()) | (
             {"listening_tls"} if "--tls-port" in self.extra_args else set())
+        management = ((("--management-port", "auto") if self.management_port is None
+                       else ("--management-port", str(self.management_port)))
+                      if "--management-port" not in self.extra_args else ())
         command = [*self.command_prefix, sys.executable, "-m", "broker", "serve", "--host", self.host,
-                   "--port", str(self.port), "--data-dir", self.data_dir, *self.extra_args]
+                   "--port", str(self.port), "--data-dir", self.data_dir, *management,
+                   *self.extra_args]
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
         threading.Thread(target=self._read_log, args=(self.process,), daemon=True).start()
         if not self._listening.wait(timeout):
@@ -64,6 +83,9 @@ class BrokerProcess:
             match = LISTENING.search(line)
             if match:
                 event, port = match.group(1), int(match.group(3))
+                if event == "management_listening":
+                    self.management_port = port
+                    continue
                 if event == "listening":
                     self.port = port
                 else:

@@ -16,12 +16,11 @@ set only what differs (max_examples, health checks).
 """
 
 import os
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import settings
 
-from broker_admin import RabbitAdmin, WarrenAdmin
+from broker_address import BrokerAddress
 from broker_process import BrokerProcess
 from rabbitmq_node import RABBITMQ_SERVER, NodeError, RabbitInstance
 from postgres_support import postgres_server  # noqa: F401  (session fixture)
@@ -30,19 +29,6 @@ settings.register_profile("warren", deadline=None)
 settings.load_profile("warren")
 
 WARREN_ONLY = pytest.StashKey[list]()   # (test id, reason) of the tests not run
-
-
-@dataclass(frozen=True)
-class BrokerAddress:
-    host: str
-    port: int
-    control_socket: str | None = None   # Warren's; None for an external broker
-
-    def admin(self):
-        """Admin operations on this broker: its control socket, or rabbitmqctl."""
-        if self.control_socket is None:
-            return RabbitAdmin()
-        return WarrenAdmin(self.control_socket)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -79,7 +65,8 @@ def _external_broker():
     if not value:
         return None
     host, port = value.rsplit(":", 1)
-    return BrokerAddress(host, int(port))
+    return BrokerAddress(host, int(port),
+                         management_url=os.environ.get("WARREN_TEST_MANAGEMENT"))
 
 
 @pytest.fixture
@@ -107,7 +94,7 @@ def broker(tmp_path_factory):
         yield external
         return
     process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-shared"))).start()
-    yield BrokerAddress(process.host, process.port, process.control_socket)
+    yield process.address()
     process.kill()
 
 
@@ -119,7 +106,7 @@ def warren_node(tmp_path_factory):
     """A Warren broker for the session whatever WARREN_TEST_BROKER says: the differential
     runner's Warren side. A BrokerAddress."""
     process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-differential"))).start()
-    yield BrokerAddress(process.host, process.port, process.control_socket)
+    yield process.address()
     process.kill()
 
 
@@ -137,13 +124,14 @@ def rabbitmq_node():
                     "RabbitMQ 3.10; install Debian's rabbitmq-server (scripts/test.sh does) "
                     "or set WARREN_TEST_BROKER=host:port to use a running RabbitMQ",
                     pytrace=False)
-    node = RabbitInstance(RABBITMQ_START_TIMEOUT, node_prefix="warren-test")
+    node = RabbitInstance(RABBITMQ_START_TIMEOUT, node_prefix="warren-test",
+                          management=True)
     try:
         node.start()
     except NodeError as error:
         node.stop()
         pytest.fail(f"the throw-away RabbitMQ node did not start: {error}", pytrace=False)
     try:
-        yield BrokerAddress("127.0.0.1", node.port)
+        yield BrokerAddress("127.0.0.1", node.port, management_url=node.management_url)
     finally:
         node.stop()

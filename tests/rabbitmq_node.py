@@ -52,6 +52,13 @@ def free_port() -> int:
     raise NodeError("no free port found in 20000-32000")
 
 
+def _another_free_port(*taken: int) -> int:
+    port = free_port()
+    while port in taken:
+        port = free_port()
+    return port
+
+
 def pid_alive(pid: int | None) -> bool:
     return pid is not None and os.path.exists(f"/proc/{pid}")
 
@@ -98,13 +105,18 @@ class RabbitInstance:
 
     def __init__(self, start_timeout: float, server_script: str = RABBITMQ_SERVER,
                  extra_config: str = "", node_prefix: str = "bench",
-                 advanced_config: str = "[]."):
+                 advanced_config: str = "[].", management: bool = False):
         self.start_timeout = start_timeout
         self.node_prefix = node_prefix   # the node is <prefix>-<AMQP port>@localhost
         self.server_script = server_script
         self.extra_config = extra_config   # more rabbitmq.conf lines (e.g. a TLS listener)
         # advanced.config: Erlang terms for settings rabbitmq.conf does not have
         self.advanced_config = advanced_config
+        # The management and prometheus plugins, on free loopback ports, with statistics
+        # collected every 500 ms (RabbitMQ's default is 5 s).
+        self.management = management
+        self.management_port = None
+        self.prometheus_port = None
         self.base = None
         self.shell: subprocess.Popen | None = None
         self.beam_pid = None
@@ -122,10 +134,11 @@ class RabbitInstance:
         while dist_port == self.port:
             dist_port = free_port()
         self.node = f"{self.node_prefix}-{self.port}@localhost"
-        (self.base / "enabled_plugins").write_text("[].\n")
+        (self.base / "enabled_plugins").write_text(
+            "[rabbitmq_management,rabbitmq_prometheus].\n" if self.management else "[].\n")
         (self.base / "rabbitmq.conf").write_text(
             f"listeners.tcp.1 = {HOST}:{self.port}\nloopback_users.guest = true\n"
-            + self.extra_config)
+            + self._management_config() + self.extra_config)
         (self.base / "advanced.config").write_text(self.advanced_config + "\n")
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RABBITMQ_", "ERL_"))}
@@ -158,12 +171,41 @@ class RabbitInstance:
                                              f"RabbitMQ node {self.node}")
         except NodeError as error:
             raise NodeError(f"{error}\n--- console (tail) ---\n{self.log_tail()}") from None
+        if self.management:
+            self._wait_for_management(started)
         self.startup_s = time.perf_counter() - started
         self.beam_pid = self._find_beam()
         if self.beam_pid is None:
             raise NodeError(f"RabbitMQ node {self.node} accepts connections but no beam.smp "
                              f"process was found under pid {self.shell.pid}")
         return self
+
+    def _management_config(self) -> str:
+        if not self.management:
+            return ""
+        self.management_port = _another_free_port(self.port)
+        self.prometheus_port = _another_free_port(self.port, self.management_port)
+        return (f"management.tcp.ip = {HOST}\nmanagement.tcp.port = {self.management_port}\n"
+                f"prometheus.tcp.ip = {HOST}\nprometheus.tcp.port = {self.prometheus_port}\n"
+                "collect_statistics_interval = 500\n")
+
+    @property
+    def management_url(self) -> str | None:
+        return f"http://{HOST}:{self.management_port}" if self.management else None
+
+    def _wait_for_management(self, started: float) -> None:
+        """The management plugin starts after the AMQP listener: wait for its port."""
+        deadline = started + self.start_timeout
+        while True:
+            try:
+                socket.create_connection((HOST, self.management_port), timeout=2).close()
+                return
+            except OSError:
+                if not self.alive() or time.perf_counter() > deadline:
+                    raise NodeError(f"RabbitMQ node {self.node}: the management plugin did "
+                                    f"not listen on {self.management_port}\n"
+                                    f"--- console (tail) ---\n{self.log_tail()}") from None
+                time.sleep(0.1)   # polling a port the node opens when it is ready
 
     def _find_beam(self):
         """beam.smp, a child of the rabbitmq-server shell (or the shell itself after exec)."""
@@ -194,9 +236,13 @@ class RabbitInstance:
 
     def environment(self) -> dict:
         """What a test run needs to reach this node: AMQP, and rabbitmqctl."""
-        return {"WARREN_TEST_BROKER": f"{HOST}:{self.port}",
-                "RABBITMQ_NODENAME": self.node,
-                "RABBITMQ_ERLANG_COOKIE": self.cookie}
+        environment = {"WARREN_TEST_BROKER": f"{HOST}:{self.port}",
+                       "RABBITMQ_NODENAME": self.node,
+                       "RABBITMQ_ERLANG_COOKIE": self.cookie}
+        if self.management:
+            environment["WARREN_TEST_MANAGEMENT"] = self.management_url
+            environment["WARREN_TEST_PROMETHEUS"] = f"http://{HOST}:{self.prometheus_port}"
+        return environment
 
     def alive(self) -> bool:
         return self.shell is not None and self.shell.poll() is None
@@ -253,7 +299,7 @@ def _raise_stopped(signum, _frame):
 
 def run_beside_node(command: list[str], start_timeout: float) -> int:
     """Start a node, run `command` with the node's environment, stop the node."""
-    node = RabbitInstance(start_timeout, node_prefix="warren-test")
+    node = RabbitInstance(start_timeout, node_prefix="warren-test", management=True)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_stopped)
     try:

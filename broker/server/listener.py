@@ -14,6 +14,7 @@ from .admission import SUMMARY_INTERVAL, Admission
 from .alarms import ResourceAlarm, held_memory
 from .committer import GroupCommitter
 from .control import ControlSocket
+from .management.listener import ManagementListener
 from .tls import TlsHandshakeFailed, TlsListener, TlsSocketTransport
 from .transport import DrainSignal, SocketTransport, peer_text
 
@@ -29,9 +30,11 @@ class Server:
     def __init__(self, broker: Broker, host: str, port: int, committer: GroupCommitter,
                  alarm_limits: AlarmLimits, data_dir: str,
                  control: ControlSocket | None = None, tls: TlsListener | None = None,
-                 plain_listener: bool = True):
+                 plain_listener: bool = True,
+                 management: ManagementListener | None = None):
         self.broker = broker
         self.control = control
+        self.management = management
         self.host = host
         self.port = port
         self.tls = tls
@@ -66,6 +69,8 @@ class Server:
                 nursery.start_soon(self.committer.flush_periodically, FLUSH_INTERVAL)
                 if self.control is not None:
                     await nursery.start(self.control.run)
+                if self.management is not None:
+                    await nursery.start(self.management.run, self)
                 if tls_listeners:
                     port = tls_listeners[0].socket.getsockname()[1]
                     log.info("event=listening_tls host=%s port=%s", self.host, port)

@@ -70,13 +70,13 @@ def test_serve_sh_passes_its_arguments_to_warren_serve(tmp_path):
     repo = Path(__file__).resolve().parents[2]
     process = subprocess.Popen(
         ["bash", str(repo / "scripts" / "serve.sh"), "--port", "0", "--data-dir",
-         str(tmp_path / "data"), "--log-level", "info"],
+         str(tmp_path / "data"), "--log-level", "info", "--management-port", "auto"],
         stderr=subprocess.PIPE, text=True)
     try:
         port = None
         for line in process.stderr:     # pip (first use only), then the broker's log
             found = LISTENING.search(line)
-            if found:
+            if found and found.group(1) == "listening":
                 port = int(found.group(3))
                 break
         assert port is not None, f"serve.sh exited with {process.wait()}"

@@ -1,0 +1,15 @@
+"""/api/whoami: the caller's name and tags."""
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from .context import caller_of
+
+
+async def whoami(request: Request) -> JSONResponse:
+    caller = caller_of(request)
+    return JSONResponse({"name": caller.name, "tags": list(caller.user.tags)})
+
+
+ROUTES = [Route("/api/whoami", whoami)]
