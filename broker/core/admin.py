@@ -1,5 +1,6 @@
 """Operator actions on a running broker: users, vhosts, permissions, topic
-permissions, limits, policies and operator policies. Each changes the live broker at
+permissions, limits, policies and operator policies, and the topology (exchanges, queues,
+bindings, purges). Each changes the live broker at
 once (a new user can log in, a permission applies to the next operation of open
 connections) and records its journal entry, so the change is in the metadata store after
 the next commit. The control socket
@@ -7,16 +8,25 @@ the next commit. The control socket
 
 Every method raises AdminError, naming what is wrong, for a request it cannot carry out
 (and then changes nothing).
+
+The topology operations act as a user (`user`, the management API's caller), with that
+user's permissions checked as on a channel, or as the operator (`user=None`: the control
+socket, definitions loaded at boot), who may do anything. Their AdminError carries the
+AMQP reply code RabbitMQ's channel would have closed with (`reply_code`: 403 refused, 404
+missing, 405 locked, 406 precondition failed).
 """
 
 import base64
 import binascii
 import re
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from amqp_codec.reply_codes import ReplyCode
 
-from .access_control import ACCESS_KINDS, TopicPermission, User, compile_pattern
+from .access_control import (ACCESS_KINDS, ChannelAccess, TopicPermission, User,
+                             compile_pattern)
+from .errors import ChannelError, ConnectionFailure
 from .limits import USER_LIMITS, VHOST_LIMITS
 from .passwords import SHA256_ALGORITHM, hash_password
 from .policy import OPERATOR_POLICY, POLICY, Policy, PolicyError, make_policy
@@ -29,7 +39,29 @@ if TYPE_CHECKING:
 
 
 class AdminError(Exception):
-    """An operator request that cannot be carried out as asked."""
+    """An operator request that cannot be carried out as asked; `reply_code` is the AMQP
+    reply code of the refusal where a channel operation would have given one."""
+
+    def __init__(self, message: str, reply_code: int | None = None):
+        super().__init__(message)
+        self.reply_code = reply_code
+
+
+class OperatorAccess(ChannelAccess):
+    """The rights of the operator (the control socket, definitions at boot): every
+    check passes."""
+
+    def configure(self, kind: str, name: str) -> None:
+        pass
+
+    def write(self, kind: str, name: str) -> None:
+        pass
+
+    def read(self, kind: str, name: str) -> None:
+        pass
+
+    def topic(self, access: str, exchange: str, routing_key: str) -> None:
+        pass
 
 
 class Administration:
@@ -223,6 +255,106 @@ class Administration:
         vhost.apply_policies()
         self._record(DeletePolicy(vhost=vhost_name, kind=kind, name=name))
 
+    # -- topology ------------------------------------------------------------------
+
+    def declare_exchange(self, vhost: str, name: str, type: str = "direct",
+                         durable: bool = True, auto_delete: bool = False,
+                         internal: bool = False, arguments: dict | None = None,
+                         user: str | None = None) -> None:
+        """Declare an exchange (an equivalent one may exist: 406 when it differs)."""
+        with _channel_refusals():
+            self._vhost(vhost).declare_exchange(
+                name, type, False, durable, auto_delete, internal, arguments or {},
+                self._access(vhost, user))
+
+    def delete_exchange(self, vhost: str, name: str, if_unused: bool = False,
+                        user: str | None = None) -> None:
+        """Delete an exchange (404 when there is none, as the management API answers)."""
+        target = self._vhost(vhost)
+        if name not in target.exchanges:
+            raise AdminError(f"no exchange '{name}' in vhost '{vhost}'", 404)
+        with _channel_refusals():
+            target.delete_exchange(name, if_unused, self._access(vhost, user))
+
+    def declare_queue(self, vhost: str, name: str, durable: bool = True,
+                      auto_delete: bool = False, arguments: dict | None = None,
+                      user: str | None = None) -> None:
+        """Declare a queue (an equivalent one may exist: 406 when it differs)."""
+        if not name:
+            raise AdminError("a queue declared by an operator needs a name", 400)
+        with _channel_refusals():
+            self._vhost(vhost).declare_queue(name, None, False, durable, False,
+                                             auto_delete, arguments or {},
+                                             self._access(vhost, user))
+
+    def delete_queue(self, vhost: str, name: str, if_unused: bool = False,
+                     if_empty: bool = False, user: str | None = None) -> int:
+        """Delete a queue (404 when there is none); how many messages it had."""
+        target = self._vhost(vhost)
+        queue = self._queue(target, name)
+        with _channel_refusals():
+            self._access(vhost, user).configure("queue", name)
+            target.check_exclusive(queue, None)
+            return target.delete_queue(queue, if_unused, if_empty)
+
+    def purge_queue(self, vhost: str, name: str, user: str | None = None) -> int:
+        """Drop the queue's ready messages; how many there were."""
+        target = self._vhost(vhost)
+        queue = self._queue(target, name)
+        with _channel_refusals():
+            self._access(vhost, user).read("queue", name)
+            target.check_exclusive(queue, None)
+            return queue.purge()
+
+    def bind(self, vhost: str, source: str, destination_kind: str, destination: str,
+             routing_key: str = "", arguments: dict | None = None,
+             user: str | None = None) -> None:
+        """Bind a queue or exchange (`destination_kind` "queue" or "exchange") to the
+        exchange `source`."""
+        target = self._vhost(vhost)
+        with _channel_refusals():
+            target.authorize_binding(self._access(vhost, user), destination_kind,
+                                     destination, source, routing_key)
+            target.exchange(source)
+            target.bind(self._destination(target, destination_kind, destination), source,
+                        routing_key, arguments or {})
+
+    def unbind(self, vhost: str, source: str, destination_kind: str, destination: str,
+               routing_key: str = "", arguments: dict | None = None,
+               user: str | None = None) -> None:
+        """Remove a binding; 404 when there is no such binding."""
+        target = self._vhost(vhost)
+        with _channel_refusals():
+            target.authorize_binding(self._access(vhost, user), destination_kind,
+                                     destination, source, routing_key)
+            end = self._destination(target, destination_kind, destination)
+            exchange = target.exchange(source)
+            if not exchange.has_binding(end, routing_key, arguments or {}):
+                raise AdminError(f"no binding from '{source}' to {destination_kind} "
+                                 f"'{destination}' with key '{routing_key}'", 404)
+            target.unbind(end, source, routing_key, arguments or {})
+
+    def _access(self, vhost: str, user: str | None) -> ChannelAccess:
+        access_control = self.broker.access
+        if user is None:
+            return OperatorAccess(access_control, "", vhost)
+        return ChannelAccess(access_control, user, vhost)
+
+    @staticmethod
+    def _queue(vhost, name: str):
+        queue = vhost.queues.get(name)
+        if queue is None:
+            raise AdminError(f"no queue '{name}' in vhost '{vhost.name}'", 404)
+        return queue
+
+    def _destination(self, vhost, kind: str, name: str):
+        if kind == "queue":
+            return self._queue(vhost, name)
+        if kind == "exchange":
+            return vhost.exchange(name)
+        raise AdminError(f"a binding's destination is a queue or an exchange, not "
+                         f"{kind!r}", 400)
+
     # -- shared --------------------------------------------------------------------
 
     def _record(self, entry) -> None:
@@ -235,6 +367,15 @@ class Administration:
                                  f"CONNECTION_FORCED - {reason}")
             except Exception as error:   # that connection fails, the change stands
                 connection.fail(error)
+
+
+@contextmanager
+def _channel_refusals():
+    """A channel error of the vhost's operations becomes an AdminError with its code."""
+    try:
+        yield
+    except (ChannelError, ConnectionFailure) as error:
+        raise AdminError(error.text, int(error.reply_code)) from None
 
 
 def _saved(policy: Policy) -> SavePolicy:

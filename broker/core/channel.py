@@ -17,6 +17,7 @@ from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .exchange import Exchange, field_type_name
 from .message import Message, QueueEntry
+from .message_stats import MessageCounts
 from .queue_base import Consumer, QueueBase
 from .queue_type_arguments import refuse_other_types_consumer_arguments
 from .sender_routing import sender_routed
@@ -72,6 +73,20 @@ class Channel:
         self.reply_consumer_tag: str | None = None
         self.transaction: "Transaction | None" = None
         self.ack_watch: AckWatch | None = None   # while deliveries are unacked
+        self.published = 0             # the channel's message counts
+        self.counts = MessageCounts()   # (message_counts() has them all)
+        self.counts_retired = False     # added to the vhost's retired counts
+
+    def message_counts(self) -> MessageCounts:
+        """The channel's cumulative message counts (broker/core/message_stats.py); the
+        hot path keeps publishes and deliveries in the cheapest form: a counter of its
+        own and the delivery tag."""
+        counts = MessageCounts()
+        counts.add(self.counts)
+        counts.publish = self.published
+        counts.deliver = (self.next_delivery_tag - 1 - counts.deliver_no_ack - counts.get
+                          - counts.get_no_ack)
+        return counts
 
     # -- delivery (called by queues) -------------------------------------------------
 
@@ -99,7 +114,10 @@ class Channel:
             message.routing_key, message.properties, message.body)
         self.next_delivery_tag = tag + 1
         queue = consumer.queue
+        if entry.redelivered:
+            self.counts.redeliver += 1
         if consumer.no_ack:
+            self.counts.deliver_no_ack += 1
             queue.settle(entry)
         else:
             consumer.unacked += 1
@@ -150,6 +168,7 @@ class Channel:
             raise precondition_failed(
                 f"message size {command.body_size} is larger than configured max size "
                 f"{self.connection.broker.config.max_message_size}")
+        self.published += 1
         access = self.access
         exchange = access.publish_targets.get(command.exchange)
         if (exchange is None or exchange.deleted
@@ -255,9 +274,12 @@ class Channel:
                 if not queue.enqueue(message, self.connection):
                     accepted = False
         elif mandatory:
+            self.counts.return_unroutable += 1
             self.connection.write(self.connection.framer.encode_return(
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
                 message.properties, message.body))
+        else:
+            self.counts.drop_unroutable += 1
         return accepted
 
     def _hold(self, exchange, message: Message, mandatory: bool, delay: int) -> bool:
@@ -324,6 +346,7 @@ class Channel:
         for seq in self.nacked_seqs:
             self._ack_through(seq - 1)
             write(self.connection.framer.encode_basic_nack(self.number, seq, False))
+            self.counts.confirm += 1
             self.acked_seq = seq
         self.nacked_seqs.clear()
         self._ack_through(self.publish_seq)
@@ -331,6 +354,7 @@ class Channel:
     def _ack_through(self, seq: int) -> None:
         if seq > self.acked_seq:
             self.connection.write_confirm(self.number, seq, seq - self.acked_seq > 1)
+            self.counts.confirm += seq - self.acked_seq
             self.acked_seq = seq
 
     # -- consuming -----------------------------------------------------------------
@@ -411,14 +435,20 @@ class Channel:
         self.access.read("queue", name)
         queue = self.vhost.queue(name, self.connection)
         entry = queue.take()
+        counts = self.counts
         if entry is None:
+            counts.get_empty += 1
             self.send(commands.Basic.GetEmpty())
             return
         tag = self.next_delivery_tag
         self.next_delivery_tag = tag + 1
+        if entry.redelivered:
+            counts.redeliver += 1
         if method.no_ack:
+            counts.get_no_ack += 1
             queue.settle(entry)
         else:
+            counts.get += 1
             self.unacked[tag] = Delivery(tag, queue, entry, None)
             self.uncounted_unacked += 1
             if self.ack_watch is None:
@@ -504,6 +534,7 @@ class Channel:
 
     def _settle(self, deliveries: list[Delivery]) -> None:
         queues = self._release(deliveries)
+        self.counts.ack += len(deliveries)
         for delivery in deliveries:
             delivery.queue.settle(delivery.entry)
         self._after_release(queues)
@@ -589,6 +620,9 @@ class Channel:
         including what an uncommitted transaction acked (as RabbitMQ, which rolls it
         back)."""
         self.closing = True
+        if not self.counts_retired:   # counted once, however often shutdown runs
+            self.vhost.retired_counts.add(self.message_counts())
+            self.counts_retired = True
         if self.transaction is not None:
             self._undo_settlements(self.transaction)
             self.transaction = None

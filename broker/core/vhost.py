@@ -16,6 +16,7 @@ from .exchange import ALTERNATE_EXCHANGE, EXCHANGE_TYPES, Exchange, field_type_n
 from .delayed_exchange import DELAYED_KIND, DelayedExchange, delay_ms
 from .limits import Limits
 from .message import Message
+from .message_stats import MessageCounts
 from .policy import VhostPolicies, merged_definition
 from .priority_queue import PriorityQueue, max_priority
 from .queue import Queue
@@ -61,6 +62,7 @@ class VirtualHost:
         self.scheduler = scheduler
         self.persistence = persistence or Persistence()
         self.limits = limits or Limits()   # the broker's: max-queues is checked here
+        self.retired_counts = MessageCounts()   # of its closed channels (message_stats.py)
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueBase] = {}
         self.policies = VhostPolicies()
