@@ -76,7 +76,8 @@ def parse_args(argv=None):
 def start_warren(data_dir: str):
     """Start `python -m broker serve` on a free port; returns (process, port)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "broker", "serve", "--port", "0", "--data-dir", data_dir],
+        [sys.executable, "-m", "broker", "serve", "--port", "0", "--management-port", "0",
+         "--data-dir", data_dir],
         cwd=REPO, stderr=subprocess.PIPE, text=True)
     found = queue_module.Queue()
 
