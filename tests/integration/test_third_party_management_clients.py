@@ -1,0 +1,113 @@
+"""Management API clients written for RabbitMQ, used unchanged: pyrabbit2 (PyPI) and
+rabbitmqadmin (the HTTP API's command line tool that Debian's rabbitmq-server package
+ships). Runs against Warren and, in the RabbitMQ run, against RabbitMQ's management
+plugin: the same calls, the same results."""
+
+import json
+import subprocess
+import urllib.parse
+import uuid
+
+import pika
+import pytest
+from pyrabbit2.api import Client
+
+RABBITMQADMIN = "/usr/bin/rabbitmqadmin"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def client(broker):
+    netloc = urllib.parse.urlsplit(broker.management_url).netloc
+    return Client(netloc, "guest", "guest", timeout=30)
+
+
+def test_pyrabbit2_declares_publishes_gets_and_deletes(client, broker):
+    vhost, user = unique("pyrabbit-vhost"), unique("pyrabbit-user")
+    assert client.is_alive()
+    client.create_vhost(vhost)
+    client.create_user(user, "s3cret", tags="management")
+    client.set_vhost_permissions(vhost, user, ".*", ".*", ".*")
+    try:
+        client.create_exchange(vhost, "orders", "topic")
+        client.create_queue(vhost, "orders.eu", durable=True)
+        client.create_binding(vhost, "orders", "orders.eu", "eu.#")
+        assert client.publish(vhost, "orders", "eu.fr", "bonjour")
+        assert [m["payload"] for m in client.get_messages(vhost, "orders.eu")] == ["bonjour"]
+        assert [(b["source"], b["routing_key"]) for b in
+                client.get_queue_bindings(vhost, "orders.eu")] == [("", "orders.eu"),
+                                                                 ("orders", "eu.#")]
+        assert "orders.eu" in [queue["name"] for queue in client.get_queues(vhost)]
+        assert user in [entry["name"] for entry in client.get_users()]
+
+        credentials = pika.PlainCredentials(user, "s3cret")
+        connection = pika.BlockingConnection(pika.ConnectionParameters(
+            broker.host, broker.port, vhost, credentials))
+        try:
+            connection.channel().basic_publish("orders", "eu.de", b"hallo")
+        finally:
+            connection.close()
+        client.purge_queue(vhost, "orders.eu")
+        assert client.get_messages(vhost, "orders.eu") == []
+        client.delete_queue(vhost, "orders.eu")
+        client.delete_exchange(vhost, "orders")
+        assert "orders.eu" not in [queue["name"] for queue in client.get_queues(vhost)]
+    finally:
+        client.delete_user(user)
+        client.delete_vhost(vhost)
+    assert vhost not in client.get_vhost_names()
+
+
+def test_pyrabbit2_closes_a_connection(client, broker):
+    name = unique("pyrabbit-conn")
+    connection = pika.BlockingConnection(pika.ConnectionParameters(
+        broker.host, broker.port, client_properties={"connection_name": name}))
+    try:
+        api = broker.management()
+        listed = api.wait_for("/api/connections", lambda connections: any(
+            c.get("client_properties", {}).get("connection_name") == name
+            for c in connections))
+        target = next(c["name"] for c in listed
+                      if c["client_properties"].get("connection_name") == name)
+        client.delete_connection(target)   # pyrabbit2 quotes the name itself
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+            connection.process_data_events(time_limit=30)
+            connection.sleep(30)
+        assert closed.value.reply_code == 320
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def rabbitmqadmin(broker, *arguments: str) -> str:
+    url = urllib.parse.urlsplit(broker.management_url)
+    result = subprocess.run(
+        [RABBITMQADMIN, "-H", url.hostname, "-P", str(url.port), "-u", "guest",
+         "-p", "guest", *arguments], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, (arguments, result.stdout, result.stderr)
+    return result.stdout
+
+
+def test_rabbitmqadmin_declares_publishes_gets_lists_and_exports(broker, tmp_path):
+    queue = unique("admin-queue")
+    rabbitmqadmin(broker, "declare", "queue", f"name={queue}", "durable=true")
+    try:
+        rabbitmqadmin(broker, "publish", "exchange=amq.default", f"routing_key={queue}",
+                      "payload=hello")
+        got = json.loads(rabbitmqadmin(broker, "-f", "raw_json", "get", f"queue={queue}",
+                                       "ackmode=ack_requeue_false"))
+        assert [message["payload"] for message in got] == ["hello"]
+        listed = json.loads(rabbitmqadmin(broker, "-f", "raw_json", "list", "queues"))
+        assert queue in [entry["name"] for entry in listed]
+        assert "amq.topic" in rabbitmqadmin(broker, "list", "exchanges")
+        rabbitmqadmin(broker, "export", str(tmp_path / "definitions.json"))
+        exported = json.loads((tmp_path / "definitions.json").read_text())
+        assert {"name": queue, "vhost": "/", "durable": True} .items() <= next(
+            entry for entry in exported["queues"] if entry["name"] == queue).items()
+    finally:
+        rabbitmqadmin(broker, "delete", "queue", f"name={queue}")
+    listed = json.loads(rabbitmqadmin(broker, "-f", "raw_json", "list", "queues"))
+    assert queue not in [entry["name"] for entry in listed]
