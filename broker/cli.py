@@ -70,6 +70,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ctl"]:   # the management API's client: `warren ctl --help`
+        from broker.ctl.command import main as ctl_main
+        return ctl_main(argv[1:])
     args = parse_args(argv)
     try:
         settings = load_settings(args.config, {
