@@ -61,7 +61,6 @@ class ManagementClient:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Authorization", self._authorization)
-        request.add_header("Accept", "application/json")
         if data is not None:
             request.add_header("Content-Type", "application/json")
         for name, value in (headers or {}).items():
