@@ -14,16 +14,22 @@ from broker.ctl.failures import (NOT_PERMITTED, SOFTWARE, TIMEOUT, UNREACHABLE,
 MAX_ANSWER_BYTES = 256 * 1024 * 1024   # a definitions export of a large broker fits
 
 
-class NotFound(Exception):
-    """The API answered 404: the verb says which object is missing."""
+class ApiAnswer(Exception):
+    """An answer a verb may explain better (which object is missing, what was refused);
+    command.main turns one a verb leaves alone into a data error naming the request."""
 
-
-class Refused(Exception):
-    """The API answered 400 (or 405/409): `reason` is its explanation."""
-
-    def __init__(self, reason: str):
+    def __init__(self, request: str, reason: str):
         super().__init__(reason)
+        self.request = request
         self.reason = reason
+
+
+class NotFound(ApiAnswer):
+    """The API answered 404."""
+
+
+class Refused(ApiAnswer):
+    """The API answered 400 (or 405/409): `reason` is its explanation."""
 
 
 def path_of(*segments: str) -> str:
@@ -105,9 +111,9 @@ class ManagementClient:
                 f"user '{self.username}' may not {method} {path} ({reason}). Use an "
                 "administrator user or grant the user the needed tag and permissions."))
         if error.code == 404:
-            return NotFound(reason)
+            return NotFound(f"{method} {path}", reason)
         if error.code in (400, 405, 409):
-            return Refused(reason)
+            return Refused(f"{method} {path}", reason)
         return CtlFailure(SOFTWARE, f"{method} {path} at {self.url} failed with HTTP "
                                     f"{error.code}: {reason}. See the broker's log.")
 

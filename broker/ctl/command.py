@@ -5,8 +5,8 @@ import argparse
 import os
 import sys
 
-from broker.ctl.api_client import ManagementClient
-from broker.ctl.failures import OK, CtlFailure, usage_failure
+from broker.ctl.api_client import ApiAnswer, ManagementClient, NotFound
+from broker.ctl.failures import DATA_ERROR, OK, CtlFailure, usage_failure
 from broker.ctl.verbs import VERBS, Invocation
 
 DEFAULT_URL = "http://127.0.0.1:15672"
@@ -60,6 +60,19 @@ def parser() -> argparse.ArgumentParser:
     return main
 
 
+def run_verb(verb, invocation: Invocation) -> None:
+    try:
+        verb.run(invocation)
+    except NotFound as answer:
+        raise CtlFailure(DATA_ERROR, (
+            f"{answer.request} at {invocation.client.url} answered 404 ({answer.reason}): "
+            "the vhost given with -p or the object named does not exist, or this broker's "
+            "management API does not provide this endpoint.")) from None
+    except ApiAnswer as answer:
+        raise CtlFailure(DATA_ERROR, f"{answer.request} at {invocation.client.url} was "
+                                     f"refused: {answer.reason}. Correct the arguments.") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     try:
@@ -68,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             raise usage_failure("No verb given")
         client = ManagementClient(options.url, options.username, options.password,
                                   options.timeout)
-        VERBS[options.verb].run(Invocation(client, options))
+        run_verb(VERBS[options.verb], Invocation(client, options))
     except CtlFailure as failure:
         sys.stdout.flush()
         print(f"Error: {failure.message}", file=sys.stderr)

@@ -257,7 +257,7 @@ def put_user_permissions(run: Invocation, kind: str, user: str, body: dict) -> N
     except (Refused, NotFound) as refusal:
         raise CtlFailure(NO_USER, (
             f'cannot set {kind} of user "{user}" in vhost "{run.vhost}": '
-            f"{getattr(refusal, 'reason', refusal)}. Check that both exist (list_users, "
+            f"{refusal.reason}. Check that both exist (list_users, "
             "list_vhosts) and that the patterns are valid regular expressions.")) from None
 
 
@@ -292,8 +292,7 @@ def set_policy(run: Invocation) -> None:
     try:
         run.client.put(path_of("policies", run.vhost, options.name), body)
     except (Refused, NotFound) as refusal:
-        raise refused(f'set policy "{options.name}"',
-                      Refused(getattr(refusal, "reason", "vhost not found"))) from None
+        raise refused(f'set policy "{options.name}"', refusal) from None
 
 
 def clear_policy(run: Invocation) -> None:

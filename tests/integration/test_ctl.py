@@ -361,3 +361,18 @@ def test_names_with_slashes_and_spaces_travel_quoted(ctl, api):
         assert api.get(f"/api/queues/%2F/{quoted(name)}").status_code == 404
     finally:
         api.delete(f"/api/queues/%2F/{quoted(name)}")
+
+
+def test_listing_a_missing_vhost_exits_65_naming_the_request(ctl):
+    vhost = unique("ctl-no-vh")
+    failed(ctl("list_queues", "-p", vhost), 65, f"/api/queues/{vhost}", "404", "-p")
+
+
+def test_the_client_imports_nothing_of_the_broker():
+    """warrenctl works on a machine with only the client: no broker core, server or trio."""
+    probe = ("import sys, broker.ctl.command; print(sorted(m for m in sys.modules "
+             "if m.startswith(('broker.core', 'broker.server', 'trio', 'sqlalchemy'))))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=CTL_TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
