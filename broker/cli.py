@@ -42,7 +42,9 @@ def configure_logging(level: str) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="warren", description=__doc__)
+    parser = argparse.ArgumentParser(prog="warren", description=__doc__, epilog=(
+        "warren ctl VERB ...: the rabbitmqctl-style client of the management API "
+        "(warren ctl --help)"))
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the broker")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")

@@ -314,8 +314,7 @@ def test_ping_status_and_await_startup_succeed_on_a_running_broker(ctl):
 
 
 def test_a_wrong_password_exits_77(ctl):
-    failed(ctl("list_queues", password="wrong"), 77, "refused user 'guest'",
-           "--password")
+    failed(ctl("ping", password="wrong"), 77, "refused user 'guest'", "--password")
 
 
 def closed_port_url() -> str:
