@@ -48,7 +48,11 @@ def add_options(parser: argparse.ArgumentParser, defaults: bool) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    main = UsageParser(prog="warren ctl", description=__doc__)
+    main = UsageParser(prog="warren ctl", description=(
+        "A rabbitmqctl-style client of a RabbitMQ-compatible management HTTP API. "
+        "Options may come before or after the verb; exit codes: 0 ok, 64 usage, 65 "
+        "missing object or refused input, 67 no such user, 69 unreachable, 75 timeout, "
+        "77 credentials refused."))
     add_options(main, defaults=True)
     verbs = main.add_subparsers(dest="verb", metavar="VERB", parser_class=UsageParser)
     for verb in VERBS.values():

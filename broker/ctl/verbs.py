@@ -126,9 +126,8 @@ def listing(name: str, banner: str, path: Callable[[str], str],
         items = run.client.get(path(run.vhost)) or []
         rows = [[known[column](item) for column in chosen] for item in items]
         print_rows(chosen, rows, run.options.formatter)
-    return Verb(name, f"{banner.split(' for ')[0].split(' in ')[0].rstrip(' .')}; "
-                      f"columns: {' '.join(known)} (default: {' '.join(defaults)})",
-                run, [argument("columns", nargs="*", metavar="column")])
+    summary = f"columns: {' '.join(known)} (default: {' '.join(defaults)})"
+    return Verb(name, summary, run, [argument("columns", nargs="*", metavar="column")])
 
 
 def per_vhost(*segments: str) -> Callable[[str], str]:
@@ -390,7 +389,8 @@ def export_definitions(run: Invocation) -> None:
 
 def import_definitions(run: Invocation) -> None:
     source = run.options.file
-    run.say(f'Importing definitions in JSON from {"standard input" if source == "-" else "a file at " + repr(source)} ...')
+    origin = "standard input" if source == "-" else f'a file at "{source}"'
+    run.say(f"Importing definitions in JSON from {origin} ...")
     definitions = json_argument(read_source(source), "definitions file")
     try:
         run.client.post(path_of("definitions"), definitions)
