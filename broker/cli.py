@@ -42,7 +42,9 @@ def configure_logging(level: str) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="warren", description=__doc__)
+    parser = argparse.ArgumentParser(prog="warren", description=__doc__, epilog=(
+        "warren ctl VERB ...: the rabbitmqctl-style client of the management API "
+        "(warren ctl --help)"))
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the broker")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
@@ -70,6 +72,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["ctl"]:   # the management API's client: `warren ctl --help`
+        from broker.ctl.command import main as ctl_main
+        return ctl_main(argv[1:])
     args = parse_args(argv)
     try:
         settings = load_settings(args.config, {
