@@ -125,16 +125,8 @@ class BrokerCollector:
     def _resources(self) -> Iterator[Metric]:
         server = self.context.server
         alarm = server.alarm
-        raised = alarm.raised
-        for name, text, value in (
-                ("rabbitmq_alarms_file_descriptor_limit",
-                 "is 1 if file descriptor limit alarm is in effect", 0),
-                ("rabbitmq_alarms_free_disk_space_watermark",
-                 "is 1 if free disk space watermark alarm is in effect", "disk" in raised),
-                ("rabbitmq_alarms_memory_used_watermark",
-                 "is 1 if the memory alarm (Warren: memory held for clients, "
-                 "warren_held_memory_bytes) is in effect", "memory" in raised)):
-            yield UnknownMetricFamily(name, text, value=int(value))
+        if not self.per_object:   # RabbitMQ 3.10's per-object endpoint has no alarms
+            yield from _alarms(alarm.raised)
         yield _gauge("rabbitmq_process_resident_memory_bytes", "Memory used in bytes",
                      _resident_memory())
         yield _gauge("rabbitmq_resident_memory_limit_bytes",
@@ -206,6 +198,18 @@ def _message_counters(broker: Broker) -> Iterator[Metric]:
         family = CounterMetricFamily(name, text, labels=["protocol"])
         family.add_metric([PROTOCOL], value(totals))
         yield family
+
+
+def _alarms(raised: frozenset) -> Iterator[Metric]:
+    for name, text, value in (
+            ("rabbitmq_alarms_file_descriptor_limit",
+             "is 1 if file descriptor limit alarm is in effect", False),
+            ("rabbitmq_alarms_free_disk_space_watermark",
+             "is 1 if free disk space watermark alarm is in effect", "disk" in raised),
+            ("rabbitmq_alarms_memory_used_watermark",
+             "is 1 if the memory alarm (Warren: memory held for clients, "
+             "warren_held_memory_bytes) is in effect", "memory" in raised)):
+        yield UnknownMetricFamily(name, text, value=int(value))
 
 
 def _identity(broker: Broker) -> Iterator[Metric]:
