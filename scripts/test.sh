@@ -18,6 +18,8 @@ command -v javac >/dev/null || debian_packages+=(default-jdk-headless)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || debian_packages+=(postgresql)
 command -v go >/dev/null || debian_packages+=(golang-go)
 command -v ip >/dev/null || debian_packages+=(iproute2)
+[ -x /usr/bin/chromium ] || debian_packages+=(chromium)          # the web UI tests
+[ -x /usr/bin/chromedriver ] || debian_packages+=(chromium-driver)
 [ -f /usr/share/gocode/src/github.com/rabbitmq/amqp091-go/channel.go ] \
     || debian_packages+=(golang-github-rabbitmq-amqp091-go-dev)
 sudo_if_needed=""

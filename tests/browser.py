@@ -93,7 +93,9 @@ class WebUi:
         """docs/ui/<name>.png when WARREN_UI_SCREENSHOTS names a directory."""
         if SCREENSHOTS:
             Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-            height = self.driver.execute_script("return document.body.scrollHeight")
-            self.driver.set_window_size(1280, max(800, min(height + 40, 2400)))
+            height = self.driver.execute_script(
+                "window.scrollTo(0, 0); return document.documentElement.scrollHeight"
+                " + window.outerHeight - window.innerHeight")
+            self.driver.set_window_size(1280, max(800, min(height, 2400)))
             self.driver.save_screenshot(str(Path(SCREENSHOTS) / f"{name}.png"))
             self.driver.set_window_size(1280, 1000)

@@ -180,9 +180,9 @@ function chart(series, unit) {
     svg.append(svgNode("text", {x: left - 6, y: y(top * fraction) + 4, class: "axis"},
                        `${+(top * fraction).toFixed(1)}${unit}`));
   }
-  const minutes = samples.length ? (Date.now() - samples[0].time) / 60000 : 0;
-  svg.append(svgNode("text", {x: left, y: height - 4, class: "axis start"},
-                     `${minutes.toFixed(1)} min ago`));
+  const seconds = samples.length ? Math.round((Date.now() - samples[0].time) / 1000) : 0;
+  const span = seconds < 120 ? `${seconds} s` : `${Math.round(seconds / 60)} min`;
+  svg.append(svgNode("text", {x: left, y: height - 4, class: "axis start"}, `${span} ago`));
   svg.append(svgNode("text", {x: width - 8, y: height - 4, class: "axis"}, "now"));
   series.forEach((name, index) => {
     const points = samples.map((s, i) => `${x(i).toFixed(1)},${y(s[name]).toFixed(1)}`);
@@ -358,7 +358,7 @@ async function queuePage(view, vhost, name) {
   const remove = el("button", {type: "button", id: "delete", class: "danger", onclick: () => {
     if (!confirm(`Delete queue ${name}?`)) return;
     act(() => api("DELETE", queuePath(vhost, name)), `Queue ${name} deleted`)
-      .then(done => { if (done) location.hash = "#/queues"; });
+      .then(done => done && navigate("#/queues"));
   }}, "Delete queue");
   view.replaceChildren(
     el("h1", {}, "Queue ", el("span", {id: "queue-name"}, name)),
@@ -379,8 +379,7 @@ async function queuePage(view, vhost, name) {
       ["Active", c => show(c.active)]], queue.consumer_details || []),
     el("h2", {}, "Bindings"),
     bindingsTable("bindings-table", bindings),
-    getMessagesForm(vhost, name),
-    publishForm(vhost, "", name),
+    el("div", {class: "forms"}, getMessagesForm(vhost, name), publishForm(vhost, "", name)),
     el("div", {class: "toolbar"}, purge, remove));
 }
 
@@ -396,7 +395,7 @@ async function exchangePage(view, vhost, name) {
                     ["Arguments", exchange.arguments], ["Policy", exchange.policy]]),
     el("h2", {}, "Bindings from this exchange"),
     bindingsTable("bindings-table", bindings),
-    publishForm(vhost, name));
+    el("div", {class: "forms"}, publishForm(vhost, name)));
 }
 
 async function connectionPage(view, name) {
@@ -409,7 +408,7 @@ async function connectionPage(view, name) {
     if (!confirm(`Close connection ${name}?`)) return;
     act(() => api("DELETE", `/api/connections/${segment(name)}`, undefined,
                   {"x-reason": reason.value}), `Connection ${name} closed`)
-      .then(done => { if (done) location.hash = "#/connections"; });
+      .then(done => done && navigate("#/connections"));
   }}, field("Reason", reason), el("button", {type: "submit", id: "close", class: "danger"},
                                   "Force close"));
   const properties = connection.client_properties || {};
@@ -532,6 +531,13 @@ const ROUTES = [
 ];
 
 let refreshTimer = null;
+let keepNotice = false;   // set when an action moves to another page and reports there
+
+function navigate(hash) {
+  keepNotice = true;
+  location.hash = hash;
+}
+
 let rendering = 0;   // the latest render wins when answers arrive out of order
 
 async function render() {
@@ -604,7 +610,11 @@ async function logIn(event) {
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("login").addEventListener("submit", logIn);
   document.getElementById("logout").addEventListener("click", () => logOut(""));
-  window.addEventListener("hashchange", () => { tell("", false); render(); });
+  window.addEventListener("hashchange", () => {
+    if (!keepNotice) tell("", false);
+    keepNotice = false;
+    render();
+  });
   if (credentials().user) enter().catch(() => logOut("Log in again."));
   else showLogin("");
 });
