@@ -19,6 +19,8 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || debian_packages+=(postgre
 command -v go >/dev/null || debian_packages+=(golang-go)
 command -v ip >/dev/null || debian_packages+=(iproute2)
 [ -x /usr/bin/prometheus ] || debian_packages+=(prometheus)
+[ -x /usr/bin/chromium ] || debian_packages+=(chromium)          # the web UI tests
+[ -x /usr/bin/chromedriver ] || debian_packages+=(chromium-driver)
 [ -f /usr/share/gocode/src/github.com/rabbitmq/amqp091-go/channel.go ] \
     || debian_packages+=(golang-github-rabbitmq-amqp091-go-dev)
 sudo_if_needed=""

@@ -5,11 +5,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from . import identity, metrics
+from . import identity, metrics, ui
 from .context import ManagementContext
 from .errors import ApiError, api_error_response
 
-ROUTE_MODULES = (identity, metrics)
+ROUTE_MODULES = (identity, metrics, ui)
 
 
 def build_app(context: ManagementContext) -> Starlette:
