@@ -5,11 +5,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from . import identity
+from . import access, identity, policies
 from .context import ManagementContext
 from .errors import ApiError, api_error_response
 
-ROUTE_MODULES = (identity,)
+ROUTE_MODULES = (identity,
+                 access,
+                 policies)
 
 
 def build_app(context: ManagementContext) -> Starlette:
