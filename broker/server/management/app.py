@@ -5,13 +5,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from . import access, identity, policies
+from . import access, definitions, identity, policies
 from .context import ManagementContext
 from .errors import ApiError, api_error_response
 
 ROUTE_MODULES = (identity,
                  access,
-                 policies)
+                 policies,
+                 definitions)
 
 
 def build_app(context: ManagementContext) -> Starlette:
