@@ -238,10 +238,17 @@ def without_versions(definitions: dict) -> dict:
 
 
 @pytest.mark.warren_only("Warren's --load-definitions")
-def test_a_definitions_file_is_loaded_at_boot(broker_factory, tmp_path, suffix):
+@pytest.mark.parametrize("named_in", ["flag", "configuration file"])
+def test_a_definitions_file_is_loaded_at_boot(broker_factory, tmp_path, suffix, named_in):
     path = tmp_path / "definitions.json"
     path.write_text(json.dumps(sample(suffix)))
-    warren = broker_factory("--load-definitions", str(path)).address()
+    if named_in == "flag":
+        arguments = ("--load-definitions", str(path))
+    else:   # RabbitMQ's key name, at the top level of the TOML file
+        config = tmp_path / "warren.toml"
+        config.write_text(f"load_definitions = {json.dumps(str(path))}\n")
+        arguments = ("--config", str(config))
+    warren = broker_factory(*arguments).address()
     vhost = f"defs-vhost-{suffix}"
     assert [q[0] for q in topology(warren.management(), vhost)["queues"]] == [
         "capped", "replicated"]

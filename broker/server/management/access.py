@@ -9,6 +9,7 @@ change goes through Administration and is committed before the reply.
 """
 
 import socket
+from contextlib import contextmanager
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -416,16 +417,13 @@ def _required(body, keys: tuple[str, ...]) -> dict:
     return body
 
 
-class _admin_refusals:
+@contextmanager
+def _admin_refusals():
     """An AdminError becomes RabbitMQ's 400 with the reason."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, _traceback):
-        if isinstance(error, AdminError):
-            raise bad_request(str(error)) from None
-        return False
+    try:
+        yield
+    except AdminError as error:
+        raise bad_request(str(error)) from None
 
 
 ROUTES = [
