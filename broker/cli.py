@@ -1,6 +1,7 @@
 """The `warren` command line."""
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -10,6 +11,8 @@ import trio
 
 from broker import __version__
 from broker.config import ConfigError, load_settings, management_port
+from broker.core import definitions
+from broker.core.admin import Administration
 from broker.core.broker import Broker
 from broker.server.admission import default_connection_caps, raise_file_limit
 from broker.server.committer import GroupCommitter
@@ -65,6 +68,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--control-socket",
                        help="Unix socket for admin operations (default: control.sock in "
                             "the data directory; '' turns it off)")
+    serve.add_argument("--load-definitions", metavar="FILE",
+                       help="RabbitMQ definitions JSON to apply at boot, after the "
+                            "metadata store is restored and before the listeners open")
     serve.add_argument("--config", help="TOML configuration file; flags override it")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                        help="default info")
@@ -82,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             "host": args.host, "port": args.port, "data_dir": args.data_dir,
             "metadata_url": args.metadata_url, "log_level": args.log_level,
             "control_socket": args.control_socket, "tls_port": args.tls_port,
-            "management_port": args.management_port})
+            "management_port": args.management_port,
+            "load_definitions": args.load_definitions})
         tls = (TlsListener(settings.tls, server_context(settings.tls))
                if settings.tls.port is not None else None)
     except ConfigError as error:
@@ -96,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
                     loopback_users=settings.loopback_users)
     broker.auth_mechanisms = tuple(settings.auth_mechanisms)
     storage.restore(broker)
+    if settings.load_definitions:
+        problem = _load_definitions(settings.load_definitions, broker)
+        if problem:
+            print(f"warren: {problem}", file=sys.stderr)
+            storage.close(broker)
+            return 2
     committer = GroupCommitter(storage.persistence, storage.apply_changes,
                                storage.sync_stores, storage.maintain_stores)
     server = Server(broker, settings.host, settings.port, committer, settings.alarms,
@@ -115,6 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         storage.close(broker)
     return 0
+
+
+def _load_definitions(path: str, broker: Broker) -> str | None:
+    """Apply the definitions file at `path`; what is wrong with it, or None."""
+    try:
+        with open(path, "rb") as handle:
+            document = json.load(handle)
+        definitions.apply(Administration(broker), document)
+    except (OSError, ValueError) as error:   # DefinitionsError is a ValueError
+        return (f"cannot load definitions from {path}: {error} (fix the file or remove "
+                "load_definitions / --load-definitions)")
+    logging.getLogger("warren.server").info("event=definitions_loaded path=%s", path)
+    return None
 
 
 def _control_socket(settings, broker: Broker,

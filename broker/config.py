@@ -9,6 +9,7 @@ Example file:
     metadata_url = "postgresql+psycopg://warren@localhost/warren"   # default: SQLite
     log_level = "info"
     loopback_users = ["guest"]      # may log in only from 127.0.0.0/8 or ::1; [] for none
+    load_definitions = "/etc/warren/definitions.json"   # RabbitMQ's JSON, applied at boot
 
     [limits]
     channel_max = 2047
@@ -114,6 +115,7 @@ class ServeSettings:
     tls: TlsSettings = field(default_factory=TlsSettings)
     management: ManagementSettings = field(default_factory=ManagementSettings)
     auth_mechanisms: list = field(default_factory=lambda: ["PLAIN", "AMQPLAIN"])
+    load_definitions: str | None = None   # a definitions file applied at boot
 
 
 class ConfigError(Exception):

@@ -86,6 +86,12 @@ class Administration:
         user = self._user(name)
         self._save_user(User(name, hash_password(password), SHA256_ALGORITHM, user.tags))
 
+    def set_password_hash(self, name: str, password_hash: str) -> None:
+        """Replace the user's password by a hash in RabbitMQ's format (definitions,
+        the management API)."""
+        user = self._user(name)
+        self._save_user(User(name, *_hashed(None, password_hash), user.tags))
+
     def clear_password(self, name: str) -> None:
         user = self._user(name)
         self._save_user(User(name, "", "", user.tags))

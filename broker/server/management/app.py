@@ -5,11 +5,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from . import identity, metrics, ui
+from . import access, definitions, identity, metrics, policies, ui
 from .context import ManagementContext
 from .errors import ApiError, api_error_response
 
-ROUTE_MODULES = (identity, metrics, ui)
+ROUTE_MODULES = (identity, access, policies, definitions, metrics, ui)
 
 
 def build_app(context: ManagementContext) -> Starlette:
