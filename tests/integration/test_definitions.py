@@ -181,22 +181,14 @@ def test_rabbitmqs_export_imports_into_warren_and_back(rabbitmq_node, broker_fac
 
 
 def set_up_on_rabbitmq(node, user: str, vhost: str) -> None:
-    """Users, vhost, permissions and a policy on the RabbitMQ node, through its API (the
-    session's throw-away node is not reachable by rabbitmqctl from the tests)."""
-    api = node.management()
-    for path, body in (
-            (f"/api/users/{user}", {"password": "rabbit-pw",
-                                    "tags": "monitoring,policymaker"}),
-            (f"/api/vhosts/{vhost}", {}),
-            (f"/api/permissions/{vhost}/{user}",
-             {"configure": ".*", "write": ".*", "read": ".*"}),
-            (f"/api/topic-permissions/{vhost}/{user}",
-             {"exchange": "amq.topic", "write": "^a", "read": "^b"}),
-            (f"/api/policies/{vhost}/cap",
-             {"pattern": "^capped", "definition": {"max-length": 3}, "priority": 1,
-              "apply-to": "queues"})):
-        response = api.put(path, body)
-        assert response.status_code in (201, 204), (path, response.text)
+    """Users, vhost, permissions and a policy on the RabbitMQ node, with rabbitmqctl."""
+    admin = node.admin()
+    admin.add_user(user, "rabbit-pw", ("monitoring", "policymaker"))
+    admin.add_vhost(vhost)
+    admin.set_permissions(user, vhost, ".*", ".*", ".*")
+    admin.set_permissions("guest", vhost, ".*", ".*", ".*")
+    admin.set_topic_permissions(user, vhost, "amq.topic", "^a", "^b")
+    admin.set_policy(vhost, "cap", "^capped", {"max-length": 3}, 1, "queues")
 
 
 def declare_topology(address, vhost: str) -> None:
