@@ -1,0 +1,278 @@
+"""The management API's writes: exchanges, queues, bindings, purges, publish and get,
+health checks. Runs against Warren and, with WARREN_TEST_BROKER and
+WARREN_TEST_MANAGEMENT, against RabbitMQ's management plugin: effects are checked with
+pika, refusals by their status code and body."""
+
+import uuid
+
+import pika
+import pytest
+
+from management_client import quoted
+from pika_helpers import _test_deadline, connect, close_quietly  # noqa: F401  (fixture)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def api(broker):
+    return broker.management()
+
+
+@pytest.fixture
+def channel(broker):
+    """A pika channel in confirm mode: a publish has reached its queues on return."""
+    connection = connect(broker)
+    opened = connection.channel()
+    opened.confirm_delivery()
+    yield opened
+    close_quietly(connection)
+
+
+@pytest.fixture
+def queue(api):
+    """A non-durable queue made over HTTP, deleted afterwards."""
+    name = unique("mw-q")
+    assert api.put(f"/api/queues/%2F/{name}", {"durable": False}).status_code == 201
+    yield name
+    api.delete(f"/api/queues/%2F/{name}")
+
+
+@pytest.fixture
+def exchange(api):
+    name = unique("mw-x")
+    assert api.put(f"/api/exchanges/%2F/{name}",
+                   {"type": "direct", "durable": False}).status_code == 201
+    yield name
+    api.delete(f"/api/exchanges/%2F/{name}")
+
+
+@pytest.fixture
+def limited_user(broker, api):
+    """A management user allowed to configure, write and read only `lim-*` names."""
+    name = unique("mw-user")
+    admin = broker.admin()
+    admin.add_user(name, "pw", tags=["management"])
+    admin.set_permissions(name, "/", "^lim-", "^lim-", "^lim-")
+    yield api.as_user(name, "pw")
+    admin.delete_user(name)
+
+
+def _ready(channel, queue: str) -> int:
+    return channel.queue_declare(queue, passive=True).method.message_count
+
+
+def _publish(channel, queue: str, count: int) -> None:
+    for number in range(count):
+        channel.basic_publish("", queue, f"m{number}".encode())
+
+
+# -- queues -----------------------------------------------------------------------
+
+def test_a_queue_put_over_http_takes_a_pika_publish(api, channel, queue):
+    channel.basic_publish("", queue, b"hello")
+    assert _ready(channel, queue) == 1
+
+
+def test_a_second_equivalent_put_answers_no_content(api, queue):
+    assert api.put(f"/api/queues/%2F/{queue}", {"durable": False}).status_code == 204
+
+
+def test_an_inequivalent_queue_put_is_refused_with_rabbitmqs_reason(api, queue):
+    response = api.put(f"/api/queues/%2F/{queue}", {"durable": True})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "bad_request",
+        "reason": f"inequivalent arg 'durable' for queue '{queue}' in vhost '/': "
+                  "received 'true' but current is 'false'"}
+
+
+def test_a_queue_argument_the_broker_refuses_is_a_bad_request(api, channel):
+    name = unique("mw-q")
+    response = api.put(f"/api/queues/%2F/{name}",
+                       {"arguments": {"x-max-length": "abc"}})
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_request"
+    assert "x-max-length" in response.json()["reason"]
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
+        channel.queue_declare(name, passive=True)
+    assert missing.value.reply_code == 404
+
+
+def test_a_queue_type_argument_makes_that_kind_of_queue(api, channel):
+    name = unique("mw-qq")
+    response = api.put(f"/api/queues/%2F/{name}",
+                       {"durable": True, "arguments": {"x-queue-type": "quorum"}})
+    try:
+        assert response.status_code == 201
+        # redeclaring as a classic queue is inequivalent: it is a quorum queue
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            channel.queue_declare(name, durable=True,
+                                  arguments={"x-queue-type": "classic"})
+        assert refused.value.reply_code == 406
+    finally:
+        api.delete(f"/api/queues/%2F/{name}")
+
+
+@pytest.mark.parametrize("body, reason", [
+    ({"durable": "yes"}, ["not_boolean", "yes"]),
+    ({"auto_delete": 1}, ["not_boolean", 1]),
+])
+def test_a_field_of_the_wrong_type_is_refused_as_rabbitmq_refuses_it(api, body, reason):
+    response = api.put(f"/api/queues/%2F/{unique('mw-q')}", body)
+    assert response.status_code == 400
+    assert response.json() == {"error": "bad_request", "reason": reason}
+
+
+def test_a_body_that_is_not_json_is_a_bad_request(api):
+    response = api.http.put(f"/api/queues/%2F/{unique('mw-q')}", content=b"not json",
+                            headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_request"
+
+
+@pytest.mark.warren_only("RabbitMQ 3.10 answers 500 with an empty body")
+def test_a_body_over_the_limit_is_refused_before_it_is_read(api):
+    response = api.http.put(f"/api/queues/%2F/{unique('mw-q')}",
+                            content=b" " * 21_000_000,
+                            headers={"content-type": "application/json"})
+    assert response.status_code == 413
+
+
+def test_a_queue_in_a_missing_vhost_is_not_found(api):
+    response = api.put(f"/api/queues/{unique('mw-vh')}/q", {})
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found", "reason": "vhost_not_found"}
+
+
+def test_deleting_a_missing_queue_is_not_found(api):
+    response = api.delete(f"/api/queues/%2F/{unique('mw-q')}")
+    assert response.status_code == 404
+    assert response.json() == {"error": "Object Not Found", "reason": "Not Found"}
+
+
+def test_a_queue_name_outside_the_users_permissions_is_refused(limited_user):
+    response = limited_user.put(f"/api/queues/%2F/{unique('mw-q')}", {})
+    assert response.status_code == 401
+    assert response.json() == {"error": "not_authorised", "reason": "Access refused."}
+
+
+def test_a_user_puts_a_queue_its_permissions_allow(limited_user, api):
+    name = unique("lim-q")
+    try:
+        assert limited_user.put(f"/api/queues/%2F/{name}", {}).status_code == 201
+    finally:
+        api.delete(f"/api/queues/%2F/{name}")
+
+
+def test_purge_empties_the_queue(api, channel, queue):
+    _publish(channel, queue, 3)
+    assert api.delete(f"/api/queues/%2F/{queue}/contents").status_code == 204
+    assert _ready(channel, queue) == 0
+
+
+def test_delete_if_empty_refuses_a_queue_with_messages(api, channel, queue):
+    _publish(channel, queue, 1)
+    response = api.http.delete(f"/api/queues/%2F/{queue}",
+                               params={"if-empty": "true"})
+    assert response.status_code == 400
+    assert _ready(channel, queue) == 1
+    assert api.delete(f"/api/queues/%2F/{queue}").status_code == 204
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
+        channel.queue_declare(queue, passive=True)
+    assert missing.value.reply_code == 404
+
+
+# -- exchanges --------------------------------------------------------------------
+
+def test_an_exchange_put_twice_answers_created_then_no_content(api, exchange):
+    assert api.put(f"/api/exchanges/%2F/{exchange}",
+                   {"type": "direct", "durable": False}).status_code == 204
+
+
+def test_an_inequivalent_exchange_put_is_refused_with_rabbitmqs_reason(api, exchange):
+    response = api.put(f"/api/exchanges/%2F/{exchange}",
+                       {"type": "fanout", "durable": False})
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "bad_request",
+        "reason": f"inequivalent arg 'type' for exchange '{exchange}' in vhost '/': "
+                  "received 'fanout' but current is 'direct'"}
+
+
+def test_an_unknown_exchange_type_is_a_bad_request(api):
+    response = api.put(f"/api/exchanges/%2F/{unique('mw-x')}", {"type": "nope"})
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_request"
+
+
+def test_an_amq_exchange_may_not_be_declared_or_deleted(api):
+    response = api.put(f"/api/exchanges/%2F/amq.{unique('mw')}", {"type": "direct"})
+    assert response.status_code == 401
+    assert response.json() == {"error": "not_authorised", "reason": "Access refused."}
+    assert api.delete("/api/exchanges/%2F/amq.direct").status_code == 401
+
+
+def test_a_deleted_exchange_is_gone_for_pika(api, channel, exchange):
+    assert api.delete(f"/api/exchanges/%2F/{exchange}").status_code == 204
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
+        channel.exchange_declare(exchange, passive=True)
+    assert missing.value.reply_code == 404
+
+
+# -- bindings ---------------------------------------------------------------------
+
+def test_a_binding_posted_over_http_routes_and_names_its_location(
+        api, channel, exchange, queue):
+    response = api.post(f"/api/bindings/%2F/e/{exchange}/q/{queue}",
+                        {"routing_key": "a b", "arguments": {}})
+    assert response.status_code == 201
+    assert response.headers["location"] == f"{queue}/a%2Bb"
+    channel.basic_publish(exchange, "a b", b"routed")
+    assert _ready(channel, queue) == 1
+
+
+def test_a_binding_deleted_by_its_properties_key_stops_routing(
+        api, channel, exchange, queue):
+    api.post(f"/api/bindings/%2F/e/{exchange}/q/{queue}", {"routing_key": "k"})
+    api.post(f"/api/bindings/%2F/e/{exchange}/q/{queue}", {})
+    assert api.delete(f"/api/bindings/%2F/e/{exchange}/q/{queue}/k").status_code == 204
+    assert api.delete(f"/api/bindings/%2F/e/{exchange}/q/{queue}/~").status_code == 204
+    channel.basic_publish(exchange, "k", b"not routed")
+    channel.basic_publish(exchange, "", b"not routed")
+    assert _ready(channel, queue) == 0
+    assert api.delete(f"/api/bindings/%2F/e/{exchange}/q/{queue}/k").status_code == 404
+
+
+def test_a_binding_with_arguments_is_deleted_by_the_location_it_was_given(
+        api, channel, exchange, queue):
+    response = api.post(f"/api/bindings/%2F/e/{exchange}/q/{queue}",
+                        {"routing_key": "k", "arguments": {"x-tag": "one"}})
+    key = response.headers["location"].split("/", 1)[1]
+    assert key.startswith("k~")
+    assert api.delete(f"/api/bindings/%2F/e/{exchange}/q/{queue}/{key}").status_code == 204
+    channel.basic_publish(exchange, "k", b"not routed")
+    assert _ready(channel, queue) == 0
+
+
+def test_an_exchange_to_exchange_binding_routes(api, channel, exchange, queue):
+    downstream = unique("mw-x")
+    api.put(f"/api/exchanges/%2F/{downstream}", {"type": "fanout", "durable": False})
+    try:
+        assert api.post(f"/api/bindings/%2F/e/{exchange}/e/{downstream}",
+                        {"routing_key": "k"}).status_code == 201
+        api.post(f"/api/bindings/%2F/e/{downstream}/q/{queue}", {})
+        channel.basic_publish(exchange, "k", b"through two exchanges")
+        assert _ready(channel, queue) == 1
+    finally:
+        api.delete(f"/api/exchanges/%2F/{downstream}")
+
+
+def test_a_binding_to_a_missing_queue_names_it(api, exchange):
+    missing = unique("mw-q")
+    response = api.post(f"/api/bindings/%2F/e/{exchange}/q/{missing}", {})
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found",
+                               "reason": f"no queue '{missing}' in vhost '/'"}
