@@ -276,3 +276,127 @@ def test_a_binding_to_a_missing_queue_names_it(api, exchange):
     assert response.status_code == 404
     assert response.json() == {"error": "not_found",
                                "reason": f"no queue '{missing}' in vhost '/'"}
+
+
+# -- publish and get --------------------------------------------------------------
+
+def _publish_over_http(api, exchange: str, routing_key: str, payload: str,
+                       properties=None, encoding: str = "string"):
+    return api.post(f"/api/exchanges/%2F/{exchange}/publish", {
+        "properties": properties or {}, "routing_key": routing_key, "payload": payload,
+        "payload_encoding": encoding})
+
+
+def _get_over_http(api, queue: str, count: int, ackmode: str, **extra):
+    return api.post(f"/api/queues/%2F/{queue}/get", {
+        "count": count, "ackmode": ackmode, "encoding": "auto", **extra})
+
+
+def test_a_message_published_over_http_is_consumed_by_pika(api, channel, queue):
+    response = _publish_over_http(api, "amq.default", queue, "hello",
+                                  {"content_type": "text/plain", "headers": {"a": "b"}})
+    assert response.status_code == 200
+    assert response.json() == {"routed": True}
+    method, properties, body = channel.basic_get(queue, auto_ack=True)
+    assert body == b"hello"
+    assert properties.content_type == "text/plain"
+    assert properties.headers == {"a": b"b"} or properties.headers == {"a": "b"}
+
+
+def test_an_unroutable_publish_says_so(api):
+    response = _publish_over_http(api, "amq.default", unique("nowhere"), "x")
+    assert response.json() == {"routed": False}
+
+
+def test_a_base64_payload_is_published_as_its_bytes(api, channel, queue):
+    _publish_over_http(api, "amq.default", queue, "/w==", encoding="base64")
+    assert channel.basic_get(queue, auto_ack=True)[2] == b"\xff"
+
+
+def test_a_publish_to_a_missing_exchange_is_refused_with_the_channel_error(api):
+    missing = unique("mw-x")
+    response = _publish_over_http(api, missing, "k", "x")
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "bad_request",
+        "reason": f"404 NOT_FOUND - no exchange '{missing}' in vhost '/'"}
+
+
+def test_a_publish_with_another_users_id_is_refused(api, queue):
+    response = _publish_over_http(api, "amq.default", queue, "x", {"user_id": "bob"})
+    assert response.status_code == 400
+    assert response.json()["reason"] == (
+        "406 PRECONDITION_FAILED - user_id property set to 'bob' but authenticated "
+        "user was 'guest'")
+
+
+def test_a_publish_without_its_fields_is_a_bad_request(api):
+    response = api.post("/api/exchanges/%2F/amq.default/publish",
+                        {"routing_key": "k", "payload": "x"})
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_request"
+
+
+def test_get_ack_requeue_true_leaves_the_messages_redelivered(api, channel, queue):
+    _publish(channel, queue, 3)
+    got = _get_over_http(api, queue, 2, "ack_requeue_true").json()
+    assert [message["payload"] for message in got] == ["m0", "m1"]
+    assert [message["message_count"] for message in got] == [2, 1]
+    assert set(got[0]) == {"payload_bytes", "redelivered", "exchange", "routing_key",
+                           "message_count", "properties", "payload",
+                           "payload_encoding"}
+    assert got[0]["redelivered"] is False and got[0]["payload_bytes"] == 2
+    assert got[0]["payload_encoding"] == "string" and got[0]["routing_key"] == queue
+    assert _ready(channel, queue) == 3
+    again = _get_over_http(api, queue, 1, "ack_requeue_true").json()
+    assert again[0]["redelivered"] is True
+
+
+def test_get_ack_requeue_false_removes_the_messages(api, channel, queue):
+    _publish(channel, queue, 3)
+    got = _get_over_http(api, queue, 5, "ack_requeue_false").json()
+    assert [message["payload"] for message in got] == ["m0", "m1", "m2"]
+    assert _ready(channel, queue) == 0
+    assert _get_over_http(api, queue, 1, "ack_requeue_false").json() == []
+
+
+def test_get_reject_requeue_false_dead_letters(api, channel):
+    dead = unique("mw-dead")
+    source = unique("mw-src")
+    api.put(f"/api/queues/%2F/{dead}", {"durable": False})
+    api.put(f"/api/queues/%2F/{source}", {"durable": False, "arguments": {
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead}})
+    try:
+        _publish(channel, source, 1)
+        got = _get_over_http(api, source, 1, "reject_requeue_false").json()
+        assert [message["payload"] for message in got] == ["m0"]
+        assert _ready(channel, source) == 0
+        assert channel.basic_get(dead, auto_ack=True)[2] == b"m0"
+    finally:
+        api.delete(f"/api/queues/%2F/{source}")
+        api.delete(f"/api/queues/%2F/{dead}")
+
+
+def test_get_truncates_and_encodes_binary_payloads(api, channel, queue):
+    channel.basic_publish("", queue, b"\xff\xfe")
+    channel.basic_publish("", queue, b"hello")
+    got = _get_over_http(api, queue, 2, "ack_requeue_false", truncate=1).json()
+    assert (got[0]["payload"], got[0]["payload_encoding"]) == ("/w==", "base64")
+    assert (got[1]["payload"], got[1]["payload_bytes"]) == ("h", 5)
+    assert got[1]["properties"] == []   # RabbitMQ writes no properties as []
+
+
+def test_get_from_a_missing_queue_is_not_found(api):
+    missing = unique("mw-q")
+    response = _get_over_http(api, missing, 1, "ack_requeue_false")
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found",
+                               "reason": f"NOT_FOUND - no queue '{missing}' in vhost '/'"}
+
+
+def test_get_with_an_unknown_encoding_is_refused(api, queue):
+    response = api.post(f"/api/queues/%2F/{queue}/get",
+                        {"count": 1, "ackmode": "ack_requeue_false", "encoding": "zzz"})
+    assert response.status_code == 400
+    assert response.json() == {"error": "bad_request",
+                               "reason": "Unsupported encoding. Please use auto or base64."}
