@@ -3,6 +3,7 @@ health checks. Runs against Warren and, with WARREN_TEST_BROKER and
 WARREN_TEST_MANAGEMENT, against RabbitMQ's management plugin: effects are checked with
 pika, refusals by their status code and body."""
 
+import time
 import uuid
 
 import pika
@@ -400,3 +401,99 @@ def test_get_with_an_unknown_encoding_is_refused(api, queue):
     assert response.status_code == 400
     assert response.json() == {"error": "bad_request",
                                "reason": "Unsupported encoding. Please use auto or base64."}
+
+
+# -- health checks ----------------------------------------------------------------
+
+@pytest.mark.parametrize("check", ["alarms", "local-alarms", "virtual-hosts",
+                                   "node-is-quorum-critical"])
+def test_a_healthy_broker_passes_the_check(api, check):
+    response = api.get(f"/api/health/checks/{check}")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok"
+
+
+def test_the_amqp_port_and_protocol_have_listeners(api, broker):
+    assert api.json(f"/api/health/checks/port-listener/{broker.port}") == {
+        "status": "ok", "port": broker.port}
+    for protocol in ("amqp091", "amqp", "http"):
+        assert api.json(f"/api/health/checks/protocol-listener/{protocol}")["status"] \
+            == "ok"
+
+
+def test_a_port_without_a_listener_fails_the_check(api):
+    response = api.get("/api/health/checks/port-listener/1")
+    assert response.status_code == 503
+    body = response.json()
+    assert (body["status"], body["reason"], body["missing"]) == (
+        "failed", "No active listener", 1)
+    assert isinstance(body["ports"], list)
+    assert api.get("/api/health/checks/port-listener/abc").json() == {
+        "error": "bad_request", "reason": "Invalid port"}
+
+
+def test_a_protocol_without_a_listener_fails_the_check(api):
+    response = api.get("/api/health/checks/protocol-listener/stomp")
+    assert response.status_code == 503
+    assert response.json()["missing"] == "stomp"
+
+
+def test_the_aliveness_test_round_trips_a_message(api, channel):
+    assert api.json("/api/aliveness-test/%2F") == {"status": "ok"}
+    assert _ready(channel, "aliveness-test") == 0
+
+
+def test_the_aliveness_test_of_a_missing_vhost_is_not_found(api):
+    assert api.get(f"/api/aliveness-test/{unique('mw-vh')}").status_code == 404
+
+
+@pytest.mark.warren_only("raises the memory alarm by configuration")
+def test_a_raised_memory_alarm_fails_the_alarm_checks(broker_factory, tmp_path):
+    config = tmp_path / "warren.toml"
+    config.write_text("[alarms]\nmemory_high_watermark_absolute = 1000\n")
+    api = broker_factory("--config", str(config)).address().management()
+    name = unique("mw-heavy")
+    api.put(f"/api/queues/%2F/{name}", {"durable": False})
+    assert api.get("/api/health/checks/alarms").status_code == 200
+    _publish_over_http(api, "amq.default", name, "x" * 10_000)   # holds 10 kB > 1 kB
+    deadline = time.monotonic() + 30   # the alarm is checked periodically
+    while (response := api.get("/api/health/checks/alarms")).status_code == 200:
+        assert time.monotonic() < deadline, "the memory alarm was never raised"
+        time.sleep(0.1)
+    assert response.status_code == 503
+    body = response.json()
+    assert (body["status"], body["reason"]) == (
+        "failed", "There are alarms in effect in the cluster")
+    assert [alarm["resource"] for alarm in body["alarms"]] == ["memory"]
+    assert api.get("/api/health/checks/local-alarms").status_code == 503
+
+
+# -- durability -------------------------------------------------------------------
+
+@pytest.mark.warren_only("kills the broker with SIGKILL and restarts it")
+def test_a_queue_and_a_persistent_message_made_over_http_survive_kill_9(broker_factory):
+    process = broker_factory()
+    api = process.address().management()
+    name = unique("mw-durable")
+    assert api.put(f"/api/queues/%2F/{name}", {"durable": True}).status_code == 201
+    assert _publish_over_http(api, "amq.default", name, "kept",
+                              {"delivery_mode": 2}).json() == {"routed": True}
+    process.kill()
+    process.start()
+    got = _get_over_http(process.address().management(), name, 1, "ack_requeue_false").json()
+    assert [message["payload"] for message in got] == ["kept"]
+    assert got[0]["properties"] == {"delivery_mode": 2}
+
+
+@pytest.mark.warren_only("pages a long durable queue's bodies out to disk")
+def test_get_reads_messages_paged_out_to_disk(broker_factory):
+    process = broker_factory()
+    api = process.address().management()
+    name = unique("mw-long")
+    api.put(f"/api/queues/%2F/{name}", {"durable": True})
+    for number in range(3):
+        _publish_over_http(api, "amq.default", name, f"m{number}", {"delivery_mode": 2})
+    process.kill()
+    process.start()   # a restart loads no body: the gets wait for reads from disk
+    got = _get_over_http(process.address().management(), name, 3, "ack_requeue_false").json()
+    assert [message["payload"] for message in got] == ["m0", "m1", "m2"]

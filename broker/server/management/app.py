@@ -5,11 +5,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from . import identity, messages, topology_write
+from . import health, identity, messages, topology_write
 from .context import ManagementContext
 from .errors import ApiError, api_error_response
 
-ROUTE_MODULES = (identity, topology_write, messages)
+ROUTE_MODULES = (identity, topology_write, messages, health)
 
 
 def build_app(context: ManagementContext) -> Starlette:

@@ -49,7 +49,7 @@ async def publish(request: Request) -> JSONResponse:
     payload = _payload(_typed(body, "payload", str), body["payload_encoding"])
     context = context_of(request)
     _check_vhost(context, vhost)
-    waker = _Waker()
+    waker = SessionWaiter()
     session = _open(context, caller, vhost, waker)
     try:
         session.publish("" if exchange == "amq.default" else exchange, routing_key,
@@ -79,7 +79,7 @@ async def get(request: Request) -> JSONResponse:
         raise bad_request("truncate must be a number of bytes")
     context = context_of(request)
     _check_vhost(context, vhost)
-    waker = _Waker()
+    waker = SessionWaiter()
     session = _open(context, caller, vhost, waker)
     try:
         got = await _get_messages(session, waker, queue, count)
@@ -93,7 +93,7 @@ async def get(request: Request) -> JSONResponse:
     return JSONResponse([_message(reply, encoding, truncate) for reply in got])
 
 
-async def _get_messages(session: DirectSession, waker: "_Waker", queue: str,
+async def _get_messages(session: DirectSession, waker: "SessionWaiter", queue: str,
                         count: int) -> list[Reply]:
     got = []
     for _ in range(count):
@@ -111,7 +111,7 @@ def _get_refusal(refusal: DirectRefusal) -> ApiError:
     return bad_request(f"{refusal.reply_code} {refusal.reply_text}")
 
 
-class _Waker:
+class SessionWaiter:
     """Wakes a handler when its session has output; `until` waits for an outcome."""
 
     def __init__(self):
@@ -136,7 +136,7 @@ class _Waker:
                                        f"{OUTCOME_TIMEOUT:.0f} s; try again")
 
 
-def _open(context, caller, vhost: str, waker: _Waker) -> DirectSession:
+def _open(context, caller, vhost: str, waker: SessionWaiter) -> DirectSession:
     try:
         return DirectSession(context.broker, caller.user, vhost, waker)
     except DirectRefusal:
