@@ -168,6 +168,30 @@ def test_a_user_puts_a_queue_its_permissions_allow(limited_user, api):
         api.delete(f"/api/queues/%2F/{name}")
 
 
+def test_writes_to_a_queue_outside_the_users_permissions_are_refused(
+        limited_user, queue):
+    refused = {"error": "not_authorised", "reason": "Access refused."}
+    for response in (limited_user.delete(f"/api/queues/%2F/{queue}"),
+                     limited_user.delete(f"/api/queues/%2F/{queue}/contents"),
+                     limited_user.post(f"/api/bindings/%2F/e/amq.direct/q/{queue}", {})):
+        assert (response.status_code, response.json()) == (401, refused)
+
+
+def test_a_publish_and_a_get_outside_the_users_permissions_are_refused(
+        limited_user, queue):
+    response = _publish_over_http(limited_user, "amq.direct", "k", "x")
+    assert response.status_code == 400
+    assert response.json()["reason"] == (
+        f"403 ACCESS_REFUSED - access to exchange 'amq.direct' in vhost '/' refused "
+        f"for user '{limited_user.user}'")
+    response = _get_over_http(limited_user, queue, 1, "ack_requeue_true")
+    assert response.status_code == 401
+    assert response.json() == {
+        "error": "not_authorised",
+        "reason": f"ACCESS_REFUSED - access to queue '{queue}' in vhost '/' refused "
+                  f"for user '{limited_user.user}'"}
+
+
 def test_purge_empties_the_queue(api, channel, queue):
     _publish(channel, queue, 3)
     assert api.delete(f"/api/queues/%2F/{queue}/contents").status_code == 204
@@ -497,3 +521,38 @@ def test_get_reads_messages_paged_out_to_disk(broker_factory):
     process.start()   # a restart loads no body: the gets wait for reads from disk
     got = _get_over_http(process.address().management(), name, 3, "ack_requeue_false").json()
     assert [message["payload"] for message in got] == ["m0", "m1", "m2"]
+
+
+def test_a_publish_over_http_goes_to_the_alternate_exchange(api, channel, queue):
+    alternate, main = unique("mw-ae"), unique("mw-x")
+    api.put(f"/api/exchanges/%2F/{alternate}", {"type": "fanout", "durable": False})
+    api.put(f"/api/exchanges/%2F/{main}", {"type": "direct", "durable": False,
+                                           "arguments": {"alternate-exchange": alternate}})
+    try:
+        api.post(f"/api/bindings/%2F/e/{alternate}/q/{queue}", {})
+        assert _publish_over_http(api, main, "unbound", "x").json() == {"routed": True}
+        assert _ready(channel, queue) == 1
+    finally:
+        api.delete(f"/api/exchanges/%2F/{main}")
+        api.delete(f"/api/exchanges/%2F/{alternate}")
+
+
+def test_a_publish_over_http_meets_the_users_topic_permissions(broker, api):
+    name = unique("mw-topic")
+    admin = broker.admin()
+    admin.add_user(name, "pw", tags=["management"])
+    admin.set_permissions(name, "/", ".*", ".*", ".*")
+    admin.set_topic_permissions(name, "/", "amq.topic", "^allowed", ".*")
+    try:
+        user = api.as_user(name, "pw")
+        assert _publish_over_http(user, "amq.topic", "allowed.x", "x").status_code == 200
+        response = _publish_over_http(user, "amq.topic", "denied.x", "x")
+        assert response.status_code == 400
+        assert response.json()["reason"].startswith("403 ACCESS_REFUSED")
+    finally:
+        admin.delete_user(name)
+
+
+def test_an_expired_message_published_over_http_is_not_got(api, channel, queue):
+    _publish_over_http(api, "amq.default", queue, "short-lived", {"expiration": "0"})
+    assert _get_over_http(api, queue, 1, "ack_requeue_false").json() == []

@@ -16,7 +16,7 @@ from broker.core.direct_session import DirectRefusal, DirectSession
 
 from .context import caller_of, context_of
 from .encoded_paths import EncodedPathRoute
-from .errors import bad_request, not_found
+from .errors import ApiError, bad_request, not_found
 from .messages import SessionWaiter
 
 ALIVENESS_QUEUE = "aliveness-test"
@@ -90,8 +90,14 @@ async def aliveness_test(request: Request) -> JSONResponse:
                                     user=caller.name)
         await context.commit()
         ok = await _round_trip(context, caller, vhost)
-    except (AdminError, DirectRefusal) as error:
+    except AdminError as error:
+        if error.reply_code == 403:
+            raise ApiError(401, "not_authorised", f"ACCESS_REFUSED - {error}") from None
         return _failed(str(error))
+    except DirectRefusal as refusal:
+        if refusal.reply_code == 403:
+            raise ApiError(401, "not_authorised", refusal.reply_text) from None
+        return _failed(refusal.reply_text)
     return _ok() if ok else _failed("aliveness-test message was not received")
 
 

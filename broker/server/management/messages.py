@@ -108,6 +108,8 @@ async def _get_messages(session: DirectSession, waker: "SessionWaiter", queue: s
 def _get_refusal(refusal: DirectRefusal) -> ApiError:
     if refusal.reply_code == 404:
         return ApiError(404, "not_found", refusal.reply_text)
+    if refusal.reply_code == 403:
+        return ApiError(401, "not_authorised", refusal.reply_text)
     return bad_request(f"{refusal.reply_code} {refusal.reply_text}")
 
 
