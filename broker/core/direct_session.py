@@ -13,7 +13,7 @@ then asks again (`publish_outcome`, `get_outcome`)."""
 
 import struct
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from pamqp import body as content_body
 from pamqp import commands, frame, header
@@ -42,7 +42,7 @@ class DirectRefusal(Exception):
 class Reply:
     """One command the broker sent: a method, with its content when it has one."""
 
-    method: object
+    method: Any   # a pamqp method
     properties: commands.Basic.Properties | None = None
     body: bytes = b""
 
@@ -169,7 +169,7 @@ class DirectSession:
         for reply in replies:
             if isinstance(reply.method, (commands.Channel.Close,
                                          commands.Connection.Close)):
-                raise DirectRefusal(reply.method.reply_code, reply.method.reply_text)
+                raise DirectRefusal(reply.method.reply_code or 0, reply.method.reply_text)
         return replies
 
     def _decode(self) -> None:

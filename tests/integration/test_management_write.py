@@ -9,7 +9,6 @@ import uuid
 import pika
 import pytest
 
-from management_client import quoted
 from pika_helpers import _test_deadline, connect, close_quietly  # noqa: F401  (fixture)
 
 

@@ -124,7 +124,7 @@ def _listeners(request: Request) -> dict[str, int]:
     listening = {}
     if server.plain_listener:
         listening["amqp"] = server.port
-    if server.tls is not None:
+    if server.tls is not None and server.tls.port is not None:
         listening["amqp/ssl"] = server.tls.port
     if server.management is not None:
         listening["http"] = server.management.port

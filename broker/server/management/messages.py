@@ -6,6 +6,7 @@ import base64
 import binascii
 import datetime
 import decimal
+from typing import Any
 
 import trio
 from pamqp import commands
@@ -173,8 +174,9 @@ def _typed(body: dict, field: str, kinds):
 def _properties(given: dict | list) -> bytes:
     """The raw content properties of the JSON `properties` ([] is none, as RabbitMQ
     writes an empty object)."""
-    chosen = {}
-    for name, value in (given or {}).items():
+    chosen: dict[str, Any] = {}
+    fields: dict[str, Any] = given if isinstance(given, dict) else {}
+    for name, value in fields.items():
         if name not in _PROPERTIES:
             raise bad_request(f"unknown message property '{name}'; known: "
                               f"{', '.join(_PROPERTIES)}")
@@ -182,7 +184,7 @@ def _properties(given: dict | list) -> bytes:
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise bad_request(f"message property '{name}' has the wrong type: {value!r}")
         if name == "timestamp":
-            value = datetime.datetime.fromtimestamp(value, datetime.timezone.utc)
+            value = datetime.datetime.fromtimestamp(fields[name], datetime.timezone.utc)
         chosen[attribute] = value
     try:
         return encode_properties(commands.Basic.Properties(**chosen))
