@@ -87,7 +87,9 @@ class DirectSession:
         self._replies: list[Reply] = []
         self._content: Reply | None = None
         self._remaining = 0
-        self._send(0, commands.Connection.Open(virtual_host=vhost))
+        opening = commands.Connection.Open()
+        opening.virtual_host = vhost   # after __init__: pamqp's validate() refuses
+        self._send(0, opening)         # names RabbitMQ accepts
         self._expect(commands.Connection.OpenOk)
         self._send(CHANNEL, commands.Channel.Open())
         self._expect(commands.Channel.OpenOk)
@@ -115,13 +117,16 @@ class DirectSession:
             elif isinstance(reply.method, commands.Basic.Nack):
                 raise DirectRefusal(541, "INTERNAL_ERROR - the message could not be "
                                          "stored (see the broker log)")
+        self._check_alive()
         return None
 
     # -- getting ---------------------------------------------------------------------
 
     def get(self, queue: str) -> None:
         """Basic.Get with acknowledgement: `get_outcome` gives the message."""
-        self._send(CHANNEL, commands.Basic.Get(queue=queue, no_ack=False))
+        method = commands.Basic.Get(queue="", no_ack=False)
+        method.queue = queue   # (set after pamqp's validation, as for the vhost)
+        self._send(CHANNEL, method)
 
     def get_outcome(self) -> tuple[bool, Reply | None]:
         """(False, None) while the Get waits for a disk read; then (True, the GetOk with
@@ -133,6 +138,7 @@ class DirectSession:
                 return True, reply
             if isinstance(reply.method, commands.Basic.GetEmpty):
                 return True, None
+        self._check_alive()
         return False, None
 
     def settle(self, delivery_tags: list[int], acknowledge: bool, requeue: bool) -> None:
@@ -152,6 +158,12 @@ class DirectSession:
         self.connection.end_of_batch()
 
     # -- frames ----------------------------------------------------------------------
+
+    def _check_alive(self) -> None:
+        """A connection that failed (a bug, logged by the connection) answers no more."""
+        if self._output.closed:
+            raise DirectRefusal(541, "INTERNAL_ERROR - the internal connection failed; "
+                                     "see the broker log")
 
     def _send(self, channel: int, method) -> None:
         self.connection.handle(InboundMethod(channel, method))

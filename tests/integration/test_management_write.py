@@ -5,6 +5,7 @@ pika, refusals by their status code and body."""
 
 import time
 import uuid
+from urllib.parse import quote
 
 import pika
 import pytest
@@ -325,6 +326,20 @@ def test_a_message_published_over_http_is_consumed_by_pika(api, channel, queue):
     assert body == b"hello"
     assert properties.content_type == "text/plain"
     assert properties.headers == {"a": b"b"} or properties.headers == {"a": "b"}
+
+
+def test_a_queue_named_with_any_characters_takes_publish_and_get(api, channel):
+    name = f"mw ü/{uuid.uuid4().hex[:8]}"
+    path = f"/api/queues/%2F/{quote(name, safe='')}"
+    assert api.put(path, {"durable": False}).status_code == 201
+    try:
+        assert _publish_over_http(api, "amq.default", name, "x").json() == {
+            "routed": True}
+        got = api.post(path + "/get", {"count": 1, "ackmode": "ack_requeue_false",
+                                       "encoding": "auto"}).json()
+        assert [message["routing_key"] for message in got] == [name]
+    finally:
+        assert api.delete(path).status_code == 204
 
 
 def test_an_unroutable_publish_says_so(api):
