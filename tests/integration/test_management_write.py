@@ -77,6 +77,18 @@ def test_a_queue_put_over_http_takes_a_pika_publish(api, channel, queue):
     assert _ready(channel, queue) == 1
 
 
+def test_an_empty_body_declares_a_transient_queue_and_exchange(api, channel):
+    queue, exchange = unique("mw-q"), unique("mw-x")
+    assert api.put(f"/api/queues/%2F/{queue}", {}).status_code == 201
+    assert api.put(f"/api/exchanges/%2F/{exchange}", {}).status_code == 201
+    try:   # equivalent only to a transient, direct declaration
+        channel.queue_declare(queue, durable=False)
+        channel.exchange_declare(exchange, "direct", durable=False)
+    finally:
+        api.delete(f"/api/queues/%2F/{queue}")
+        api.delete(f"/api/exchanges/%2F/{exchange}")
+
+
 def test_a_second_equivalent_put_answers_no_content(api, queue):
     assert api.put(f"/api/queues/%2F/{queue}", {"durable": False}).status_code == 204
 

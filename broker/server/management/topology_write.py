@@ -30,7 +30,7 @@ async def put_exchange(request: Request) -> Response:
     context = context_of(request)
     existed = name in _vhost(request, vhost, missing_is=404).exchanges
     _apply(lambda: context.admin.declare_exchange(
-        vhost, name, exchange_type, _boolean(body, "durable", True),
+        vhost, name, exchange_type, _boolean(body, "durable", False),
         _boolean(body, "auto_delete", False), _boolean(body, "internal", False),
         _arguments(body), user=caller.name))
     await context.commit()
@@ -53,7 +53,7 @@ async def put_queue(request: Request) -> Response:
     context = context_of(request)
     existed = name in _vhost(request, vhost, missing_is=404).queues
     _apply(lambda: context.admin.declare_queue(
-        vhost, name, _boolean(body, "durable", True), _boolean(body, "auto_delete", False),
+        vhost, name, _boolean(body, "durable", False), _boolean(body, "auto_delete", False),
         _arguments(body), user=caller.name))
     await context.commit()
     return _no_content() if existed else Response(status_code=201)
