@@ -582,3 +582,12 @@ def test_a_publish_over_http_meets_the_users_topic_permissions(broker, api):
 def test_an_expired_message_published_over_http_is_not_got(api, channel, queue):
     _publish_over_http(api, "amq.default", queue, "short-lived", {"expiration": "0"})
     assert _get_over_http(api, queue, 1, "ack_requeue_false").json() == []
+
+
+def test_deleting_in_a_missing_vhost_is_not_found(api):
+    vhost = unique("mw-vh")
+    for path in (f"/api/queues/{vhost}/q", f"/api/queues/{vhost}/q/contents",
+                 f"/api/exchanges/{vhost}/x"):
+        response = api.delete(path)
+        assert (response.status_code, response.json()) == (
+            404, {"error": "Object Not Found", "reason": "Not Found"})

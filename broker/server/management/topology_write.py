@@ -28,7 +28,7 @@ async def put_exchange(request: Request) -> Response:
     if not exchange_type:
         raise bad_request("an exchange needs a type: direct, fanout, topic, headers...")
     context = context_of(request)
-    existed = name in _vhost(request, vhost, missing_is=404).exchanges
+    existed = name in _vhost(request, vhost).exchanges
     _apply(lambda: context.admin.declare_exchange(
         vhost, name, exchange_type, _boolean(body, "durable", False),
         _boolean(body, "auto_delete", False), _boolean(body, "internal", False),
@@ -40,7 +40,7 @@ async def put_exchange(request: Request) -> Response:
 async def delete_exchange(request: Request) -> Response:
     caller, vhost, name = _target(request, "name")
     context = context_of(request)
-    _vhost(request, vhost, missing_is=404)
+    _vhost(request, vhost, deleting=True)
     _apply(lambda: context.admin.delete_exchange(
         vhost, name, if_unused=_flag(request, "if-unused"), user=caller.name))
     await context.commit()
@@ -51,7 +51,7 @@ async def put_queue(request: Request) -> Response:
     caller, vhost, name = _target(request, "name")
     body = await _object_body(request)
     context = context_of(request)
-    existed = name in _vhost(request, vhost, missing_is=404).queues
+    existed = name in _vhost(request, vhost).queues
     _apply(lambda: context.admin.declare_queue(
         vhost, name, _boolean(body, "durable", False), _boolean(body, "auto_delete", False),
         _arguments(body), user=caller.name))
@@ -62,7 +62,7 @@ async def put_queue(request: Request) -> Response:
 async def delete_queue(request: Request) -> Response:
     caller, vhost, name = _target(request, "name")
     context = context_of(request)
-    _vhost(request, vhost, missing_is=404)
+    _vhost(request, vhost, deleting=True)
     _apply(lambda: context.admin.delete_queue(
         vhost, name, if_unused=_flag(request, "if-unused"),
         if_empty=_flag(request, "if-empty"), user=caller.name))
@@ -73,7 +73,7 @@ async def delete_queue(request: Request) -> Response:
 async def purge_queue(request: Request) -> Response:
     caller, vhost, name = _target(request, "name")
     context = context_of(request)
-    _vhost(request, vhost, missing_is=404)
+    _vhost(request, vhost, deleting=True)
     _apply(lambda: context.admin.purge_queue(vhost, name, user=caller.name))
     await context.commit()
     return _no_content()
@@ -86,7 +86,7 @@ async def post_binding(request: Request) -> Response:
     routing_key = _string(body, "routing_key", "")
     arguments = _arguments(body)
     context = context_of(request)
-    _vhost(request, vhost, missing_is=404)
+    _vhost(request, vhost)
     _apply(lambda: context.admin.bind(vhost, source, kind, destination, routing_key,
                                       arguments, user=caller.name), missing_reason=True)
     await context.commit()
@@ -99,7 +99,7 @@ async def delete_binding(request: Request) -> Response:
     caller, vhost, source = _target(request, "source")
     kind, destination = _destination(request)
     context = context_of(request)
-    exchanges = _vhost(request, vhost, missing_is=404).exchanges
+    exchanges = _vhost(request, vhost, deleting=True).exchanges
     wanted = request.path_params["props"]
     binding = _binding_named(exchanges.get(source), kind, destination, wanted)
     if binding is None:
@@ -137,10 +137,12 @@ def _destination(request: Request) -> tuple[str, str]:
     return kind, request.path_params["destination"]
 
 
-def _vhost(request: Request, name: str, missing_is: int):
+def _vhost(request: Request, name: str, deleting: bool = False):
+    """The vhost `name`; when missing, 404 in RabbitMQ's two wordings (a DELETE says
+    only "Not Found")."""
     vhost = context_of(request).broker.vhosts.get(name)
     if vhost is None:
-        raise ApiError(missing_is, "not_found", "vhost_not_found")
+        raise not_found() if deleting else ApiError(404, "not_found", "vhost_not_found")
     return vhost
 
 
