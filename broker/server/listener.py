@@ -75,8 +75,8 @@ class Server:
                     port = tls_listeners[0].socket.getsockname()[1]
                     log.info("event=listening_tls host=%s port=%s", self.host, port)
                 if listeners:
-                    port = listeners[0].socket.getsockname()[1]
-                    log.info("event=listening host=%s port=%s", self.host, port)
+                    self.port = listeners[0].socket.getsockname()[1]   # when 0 was asked
+                    log.info("event=listening host=%s port=%s", self.host, self.port)
                 async for signum in signals:
                     log.info("event=shutdown signal=%s connections=%d",
                              signal.Signals(signum).name, len(self.transports))

@@ -5,11 +5,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from . import access, definitions, identity, metrics, policies, ui
+from . import (access, definitions, health, identity, messages, metrics, policies,
+               topology_write, ui)
 from .context import ManagementContext
 from .errors import ApiError, api_error_response
 
-ROUTE_MODULES = (identity, access, policies, definitions, metrics, ui)
+ROUTE_MODULES = (identity, access, policies, definitions, topology_write, messages,
+                 health, metrics, ui)
 
 
 def build_app(context: ManagementContext) -> Starlette:
