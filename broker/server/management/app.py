@@ -5,11 +5,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from . import identity
+from . import identity, overview, runtime, topology_read
 from .context import ManagementContext
 from .errors import ApiError, api_error_response
 
-ROUTE_MODULES = (identity,)
+ROUTE_MODULES = (identity, overview, runtime, topology_read)
 
 
 def build_app(context: ManagementContext) -> Starlette:
