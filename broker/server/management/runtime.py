@@ -20,7 +20,7 @@ from broker.core.message_stats import COUNTERS
 from .auth import Caller
 from .context import caller_of, context_of
 from .encoded_paths import EncodedPathRoute as Route
-from .errors import not_found
+from .errors import not_authorised, not_found
 from .listing import listed
 from .stats import StatsSampler, message_stats
 
@@ -79,7 +79,10 @@ def peer_port(transport: "SocketTransport") -> int:
     return int(transport.peer.rsplit(":", 1)[1])
 
 
-def open_transports(request: Request, caller: Caller,
+EVERYONE = None   # open_transports' caller for a lookup before the visibility check
+
+
+def open_transports(request: Request, caller: Caller | None,
                     vhost: str | None = None) -> Iterator["SocketTransport"]:
     """The opened connections the caller may see (in `vhost` only, when given)."""
     for transport in list(context_of(request).server.transports):
@@ -88,8 +91,12 @@ def open_transports(request: Request, caller: Caller,
             continue
         if vhost is not None and connection.vhost.name != vhost:
             continue
-        if caller.sees_all_vhosts() or connection.user == caller.name:
+        if caller is EVERYONE or _may_see(caller, transport):
             yield transport
+
+
+def _may_see(caller: Caller, transport: "SocketTransport") -> bool:
+    return caller.sees_all_vhosts() or transport.connection.user == caller.name
 
 
 # -- shapes --------------------------------------------------------------------------
@@ -203,9 +210,13 @@ async def list_connections(request: Request) -> Response:
 
 
 def _named_connection(request: Request, caller: Caller) -> "SocketTransport":
+    """The connection the path names; 401 when it is another user's and the caller may
+    see only its own (as RabbitMQ), 404 when there is none."""
     name = request.path_params["name"]
-    for transport in open_transports(request, caller):
+    for transport in open_transports(request, EVERYONE):
         if connection_name(transport) == name:
+            if not _may_see(caller, transport):
+                raise not_authorised("Not authorised")
             return transport
     raise not_found()
 

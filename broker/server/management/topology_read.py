@@ -1,8 +1,8 @@
 """Exchanges, queues and bindings as RabbitMQ's management API shows them:
 /api/exchanges, /api/queues, /api/bindings and their per-vhost and per-object variants.
 
-A management user sees the vhosts it may open; monitoring and administrator users see
-every vhost. Lists are built in one pass over the vhosts' objects, as plain dicts."""
+As RabbitMQ, every user, monitoring and administrator ones included, sees the exchanges,
+queues and bindings of the vhosts it has permissions on (may open) only. Lists are built in one pass over the vhosts' objects, as plain dicts."""
 
 from typing import Iterator
 
@@ -20,7 +20,7 @@ from .auth import Caller
 from .binding_keys import properties_key
 from .context import caller_of, context_of
 from .encoded_paths import EncodedPathRoute as Route
-from .errors import not_found
+from .errors import not_authorised, not_found
 from .listing import listed
 from .runtime import NODE, consumer_view, plain
 from .stats import StatsSampler, queue_published, unacked_by_queue, with_rates
@@ -36,15 +36,16 @@ def visible_vhosts(request: Request, caller: Caller) -> list[VirtualHost]:
     if "vhost" in request.path_params:
         return [_vhost(request, caller)]
     return [vhost for vhost in broker.vhosts.values()
-            if caller.sees_all_vhosts() or broker.access.may_open(caller.name, vhost.name)]
+            if broker.access.may_open(caller.name, vhost.name)]
 
 
 def _vhost(request: Request, caller: Caller) -> VirtualHost:
     broker = context_of(request).broker
     vhost = broker.vhosts.get(request.path_params["vhost"])
-    if vhost is None or not (caller.sees_all_vhosts()
-                             or broker.access.may_open(caller.name, vhost.name)):
+    if vhost is None:
         raise not_found()
+    if not broker.access.may_open(caller.name, vhost.name):
+        raise not_authorised("Not authorised")
     return vhost
 
 
@@ -191,11 +192,14 @@ async def get_queue(request: Request) -> Response:
 
 
 async def queue_bindings(request: Request) -> Response:
-    vhost, queue = _queue(request, caller_of(request))
-    implicit = _binding("", vhost, queue.name, "queue", queue.name, {})
+    """The queue's bindings, the default exchange's first. As RabbitMQ, a missing queue
+    of an existing vhost has that implicit binding alone (200), not a 404."""
+    vhost = _vhost(request, caller_of(request))
+    name = request.path_params["name"]
+    implicit = _binding("", vhost, name, "queue", name, {})
     return listed(request, [implicit] + [
         binding for binding in _explicit_bindings(vhost)
-        if binding["destination_type"] == "queue" and binding["destination"] == queue.name],
+        if binding["destination_type"] == "queue" and binding["destination"] == name],
         paginated=False)
 
 
@@ -248,9 +252,8 @@ def _between(request: Request, kind: str) -> list[dict]:
     vhost = _vhost(request, caller)
     params = request.path_params
     source = vhost.exchanges.get(_exchange_name(params["source"]))
-    targets = vhost.queues if kind == "queue" else vhost.exchanges
-    if source is None or params["destination"] not in targets:
-        raise not_found()
+    if source is None:   # RabbitMQ lists no bindings (200) for a missing exchange
+        return []
     everything = (_default_bindings(vhost) if source.name == ""
                   else _bindings_from(source, vhost))
     return [binding for binding in everything if binding["destination_type"] == kind
