@@ -6,6 +6,7 @@ queues and bindings of the vhosts it has permissions on (may open) only. Lists a
 
 from typing import Iterator
 
+import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -26,6 +27,9 @@ from .runtime import NODE, consumer_view, plain
 from .stats import StatsSampler, queue_published, unacked_by_queue, with_rates
 
 DEFAULT_EXCHANGE_ALIAS = "amq.default"   # the default exchange's name in paths
+# Queue views built between two turns of the event loop: a list of 10,000 queues
+# leaves the AMQP connections waiting for one chunk at a time, not for all of them
+VIEWS_PER_TURN = 500
 ENTRY_COST = 400   # broker/core/queue.py charges each held message this much bookkeeping
 _GARBAGE_COLLECTION = {"fullsweep_after": 0, "max_heap_size": 0, "min_bin_vheap_size": 0,
                        "min_heap_size": 0, "minor_gcs": 0}
@@ -172,8 +176,15 @@ def _queue(request: Request, caller: Caller) -> tuple[VirtualHost, QueueBase]:
 async def list_queues(request: Request) -> Response:
     caller = caller_of(request)
     views = QueueViews(request)
-    return listed(request, [views.view(queue) for vhost in visible_vhosts(request, caller)
-                            for queue in list(vhost.queues.values())])
+    queues = [queue for vhost in visible_vhosts(request, caller)
+              for queue in list(vhost.queues.values())]
+    shown = []
+    for start in range(0, len(queues), VIEWS_PER_TURN):
+        if start:
+            await trio.sleep(0)   # let AMQP connections run between chunks
+        shown += [views.view(queue) for queue in queues[start:start + VIEWS_PER_TURN]
+                  if not queue.deleted]
+    return listed(request, shown)
 
 
 async def get_queue(request: Request) -> Response:
