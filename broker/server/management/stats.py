@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 DEFAULT_INTERVAL = 5.0
 # deliver_get adds these up, as RabbitMQ's message_stats do
 DELIVER_GET_PARTS = ("deliver", "deliver_no_ack", "get", "get_no_ack")
-# The counters RabbitMQ's queue message_stats show (no confirms, no unroutable ones)
-QUEUE_COUNTERS = ("publish",)
 
 
 def queue_published(queue: QueueBase) -> int:
