@@ -4,8 +4,10 @@ closes so that totals never go backwards."""
 
 from types import SimpleNamespace
 
+import pytest
 from pamqp import commands
 
+from broker.config import ConfigError, load_settings
 from broker.server.management.stats import StatsSampler, broker_counts, queue_published
 from core_harness import Client
 
@@ -85,3 +87,13 @@ def test_the_sampler_turns_counts_into_rates_per_second():
     assert sampler.rates(channel)["publish"] == 3.0
     assert sampler.rates(queue)["publish"] == 3.0
     assert sampler.rates(queue)["messages_ready"] == 3.0
+
+
+def test_the_sample_interval_is_read_from_the_management_section(tmp_path):
+    path = tmp_path / "warren.toml"
+    path.write_text("[management]\nsample_interval = 0.5\n")
+    assert load_settings(str(path), {}).management.sample_interval == 0.5
+    assert load_settings(None, {}).management.sample_interval == 5.0   # as RabbitMQ
+    path.write_text("[management]\nsample_interval = 0\n")
+    with pytest.raises(ConfigError, match="sample_interval"):
+        load_settings(str(path), {})
