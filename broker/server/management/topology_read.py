@@ -2,7 +2,8 @@
 /api/exchanges, /api/queues, /api/bindings and their per-vhost and per-object variants.
 
 As RabbitMQ, every user, monitoring and administrator ones included, sees the exchanges,
-queues and bindings of the vhosts it has permissions on (may open) only. Lists are built in one pass over the vhosts' objects, as plain dicts."""
+queues and bindings of the vhosts it has permissions on (may open) only. Lists are built
+in one pass over the vhosts' objects, as plain dicts."""
 
 from typing import Iterator
 
