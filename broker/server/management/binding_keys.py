@@ -3,15 +3,19 @@
 
 RabbitMQ's form: "~" for an empty routing key without arguments; otherwise the routing
 key form-encoded (space as "+", every byte but letters, digits and `-._` as %XX, so "~"
-too), followed, when the binding has arguments, by "~" and a short base64url hash of the
-arguments. RabbitMQ hashes the Erlang term of the arguments; Warren hashes a canonical
-JSON form of them instead, so a key with arguments differs from RabbitMQ's (clients take
-it from a binding listing, where both sides agree)."""
+too), followed, when the binding has arguments, by "~" and the base64url (unpadded) of
+erlang:phash2 of the arguments as RabbitMQ holds them: a list sorted by key of
+{Key, Type, Value} with JSON's types (strings longstr, integers long, floats double,
+booleans bool, lists array, objects table). A binding made over AMQP with other table
+types (signedint, byte arrays, timestamps...) gets a key RabbitMQ would spell otherwise;
+it is still the key both sides of Warren's API use for it."""
 
 import base64
-import hashlib
-import json
+import datetime
+import decimal
 from urllib.parse import quote_plus
+
+from .erlang_hash import Atom, phash2
 
 
 def properties_key(routing_key: str, arguments: dict) -> str:
@@ -24,15 +28,31 @@ def properties_key(routing_key: str, arguments: dict) -> str:
 
 
 def arguments_hash(arguments: dict) -> str:
-    """Six base64url characters (32 bits) naming the arguments, key order ignored."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"),
-                           default=_plain)
-    digest = hashlib.sha256(canonical.encode()).digest()[:4]
+    digest = phash2(_table(arguments)).to_bytes(4, "big")
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def _plain(value):
-    """Table values JSON has no type for (byte arrays, decimals, timestamps)."""
+def _table(table: dict) -> list:
+    entries = [(str(key).encode(), *_typed(value)) for key, value in table.items()]
+    return sorted(entries, key=lambda entry: entry[0])
+
+
+def _typed(value) -> tuple:
+    """(type atom, Erlang value) as RabbitMQ types a JSON value in a field table."""
+    if isinstance(value, bool):
+        return Atom("bool"), value
+    if isinstance(value, int):
+        return Atom("long"), value
+    if isinstance(value, (float, decimal.Decimal)):
+        return Atom("double"), float(value)
+    if isinstance(value, str):
+        return Atom("longstr"), value.encode()
     if isinstance(value, (bytes, bytearray)):
-        return value.hex()
-    return str(value)
+        return Atom("longstr"), bytes(value)
+    if isinstance(value, dict):
+        return Atom("table"), _table(value)
+    if isinstance(value, (list, tuple)):
+        return Atom("array"), [_typed(item) for item in value]
+    if isinstance(value, datetime.datetime):
+        return Atom("timestamp"), int(value.timestamp())
+    return Atom("void"), Atom("undefined")
