@@ -163,7 +163,8 @@ def _management_listener(settings, broker: Broker,
     if port == 0:
         return None
     host = settings.management.host or settings.host
-    return ManagementListener(broker, committer, host, 0 if port == "auto" else port)
+    return ManagementListener(broker, committer, host, 0 if port == "auto" else port,
+                              settings.management.sample_interval)
 
 
 def _fill_connection_caps(limits) -> None:

@@ -39,6 +39,7 @@ Example file:
     [management]
     port = 15672                    # the HTTP API, metrics and web UI; 0: off
     host = "127.0.0.1"              # default: the AMQP host
+    sample_interval = 5.0           # seconds between message-rate samples
 """
 
 import tomllib
@@ -99,6 +100,7 @@ class ManagementSettings:
 
     port: int | str = MANAGEMENT_PORT   # 0: no listener; "auto": a free port
     host: str | None = None             # None: the AMQP host
+    sample_interval: float = 5.0        # seconds between message-rate samples
 
 
 @dataclass
@@ -210,6 +212,10 @@ def _check_management(management: ManagementSettings) -> None:
     if management.host is not None and type(management.host) is not str:
         raise ConfigError(f"'host' in [management] must be an address, "
                           f"got {management.host!r}")
+    interval = management.sample_interval
+    if type(interval) not in (int, float) or not 0.05 <= interval <= 3600:
+        raise ConfigError(f"'sample_interval' in [management] must be a number of seconds "
+                          f"from 0.05 to 3600 (RabbitMQ samples every 5), got {interval!r}")
 
 
 def management_port(text: str) -> int | str:

@@ -13,6 +13,7 @@ scheduler (a checkpoint keeps busy connections from starving the others)."""
 
 import logging
 import os
+import time
 
 import trio
 
@@ -88,6 +89,10 @@ class SocketTransport:
         self._last_received = trio.current_time()
         self._last_sent = trio.current_time()
         self._nursery: trio.Nursery | None = None
+        # For the management API: when it connected (wall clock, ms), bytes per read/send
+        self.connected_at = int(time.time() * 1000)
+        self.received_bytes = 0
+        self.sent_bytes = 0
 
     # -- Transport interface -------------------------------------------------------
 
@@ -205,6 +210,7 @@ class SocketTransport:
                 continue
             if not data:
                 return       # the peer closed
+            self.received_bytes += len(data)
             if not yielded:
                 await trio.lowlevel.checkpoint()
             yielded = False
@@ -338,6 +344,7 @@ class SocketTransport:
 
     def _sent(self, size: int) -> None:
         self._queued -= size
+        self.sent_bytes += size
         self._last_sent = trio.current_time()
         if not self.writable and self._queued <= LOW_WATER:
             self.writable = True

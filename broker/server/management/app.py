@@ -5,13 +5,15 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from . import (access, definitions, health, identity, messages, metrics, policies,
-               topology_write, ui)
+from . import (access, definitions, health, identity, messages, metrics, overview,
+               policies, runtime, topology_read, topology_write, ui)
 from .context import ManagementContext
 from .errors import ApiError, api_error_response
 
-ROUTE_MODULES = (identity, access, policies, definitions, topology_write, messages,
-                 health, metrics, ui)
+# In this order: the first route whose path and method match answers (access's vhost
+# paths match greedily, so the more specific /api/vhosts/{vhost}/... come before).
+ROUTE_MODULES = (identity, overview, runtime, topology_read, topology_write, messages,
+                 health, access, policies, definitions, metrics, ui)
 
 
 def build_app(context: ManagementContext) -> Starlette:

@@ -12,6 +12,7 @@ from broker.core.broker import Broker
 from ..committer import GroupCommitter
 from .auth import MANAGEMENT, Caller, authenticate
 from .errors import ApiError
+from .stats import StatsSampler
 
 if TYPE_CHECKING:
     from ..listener import Server
@@ -22,6 +23,7 @@ class ManagementContext:
     broker: Broker
     committer: GroupCommitter
     server: "Server"
+    sampler: StatsSampler
     admin: Administration = field(init=False)
 
     def __post_init__(self):
