@@ -300,3 +300,22 @@ def test_a_policymaker_sets_policies_only_in_its_vhosts(api, names):
     assert policymaker.put(f"/api/policies/{vhost}/p", body).status_code == 201
     assert policymaker.put(f"/api/operator-policies/{vhost}/p", body).status_code == 401
     assert policymaker.delete(f"/api/policies/{vhost}/p").status_code == 204
+
+
+def test_a_vhost_counts_its_ready_and_unacknowledged_messages(api, broker, names):
+    vhost = names["vhost"]
+    assert api.put(f"/api/vhosts/{vhost}").status_code == 201
+    connection = connect(broker, "guest", "guest", vhost)
+    try:
+        channel = connection.channel()
+        channel.queue_declare("counted")
+        for body in (b"a", b"b", b"c"):
+            channel.basic_publish("", "counted", body)
+        assert channel.basic_get("counted")[0] is not None   # one unacknowledged
+        shown = api.wait_for(f"/api/vhosts/{vhost}", lambda found: (
+            found.get("messages_ready"), found.get("messages_unacknowledged")) == (2, 1))
+        assert shown["messages"] == 3
+        listed = api.json("/api/vhosts", columns="name,messages")
+        assert {"name": vhost, "messages": 3} in listed
+    finally:
+        connection.close()

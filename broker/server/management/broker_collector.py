@@ -14,7 +14,6 @@ time of one scrape at 10,000 queues)."""
 import os
 import resource
 import socket
-from collections import Counter
 from importlib.metadata import version
 from typing import Iterator
 
@@ -26,6 +25,7 @@ from broker.core.message_stats import MessageCounts
 
 from ..alarms import free_disk, held_memory
 from .context import ManagementContext
+from .stats import unacked_by_queue
 
 PROTOCOL = "amqp091"
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -104,7 +104,7 @@ class BrokerCollector:
         labels = ["vhost", "queue"] if self.per_object else []
         families = [GaugeMetricFamily(name, text, labels=labels) for name, text in QUEUE_GAUGES]
         totals = [0] * len(QUEUE_GAUGES)
-        unacked = _unacked_by_queue(broker)
+        unacked, _sizes = unacked_by_queue(broker)
         for vhost in broker.vhosts.values():
             for queue in vhost.queues.values():
                 ready = queue.message_count
@@ -164,26 +164,6 @@ def _object_counts(broker: Broker) -> Iterator[Metric]:
     yield _gauge("rabbitmq_global_publishers",
                  "Current number of publishers (Warren: open channels that have published)",
                  publishers, protocol=PROTOCOL)
-
-
-def _unacked_by_queue(broker: Broker) -> Counter:
-    """Unacknowledged deliveries per queue. A channel whose consumers account for all of
-    its unacked deliveries is counted per consumer; only a channel with Basic.Get
-    deliveries, cancelled consumers' or acks held by a transaction is walked."""
-    unacked: Counter = Counter()
-    for connection in broker.connections:
-        for channel in connection.channels.values():
-            pending = channel.unacked
-            if not pending:
-                continue
-            consumers = channel.consumers.values()
-            if sum(consumer.unacked for consumer in consumers) == len(pending):
-                for consumer in consumers:
-                    unacked[consumer.queue] += consumer.unacked
-            else:
-                for delivery in pending.values():
-                    unacked[delivery.queue] += 1
-    return unacked
 
 
 def _message_counters(broker: Broker) -> Iterator[Metric]:
