@@ -65,7 +65,10 @@ class Channel:
         # every delivery then unacked), less the Basic.Get deliveries settled since.
         self.uncounted_unacked = 0
         self.confirming = False
-        self.publish_seq = 0
+        # Publishes are numbered by `published` (every publish, the message counter
+        # too); confirm sequence numbers count from the Confirm.Select: published -
+        # confirm_base. acked_seq and nacked_seqs hold `published` numbers.
+        self.confirm_base = 0
         self.acked_seq = 0
         self.nacked_seqs: list[int] = []
         self.last_queue_name = ""
@@ -73,7 +76,7 @@ class Channel:
         self.reply_consumer_tag: str | None = None
         self.transaction: "Transaction | None" = None
         self.ack_watch: AckWatch | None = None   # while deliveries are unacked
-        self.published = 0             # the channel's message counts
+        self.published = 0             # the channel's message counts (and publish numbers)
         self.counts = MessageCounts()   # (message_counts() has them all)
         self.counts_retired = False     # added to the vhost's retired counts
 
@@ -178,15 +181,13 @@ class Channel:
                           command.body)
         if message.needs_checks():
             message = self._checked(message)
-        if self.confirming:
-            self.publish_seq += 1
         if self.transaction is not None:
             self.transaction.publishes.append((exchange, message, command.mandatory))
             return
         accepted = self._route(exchange, message, command.mandatory)
         if self.confirming:
             if not accepted:
-                self.nacked_seqs.append(self.publish_seq)
+                self.nacked_seqs.append(self.published)
             self.connection.confirms_pending(self)
 
     def _publish_target(self, command) -> Exchange:
@@ -345,15 +346,22 @@ class Channel:
         write = self.connection.write
         for seq in self.nacked_seqs:
             self._ack_through(seq - 1)
-            write(self.connection.framer.encode_basic_nack(self.number, seq, False))
+            write(self.connection.framer.encode_basic_nack(
+                self.number, seq - self.confirm_base, False))
             self.counts.confirm += 1
             self.acked_seq = seq
         self.nacked_seqs.clear()
-        self._ack_through(self.publish_seq)
+        self._ack_through(self.published)
+
+    @property
+    def unconfirmed(self) -> int:
+        """Publishes of confirm mode not confirmed yet."""
+        return self.published - self.acked_seq if self.confirming else 0
 
     def _ack_through(self, seq: int) -> None:
         if seq > self.acked_seq:
-            self.connection.write_confirm(self.number, seq, seq - self.acked_seq > 1)
+            self.connection.write_confirm(self.number, seq - self.confirm_base,
+                                          seq - self.acked_seq > 1)
             self.counts.confirm += seq - self.acked_seq
             self.acked_seq = seq
 
@@ -575,6 +583,8 @@ class Channel:
         if self.transaction is not None:
             raise precondition_failed(
                 "cannot switch from tx to confirm mode")
+        if not self.confirming:   # publishes before Confirm.Select are not confirmed
+            self.confirm_base = self.acked_seq = self.published
         self.confirming = True
 
     def select_tx(self) -> None:

@@ -143,6 +143,26 @@ def test_confirms_are_coalesced_into_one_multiple_ack_per_batch():
     assert (ack.delivery_tag, ack.multiple) == (3, True)
 
 
+def test_confirms_count_from_confirm_select_after_earlier_publishes():
+    """Publishes before Confirm.Select are not confirmed; the first one after it is
+    delivery tag 1, as the spec and RabbitMQ number them (a nack keeps that numbering)."""
+    client = Client()
+    client.open_channel()
+    client.declare_queue(1, "q", arguments={"x-max-length": 3,
+                                            "x-overflow": "reject-publish"})
+    for _ in range(2):
+        client.publish(1, "", "q", b"before")
+    client.method(1, commands.Confirm.Select())
+    frames = [frame for _, frame in client.publish(1, "", "q", b"first")]
+    assert [(type(f), f.delivery_tag) for f in frames
+            if isinstance(f, (commands.Basic.Ack, commands.Basic.Nack))] == [
+        (commands.Basic.Ack, 1)]
+    frames = [frame for _, frame in client.publish(1, "", "q", b"refused: full")]
+    assert [(type(f), f.delivery_tag) for f in frames
+            if isinstance(f, (commands.Basic.Ack, commands.Basic.Nack))] == [
+        (commands.Basic.Nack, 2)]
+
+
 def test_mandatory_unroutable_is_returned_before_its_confirm():
     client = Client()
     client.open_channel()
