@@ -13,7 +13,6 @@ from contextlib import contextmanager
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from broker.core.access_control import User
 from broker.core.admin import AdminError
@@ -23,6 +22,7 @@ from broker.core.passwords import SHA256_ALGORITHM
 from .auth import ADMINISTRATOR, MANAGEMENT, POLICYMAKER, Caller
 from .bodies import json_body
 from .context import caller_of, context_of
+from .encoded_paths import EncodedPathRoute as Route
 from .errors import bad_request, not_authorised, not_found
 from .listing import listed
 
@@ -434,26 +434,26 @@ ROUTES = [
     Route("/api/users/{name}/topic-permissions", permissions_of_user),
     Route("/api/users/{name}", user, methods=["GET", "PUT", "DELETE"]),
     Route("/api/vhosts", list_vhosts),
-    Route("/api/vhosts/{vhost:path}/permissions", permissions_in_vhost),
-    Route("/api/vhosts/{vhost:path}/topic-permissions", permissions_in_vhost),
-    Route("/api/vhosts/{vhost:path}", vhost, methods=["GET", "PUT", "DELETE"]),
+    Route("/api/vhosts/{vhost}/permissions", permissions_in_vhost),
+    Route("/api/vhosts/{vhost}/topic-permissions", permissions_in_vhost),
+    Route("/api/vhosts/{vhost}", vhost, methods=["GET", "PUT", "DELETE"]),
     Route("/api/permissions", list_permissions),
-    Route("/api/permissions/{vhost:path}/{user}", permission,
+    Route("/api/permissions/{vhost}/{user}", permission,
           methods=["GET", "PUT", "DELETE"]),
     Route("/api/topic-permissions", list_topic_permissions),
-    Route("/api/topic-permissions/{vhost:path}/{user}", topic_permission,
+    Route("/api/topic-permissions/{vhost}/{user}", topic_permission,
           methods=["GET", "PUT", "DELETE"]),
     Route("/api/vhost-limits", list_vhost_limits),
-    Route("/api/vhost-limits/{vhost:path}/{limit}", vhost_limit,
+    Route("/api/vhost-limits/{vhost}/{limit}", vhost_limit,
           methods=["PUT", "DELETE"]),
-    Route("/api/vhost-limits/{vhost:path}", list_vhost_limits),
+    Route("/api/vhost-limits/{vhost}", list_vhost_limits),
     Route("/api/user-limits", list_user_limits),
     Route("/api/user-limits/{name}", list_user_limits),
     Route("/api/user-limits/{name}/{limit}", user_limit, methods=["PUT", "DELETE"]),
     Route("/api/parameters", list_parameters),
     Route("/api/parameters/{component}", list_parameters),
-    Route("/api/parameters/{component}/{vhost:path}/{name}", put_parameter,
+    Route("/api/parameters/{component}/{vhost}/{name}", put_parameter,
           methods=["PUT"]),
-    Route("/api/parameters/{component}/{vhost:path}", list_parameters),
+    Route("/api/parameters/{component}/{vhost}", list_parameters),
     Route("/api/global-parameters", list_global_parameters),
 ]
