@@ -117,6 +117,27 @@ def test_a_vhost_is_created_listed_and_deleted(api, names):
     assert api.delete(f"/api/vhosts/{vhost}").status_code == 404
 
 
+def test_a_vhost_counts_the_ready_and_unacked_messages_of_its_queues(api, broker, names):
+    vhost = names["vhost"]
+    api.put(f"/api/vhosts/{vhost}")
+    connection = connect(broker, "guest", "guest", vhost)
+    try:
+        channel = connection.channel()
+        channel.queue_declare("counted")
+        channel.confirm_delivery()
+        for body in (b"one", b"two"):
+            channel.basic_publish("", "counted", body)
+        method, _properties, _body = channel.basic_get("counted", auto_ack=False)
+        assert method is not None
+        counts = ("messages", "messages_ready", "messages_unacknowledged")
+        shown = api.wait_for(f"/api/vhosts/{vhost}", lambda answer: [
+            answer.get(key) for key in counts] == [2, 1, 1])
+        listed = next(each for each in api.json("/api/vhosts") if each["name"] == vhost)
+        assert [listed[key] for key in counts] == [shown[key] for key in counts]
+    finally:
+        connection.close()
+
+
 def test_permissions_are_set_listed_and_take_effect(api, broker, names):
     user, vhost = names["user"], names["vhost"]
     api.put(f"/api/users/{user}", {"password": "pw", "tags": ""})

@@ -9,6 +9,7 @@ change goes through Administration and is committed before the reply.
 """
 
 import socket
+from collections import Counter
 from contextlib import contextmanager
 
 from starlette.requests import Request
@@ -25,6 +26,7 @@ from .context import caller_of, context_of
 from .encoded_paths import EncodedPathRoute as Route
 from .errors import bad_request, not_authorised, not_found
 from .listing import listed
+from .stats import unacked_by_queue
 
 NODE_NAME = "warren@" + socket.gethostname().split(".")[0]
 
@@ -134,11 +136,12 @@ def _user(context, name: str) -> User:
 
 # -- vhosts ----------------------------------------------------------------------------
 
-def vhost_json(vhost) -> dict:
+def vhost_json(vhost, unacked_by_queue: Counter) -> dict:
     """A vhost as RabbitMQ lists it; Warren keeps no description or tags, and its
-    message counts are those of the vhost's queues now."""
+    message counts are those of the vhost's queues now (`unacked_by_queue`: the
+    unacked deliveries per queue object, stats.unacked_by_queue)."""
     ready = sum(queue.message_count for queue in vhost.queues.values())
-    unacked = sum(queue.unacked for queue in vhost.queues.values())
+    unacked = sum(unacked_by_queue[queue] for queue in vhost.queues.values())
     return {"name": vhost.name, "description": "", "tags": [],
             "default_queue_type": "undefined",
             "metadata": {"description": "", "tags": []}, "tracing": False,
@@ -159,8 +162,10 @@ def visible_vhosts(context, caller: Caller) -> list:
 
 async def list_vhosts(request: Request) -> JSONResponse:
     caller = caller_of(request, MANAGEMENT)
-    return listed(request, [vhost_json(vhost)
-                            for vhost in visible_vhosts(context_of(request), caller)])
+    context = context_of(request)
+    unacked, _sizes = unacked_by_queue(context.broker)
+    return listed(request, [vhost_json(vhost, unacked)
+                            for vhost in visible_vhosts(context, caller)])
 
 
 async def vhost(request: Request) -> Response:
@@ -168,7 +173,8 @@ async def vhost(request: Request) -> Response:
     name = request.path_params["vhost"]
     if request.method == "GET":
         caller = caller_of(request, MANAGEMENT)
-        return JSONResponse(vhost_json(_visible_vhost(context, caller, name)))
+        unacked, _sizes = unacked_by_queue(context.broker)
+        return JSONResponse(vhost_json(_visible_vhost(context, caller, name), unacked))
     caller = caller_of(request, ADMINISTRATOR)
     if request.method == "DELETE":
         _vhost(context, name)
