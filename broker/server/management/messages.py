@@ -212,7 +212,7 @@ def _payload(payload: str, encoding) -> bytes:
             return base64.b64decode(payload, validate=True)
         except binascii.Error:
             raise bad_request("payload is not valid base64") from None
-    raise ApiError(400, "bad_request", ["unsupported_encoding", encoding])  # type: ignore
+    raise ApiError(400, "bad_request", ["unsupported_encoding", encoding])
 
 
 def _message(reply: Reply, encoding: str, truncate: int | None) -> dict:
