@@ -108,6 +108,11 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.expire(self.vhost.scheduler.clock())
         return len(self.ready)
 
+    @property
+    def published(self) -> int:
+        """The last sequence number given (restored from the store on recovery)."""
+        return self._next_seq
+
     def enqueue(self, message: Message, publisher=None) -> bool:
         """Accept a routed message; False when a length limit refuses it
         (x-overflow reject-publish), which the publisher sees as a confirm nack.

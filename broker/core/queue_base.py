@@ -115,6 +115,12 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
     def message_count(self) -> int:
         """The message count Queue.DeclareOk and Get-Ok report."""
 
+    @property
+    @abstractmethod
+    def published(self) -> int:
+        """How many messages the queue has accepted, read from what it keeps anyway (no
+        counter on the hot path): the management API's publish count."""
+
     @abstractmethod
     def enqueue(self, message, publisher=None) -> bool:
         """Accept a routed message; False when the queue refuses it (the publisher sees

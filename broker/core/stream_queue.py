@@ -68,6 +68,11 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
         """Messages in the stream (retention may have removed older ones)."""
         return self.store.next_offset - self.store.first_offset
 
+    @property
+    def published(self) -> int:
+        """The next offset: every message appended, retention's removals included."""
+        return self.store.next_offset
+
     # -- publishing ------------------------------------------------------------------
 
     def enqueue(self, message, publisher=None) -> bool:

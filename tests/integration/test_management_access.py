@@ -2,6 +2,7 @@
 Runs against Warren and, with WARREN_TEST_BROKER and WARREN_TEST_MANAGEMENT, against
 RabbitMQ's management plugin: same fields, types, codes, bodies and effects."""
 
+import urllib.parse
 import uuid
 
 import pika
@@ -114,6 +115,27 @@ def test_a_vhost_is_created_listed_and_deleted(api, names):
     assert api.delete(f"/api/vhosts/{vhost}").status_code == 204
     assert api.get(f"/api/vhosts/{vhost}").status_code == 404
     assert api.delete(f"/api/vhosts/{vhost}").status_code == 404
+
+
+def test_a_vhost_counts_the_ready_and_unacked_messages_of_its_queues(api, broker, names):
+    vhost = names["vhost"]
+    api.put(f"/api/vhosts/{vhost}")
+    connection = connect(broker, "guest", "guest", vhost)
+    try:
+        channel = connection.channel()
+        channel.queue_declare("counted")
+        channel.confirm_delivery()
+        for body in (b"one", b"two"):
+            channel.basic_publish("", "counted", body)
+        method, _properties, _body = channel.basic_get("counted", auto_ack=False)
+        assert method is not None
+        counts = ("messages", "messages_ready", "messages_unacknowledged")
+        shown = api.wait_for(f"/api/vhosts/{vhost}", lambda answer: [
+            answer.get(key) for key in counts] == [2, 1, 1])
+        listed = next(each for each in api.json("/api/vhosts") if each["name"] == vhost)
+        assert [listed[key] for key in counts] == [shown[key] for key in counts]
+    finally:
+        connection.close()
 
 
 def test_permissions_are_set_listed_and_take_effect(api, broker, names):
@@ -302,20 +324,40 @@ def test_a_policymaker_sets_policies_only_in_its_vhosts(api, names):
     assert policymaker.delete(f"/api/policies/{vhost}/p").status_code == 204
 
 
-def test_a_vhost_counts_its_ready_and_unacknowledged_messages(api, broker, names):
-    vhost = names["vhost"]
-    assert api.put(f"/api/vhosts/{vhost}").status_code == 201
-    connection = connect(broker, "guest", "guest", vhost)
+def test_names_with_slashes_and_spaces_are_one_path_segment_each(api, broker):
+    """A vhost "a/b …", a user "u/1 …" and a policy "p/1 …" travel as %2F-encoded
+    segments: every path names exactly its objects, and the vhost "a" is not involved."""
+    suffix = uuid.uuid4().hex[:8]
+    vhost, user, policy = f"a/b {suffix}", f"u/1 {suffix}", f"p/1 {suffix}"
+    v, u, p = (urllib.parse.quote(name, safe="") for name in (vhost, user, policy))
     try:
-        channel = connection.channel()
-        channel.queue_declare("counted")
-        for body in (b"a", b"b", b"c"):
-            channel.basic_publish("", "counted", body)
-        assert channel.basic_get("counted")[0] is not None   # one unacknowledged
-        shown = api.wait_for(f"/api/vhosts/{vhost}", lambda found: (
-            found.get("messages_ready"), found.get("messages_unacknowledged")) == (2, 1))
-        assert shown["messages"] == 3
-        listed = api.json("/api/vhosts", columns="name,messages")
-        assert {"name": vhost, "messages": 3} in listed
+        assert api.put(f"/api/vhosts/{v}").status_code == 201
+        assert api.json(f"/api/vhosts/{v}")["name"] == vhost
+        assert api.get("/api/vhosts/a%2Fb").status_code == 404
+        assert api.put(f"/api/users/{u}", {"password": "pw", "tags": ""}).status_code == 201
+        assert api.json(f"/api/users/{u}")["name"] == user
+        rights = {"configure": ".*", "write": ".*", "read": ".*"}
+        assert api.put(f"/api/permissions/{v}/{u}", rights).status_code == 201
+        assert api.json(f"/api/permissions/{v}/{u}") == {"user": user, "vhost": vhost,
+                                                         **rights}
+        assert user in [grant["user"] for grant in api.json(f"/api/vhosts/{v}/permissions")]
+        assert [grant["vhost"] for grant in api.json(f"/api/users/{u}/permissions")] == [vhost]
+        connect(broker, user, "pw", vhost).close()
+        body = {"pattern": "^q", "definition": {"max-length": 1}, "priority": 0,
+                "apply-to": "queues"}
+        assert api.put(f"/api/policies/{v}/{p}", body).status_code == 201
+        assert api.json(f"/api/policies/{v}/{p}") == {"vhost": vhost, "name": policy,
+                                                      **body}
+        assert api.put(f"/api/vhost-limits/{v}/max-queues",
+                       {"value": 5}).status_code == 204
+        assert api.json(f"/api/vhost-limits/{v}") == [
+            {"vhost": vhost, "value": {"max-queues": 5}}]
+        exported = api.json(f"/api/definitions/{v}")
+        assert [each["name"] for each in exported["policies"]] == [policy]
+        assert api.delete(f"/api/policies/{v}/{p}").status_code == 204
+        assert api.delete(f"/api/permissions/{v}/{u}").status_code == 204
+        assert api.json(f"/api/users/{u}/permissions") == []
     finally:
-        connection.close()
+        api.delete(f"/api/users/{u}")
+        api.delete(f"/api/vhosts/{v}")
+    assert api.get(f"/api/vhosts/{v}").status_code == 404

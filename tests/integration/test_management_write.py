@@ -132,11 +132,32 @@ def test_a_queue_type_argument_makes_that_kind_of_queue(api, channel):
 @pytest.mark.parametrize("body, reason", [
     ({"durable": "yes"}, ["not_boolean", "yes"]),
     ({"auto_delete": 1}, ["not_boolean", 1]),
+    ({"durable": "TRUE"}, ["not_boolean", "TRUE"]),
 ])
 def test_a_field_of_the_wrong_type_is_refused_as_rabbitmq_refuses_it(api, body, reason):
     response = api.put(f"/api/queues/%2F/{unique('mw-q')}", body)
     assert response.status_code == 400
     assert response.json() == {"error": "bad_request", "reason": reason}
+
+
+def test_booleans_may_be_sent_as_the_strings_true_and_false(api):
+    """rabbitmqadmin sends durable=false as the string "false": RabbitMQ takes it."""
+    name = unique("mw-q")
+    try:
+        assert api.put(f"/api/queues/%2F/{name}",
+                       {"durable": "false", "auto_delete": "true"}).status_code == 201
+        shown = api.json(f"/api/queues/%2F/{name}")
+        assert (shown["durable"], shown["auto_delete"]) == (False, True)
+    finally:
+        api.delete(f"/api/queues/%2F/{name}")
+    exchange = unique("mw-x")
+    try:
+        assert api.put(f"/api/exchanges/%2F/{exchange}", {
+            "type": "direct", "durable": "true", "internal": "false"}).status_code == 201
+        shown = api.json(f"/api/exchanges/%2F/{exchange}")
+        assert (shown["durable"], shown["internal"]) == (True, False)
+    finally:
+        api.delete(f"/api/exchanges/%2F/{exchange}")
 
 
 def test_a_body_that_is_not_json_is_a_bad_request(api):
@@ -435,6 +456,25 @@ def test_get_truncates_and_encodes_binary_payloads(api, channel, queue):
     assert (got[0]["payload"], got[0]["payload_encoding"]) == ("/w==", "base64")
     assert (got[1]["payload"], got[1]["payload_bytes"]) == ("h", 5)
     assert got[1]["properties"] == []   # RabbitMQ writes no properties as []
+
+
+def test_get_takes_count_and_truncate_as_decimal_strings(api, channel, queue):
+    """rabbitmqadmin sends them as strings ("1"); RabbitMQ converts them."""
+    for body in (b"first", b"second", b"third"):
+        channel.basic_publish("", queue, body)
+    got = _get_over_http(api, queue, "2", "ack_requeue_false", truncate="3").json()
+    assert [message["payload"] for message in got] == ["fir", "sec"]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("count", "x"), ("count", " 1"), ("count", "1.5"), ("count", True), ("count", None),
+    ("truncate", "x"), ("truncate", [1]),
+])
+def test_get_refuses_a_count_or_truncate_that_is_no_integer(api, queue, field, value):
+    fields = {"count": 1, field: value}
+    response = _get_over_http(api, queue, fields.pop("count"), "ack_requeue_true", **fields)
+    assert response.status_code == 400
+    assert response.json() == {"error": "bad_request", "reason": ["not_integer", value]}
 
 
 def test_get_from_a_missing_queue_is_not_found(api):

@@ -245,3 +245,11 @@ def test_deleting_a_stream_drops_its_log(streams):
     assert ok.message_count == 0                # as RabbitMQ reports for streams
     changes, _, _ = streams.persistence.take_pending()
     assert [type(change) for change in changes] == [DeleteQueue, DropStoreFiles]
+
+
+def test_a_streams_published_count_is_every_message_appended(streams):
+    client = streams.client()
+    declare_stream(client)
+    publish(client, 3)
+    streams.commit()
+    assert client.broker.vhosts["/"].queues["s"].published == 3

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from broker.core.access_control import User
 from broker.core.admin import AdminError
@@ -24,6 +23,7 @@ from broker.core.passwords import SHA256_ALGORITHM
 from .auth import ADMINISTRATOR, MANAGEMENT, POLICYMAKER, Caller
 from .bodies import json_body
 from .context import caller_of, context_of
+from .encoded_paths import EncodedPathRoute as Route
 from .errors import bad_request, not_authorised, not_found
 from .listing import listed
 from .stats import unacked_by_queue
@@ -136,13 +136,12 @@ def _user(context, name: str) -> User:
 
 # -- vhosts ----------------------------------------------------------------------------
 
-def vhost_json(vhost, unacked_counts: Counter) -> dict:
+def vhost_json(vhost, unacked_by_queue: Counter) -> dict:
     """A vhost as RabbitMQ lists it; Warren keeps no description or tags, and its
-    message counts are those of the vhost's queues now (`unacked_counts`: unacked
-    deliveries by queue, stats.unacked_by_queue)."""
-    queues = vhost.queues.values()
-    ready = sum(queue.message_count for queue in queues)
-    unacked = sum(unacked_counts.get(queue, 0) for queue in queues)
+    message counts are those of the vhost's queues now (`unacked_by_queue`: the
+    unacked deliveries per queue object, stats.unacked_by_queue)."""
+    ready = sum(queue.message_count for queue in vhost.queues.values())
+    unacked = sum(unacked_by_queue[queue] for queue in vhost.queues.values())
     return {"name": vhost.name, "description": "", "tags": [],
             "default_queue_type": "undefined",
             "metadata": {"description": "", "tags": []}, "tracing": False,
@@ -164,8 +163,8 @@ def visible_vhosts(context, caller: Caller) -> list:
 async def list_vhosts(request: Request) -> JSONResponse:
     caller = caller_of(request, MANAGEMENT)
     context = context_of(request)
-    unacked_counts, _sizes = unacked_by_queue(context.broker)
-    return listed(request, [vhost_json(vhost, unacked_counts)
+    unacked, _sizes = unacked_by_queue(context.broker)
+    return listed(request, [vhost_json(vhost, unacked)
                             for vhost in visible_vhosts(context, caller)])
 
 
@@ -174,9 +173,8 @@ async def vhost(request: Request) -> Response:
     name = request.path_params["vhost"]
     if request.method == "GET":
         caller = caller_of(request, MANAGEMENT)
-        unacked_counts, _sizes = unacked_by_queue(context.broker)
-        return JSONResponse(vhost_json(_visible_vhost(context, caller, name),
-                                       unacked_counts))
+        unacked, _sizes = unacked_by_queue(context.broker)
+        return JSONResponse(vhost_json(_visible_vhost(context, caller, name), unacked))
     caller = caller_of(request, ADMINISTRATOR)
     if request.method == "DELETE":
         _vhost(context, name)
@@ -442,26 +440,26 @@ ROUTES = [
     Route("/api/users/{name}/topic-permissions", permissions_of_user),
     Route("/api/users/{name}", user, methods=["GET", "PUT", "DELETE"]),
     Route("/api/vhosts", list_vhosts),
-    Route("/api/vhosts/{vhost:path}/permissions", permissions_in_vhost),
-    Route("/api/vhosts/{vhost:path}/topic-permissions", permissions_in_vhost),
-    Route("/api/vhosts/{vhost:path}", vhost, methods=["GET", "PUT", "DELETE"]),
+    Route("/api/vhosts/{vhost}/permissions", permissions_in_vhost),
+    Route("/api/vhosts/{vhost}/topic-permissions", permissions_in_vhost),
+    Route("/api/vhosts/{vhost}", vhost, methods=["GET", "PUT", "DELETE"]),
     Route("/api/permissions", list_permissions),
-    Route("/api/permissions/{vhost:path}/{user}", permission,
+    Route("/api/permissions/{vhost}/{user}", permission,
           methods=["GET", "PUT", "DELETE"]),
     Route("/api/topic-permissions", list_topic_permissions),
-    Route("/api/topic-permissions/{vhost:path}/{user}", topic_permission,
+    Route("/api/topic-permissions/{vhost}/{user}", topic_permission,
           methods=["GET", "PUT", "DELETE"]),
     Route("/api/vhost-limits", list_vhost_limits),
-    Route("/api/vhost-limits/{vhost:path}/{limit}", vhost_limit,
+    Route("/api/vhost-limits/{vhost}/{limit}", vhost_limit,
           methods=["PUT", "DELETE"]),
-    Route("/api/vhost-limits/{vhost:path}", list_vhost_limits),
+    Route("/api/vhost-limits/{vhost}", list_vhost_limits),
     Route("/api/user-limits", list_user_limits),
     Route("/api/user-limits/{name}", list_user_limits),
     Route("/api/user-limits/{name}/{limit}", user_limit, methods=["PUT", "DELETE"]),
     Route("/api/parameters", list_parameters),
     Route("/api/parameters/{component}", list_parameters),
-    Route("/api/parameters/{component}/{vhost:path}/{name}", put_parameter,
+    Route("/api/parameters/{component}/{vhost}/{name}", put_parameter,
           methods=["PUT"]),
-    Route("/api/parameters/{component}/{vhost:path}", list_parameters),
+    Route("/api/parameters/{component}/{vhost}", list_parameters),
     Route("/api/global-parameters", list_global_parameters),
 ]

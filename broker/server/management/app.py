@@ -10,8 +10,8 @@ from . import (access, definitions, health, identity, messages, metrics, overvie
 from .context import ManagementContext
 from .errors import ApiError, api_error_response
 
-# In this order: the first route whose path and method match answers (access's vhost
-# paths match greedily, so the more specific /api/vhosts/{vhost}/... come before).
+# In this order: the first route whose path and method match answers (a fixed segment such
+# as /api/users/without-permissions comes before the {name} it would otherwise match).
 ROUTE_MODULES = (identity, overview, runtime, topology_read, topology_write, messages,
                  health, access, policies, definitions, metrics, ui)
 

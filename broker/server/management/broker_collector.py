@@ -100,7 +100,7 @@ class BrokerCollector:
         yield from self._resources()
         yield from _identity(broker)
 
-    def _queue_metrics(self, broker: Broker) -> list[Metric]:
+    def _queue_metrics(self, broker: Broker) -> list[GaugeMetricFamily]:
         labels = ["vhost", "queue"] if self.per_object else []
         families = [GaugeMetricFamily(name, text, labels=labels) for name, text in QUEUE_GAUGES]
         totals = [0] * len(QUEUE_GAUGES)

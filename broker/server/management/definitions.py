@@ -3,13 +3,13 @@ RabbitMQ's definitions JSON (broker/core/definitions.py), for administrators."""
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from broker.core import definitions
 
 from .auth import ADMINISTRATOR
 from .bodies import json_body
 from .context import caller_of, context_of
+from .encoded_paths import EncodedPathRoute as Route
 from .errors import bad_request, not_found
 
 
@@ -44,6 +44,6 @@ def _vhost(request: Request) -> str | None:
 ROUTES = [
     Route("/api/definitions", export_definitions, methods=["GET"]),
     Route("/api/definitions", import_definitions, methods=["POST"]),
-    Route("/api/definitions/{vhost:path}", export_definitions, methods=["GET"]),
-    Route("/api/definitions/{vhost:path}", import_definitions, methods=["POST"]),
+    Route("/api/definitions/{vhost}", export_definitions, methods=["GET"]),
+    Route("/api/definitions/{vhost}", import_definitions, methods=["POST"]),
 ]

@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse, Response
 class ApiError(Exception):
     """A request the API refuses; `error` and `reason` are RabbitMQ's two fields."""
 
-    def __init__(self, status: int, error: str, reason: str,
+    def __init__(self, status: int, error: str, reason: str | list,
                  headers: dict[str, str] | None = None):
         super().__init__(reason)
         self.status = status

@@ -2,9 +2,9 @@
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from .context import caller_of
+from .encoded_paths import EncodedPathRoute as Route
 
 
 async def whoami(request: Request) -> JSONResponse:

@@ -48,7 +48,8 @@ class ManagementListener:
         config.include_server_header = False
 
         async def serving(task_status=trio.TASK_STATUS_IGNORED):
-            await serve(build_app(context), config, task_status=task_status)
+            app = build_app(context)   # Starlette's ASGI types are not hypercorn's TypedDicts:
+            await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
 
         async with trio.open_nursery() as nursery:
             binds = await nursery.start(serving)

@@ -6,6 +6,7 @@ import base64
 import binascii
 import datetime
 import decimal
+import re
 from typing import Any
 
 import trio
@@ -33,6 +34,7 @@ _PROPERTIES = {
     "type": ("message_type", str), "user_id": ("user_id", str),
     "app_id": ("app_id", str), "cluster_id": ("cluster_id", str),
 }
+_DECIMAL = re.compile(r"[+-]?[0-9]+")   # what Erlang's binary_to_integer takes
 # ackmode -> (acknowledge, requeue) of the messages got
 _ACKMODES = {
     "ack_requeue_true": (False, True), "reject_requeue_true": (False, True),
@@ -68,15 +70,15 @@ async def get(request: Request) -> JSONResponse:
     caller = caller_of(request)
     vhost, queue = request.path_params["vhost"], request.path_params["name"]
     body = await _object_body(request, ("count", "ackmode", "encoding"))
-    count = _typed(body, "count", int)
+    count = _integer(body["count"])
     ackmode = body["ackmode"]
     if ackmode not in _ACKMODES:
         raise bad_request(f"ackmode must be one of {', '.join(_ACKMODES)}")
     encoding = body["encoding"]
     if encoding not in ("auto", "base64"):
         raise bad_request("Unsupported encoding. Please use auto or base64.")
-    truncate = body.get("truncate")
-    if truncate is not None and (not isinstance(truncate, int) or truncate < 0):
+    truncate = None if body.get("truncate") is None else _integer(body["truncate"])
+    if truncate is not None and truncate < 0:
         raise bad_request("truncate must be a number of bytes")
     context = context_of(request)
     _check_vhost(context, vhost)
@@ -171,6 +173,16 @@ def _typed(body: dict, field: str, kinds):
     return value
 
 
+def _integer(value: Any) -> int:
+    """A number, or its decimal digits as a string: RabbitMQ takes both for get's count
+    and truncate (rabbitmqadmin sends strings), and names anything else not_integer."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        return int(value)
+    raise ApiError(400, "bad_request", ["not_integer", value])
+
+
 def _properties(given: dict | list) -> bytes:
     """The raw content properties of the JSON `properties` ([] is none, as RabbitMQ
     writes an empty object)."""
@@ -200,7 +212,7 @@ def _payload(payload: str, encoding) -> bytes:
             return base64.b64decode(payload, validate=True)
         except binascii.Error:
             raise bad_request("payload is not valid base64") from None
-    raise ApiError(400, "bad_request", ["unsupported_encoding", encoding])  # type: ignore
+    raise ApiError(400, "bad_request", ["unsupported_encoding", encoding])
 
 
 def _message(reply: Reply, encoding: str, truncate: int | None) -> dict:

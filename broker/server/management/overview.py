@@ -51,7 +51,7 @@ def exchange_types() -> list[dict]:
 
 def listeners(context: ManagementContext) -> list[dict]:
     server = context.server
-    found = []
+    found: list[tuple[str, str, int | None]] = []   # a port is None until it is bound
     if server.plain_listener:
         found.append(("amqp", server.host, server.port))
     if server.tls is not None:
@@ -59,7 +59,7 @@ def listeners(context: ManagementContext) -> list[dict]:
     if server.management is not None:
         found.append(("http", server.management.host, server.management.port))
     return [{"node": NODE, "protocol": protocol, "ip_address": host, "port": port,
-             "socket_opts": {}} for protocol, host, port in found]
+             "socket_opts": {}} for protocol, host, port in found if port is not None]
 
 
 def contexts(context: ManagementContext) -> list[dict]:

@@ -8,7 +8,6 @@ its vhosts. Changes go through Administration and are committed before the reply
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from broker.core.admin import AdminError
 from broker.core.policy import OPERATOR_POLICY, POLICY, Policy
@@ -17,6 +16,7 @@ from .access import visible_vhosts
 from .auth import ADMINISTRATOR, MANAGEMENT, POLICYMAKER, Caller
 from .bodies import json_body
 from .context import caller_of, context_of
+from .encoded_paths import EncodedPathRoute as Route
 from .errors import ApiError, bad_request, not_authorised, not_found
 from .listing import listed
 
@@ -121,7 +121,7 @@ ROUTES = [
     for prefix in ("/api/policies", "/api/operator-policies")
     for route in (
         Route(prefix, list_policies),
-        Route(prefix + "/{vhost:path}/{name}", policy, methods=["GET", "PUT", "DELETE"]),
-        Route(prefix + "/{vhost:path}", list_policies),
+        Route(prefix + "/{vhost}/{name}", policy, methods=["GET", "PUT", "DELETE"]),
+        Route(prefix + "/{vhost}", list_policies),
     )
 ]

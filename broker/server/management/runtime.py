@@ -10,6 +10,7 @@ import decimal
 import socket
 from typing import TYPE_CHECKING, Iterator
 
+import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -64,9 +65,12 @@ def connection_name(transport: "SocketTransport") -> str:
 
 
 def local_address(transport: "SocketTransport") -> tuple[str, int]:
+    stream = transport.stream
+    if not isinstance(stream, trio.SocketStream):
+        return "", 0
     try:
-        host, port = transport.stream.socket.getsockname()[:2]
-    except (OSError, AttributeError):   # the socket is already closed
+        host, port = stream.socket.getsockname()[:2]
+    except OSError:   # the socket is already closed
         return "", 0
     return host, port
 
@@ -125,7 +129,8 @@ def connection_view(transport: "SocketTransport", sampler: StatsSampler) -> dict
         "ssl_key_exchange": None, "ssl_protocol": None,
         "state": _STATES.get(connection.state, "starting"),
         "timeout": connection.heartbeat, "type": "network", "user": connection.user,
-        "user_who_performed_action": connection.user, "vhost": connection.vhost.name,
+        "user_who_performed_action": connection.user,
+        "vhost": connection.vhost.name if connection.vhost is not None else "",
     }
     provided = connection.client_properties.get("connection_name")
     if provided is not None:

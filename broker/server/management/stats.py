@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Iterable
 import trio
 
 from broker.core.message_stats import COUNTERS, MessageCounts
-from broker.core.queue_base import QueueBase
-from broker.core.stream_queue import StreamQueue
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -25,14 +23,6 @@ if TYPE_CHECKING:
 DEFAULT_INTERVAL = 5.0
 # deliver_get adds these up, as RabbitMQ's message_stats do
 DELIVER_GET_PARTS = ("deliver", "deliver_no_ack", "get", "get_no_ack")
-
-
-def queue_published(queue: QueueBase) -> int:
-    """How many messages the queue has accepted: its last sequence number (a stream:
-    its next offset). The core keeps no other per-queue counter (message_stats.py)."""
-    if isinstance(queue, StreamQueue):
-        return queue.store.next_offset
-    return getattr(queue, "_next_seq", 0)
 
 
 def broker_counts(broker: "Broker", vhosts: set[str] | None = None) -> MessageCounts:
@@ -141,7 +131,7 @@ class StatsSampler:
                 queue_ready = queue.message_count
                 ready += queue_ready
                 queue_unacked = unacked_counts.get(queue, 0)
-                current[queue] = {"publish": queue_published(queue),
+                current[queue] = {"publish": queue.published,
                                   "messages": queue_ready + queue_unacked,
                                   "messages_ready": queue_ready,
                                   "messages_unacknowledged": queue_unacked}

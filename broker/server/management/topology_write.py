@@ -163,7 +163,7 @@ def _boolean(body: dict, field: str, default: bool) -> bool:
         return value
     if value in ("true", "false"):   # RabbitMQ accepts the strings as well
         return value == "true"
-    raise ApiError(400, "bad_request", ["not_boolean", value])   # type: ignore[arg-type]
+    raise ApiError(400, "bad_request", ["not_boolean", value])
 
 
 def _string(body: dict, field: str, default: str) -> str:
