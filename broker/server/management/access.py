@@ -236,21 +236,23 @@ async def list_topic_permissions(request: Request) -> JSONResponse:
 
 
 async def permissions_of_user(request: Request) -> JSONResponse:
-    caller_of(request, ADMINISTRATOR)
-    context = context_of(request)
-    name = _user(context, request.path_params["name"]).name
-    listing = (_topic_permissions if request.url.path.endswith("/topic-permissions")
-               else _permissions)
-    return listed(request, listing(context, user=name), paginated=False)
+    return _permissions_where(request, "user", _user)
 
 
 async def permissions_in_vhost(request: Request) -> JSONResponse:
+    return _permissions_where(request, "vhost", _vhost)
+
+
+def _permissions_where(request: Request, key: str, find) -> JSONResponse:
+    """The permissions, or topic permissions for a .../topic-permissions path, of the
+    user or in the vhost the path names (`key`: "user" or "vhost"; `find` looks it up,
+    404 when missing)."""
     caller_of(request, ADMINISTRATOR)
     context = context_of(request)
-    name = _vhost(context, request.path_params["vhost"]).name
+    name = find(context, request.path_params["name" if key == "user" else "vhost"]).name
     listing = (_topic_permissions if request.url.path.endswith("/topic-permissions")
                else _permissions)
-    return listed(request, listing(context, vhost=name), paginated=False)
+    return listed(request, listing(context, **{key: name}), paginated=False)
 
 
 async def permission(request: Request) -> Response:
