@@ -43,14 +43,14 @@ def user_json(user: User, limits: dict) -> dict:
             "tags": list(user.tags), "limits": dict(limits)}
 
 
-async def list_users(request: Request) -> JSONResponse:
+async def list_users(request: Request) -> Response:
     caller_of(request, ADMINISTRATOR)
     broker = context_of(request).broker
     return listed(request, [user_json(user, broker.limits.users.get(user.name, {}))
                             for user in broker.access.users.values()])
 
 
-async def users_without_permissions(request: Request) -> JSONResponse:
+async def users_without_permissions(request: Request) -> Response:
     caller_of(request, ADMINISTRATOR)
     broker = context_of(request).broker
     holders = {user for user, _vhost in broker.access.permissions}
@@ -160,7 +160,7 @@ def visible_vhosts(context, caller: Caller) -> list:
             if context.broker.access.may_open(caller.name, name)]
 
 
-async def list_vhosts(request: Request) -> JSONResponse:
+async def list_vhosts(request: Request) -> Response:
     caller = caller_of(request, MANAGEMENT)
     context = context_of(request)
     unacked, _sizes = unacked_by_queue(context.broker)
@@ -225,25 +225,25 @@ def _topic_permissions(context, user=None, vhost=None) -> list[dict]:
             for permission in by_exchange.values()]
 
 
-async def list_permissions(request: Request) -> JSONResponse:
+async def list_permissions(request: Request) -> Response:
     caller_of(request, ADMINISTRATOR)
     return listed(request, _permissions(context_of(request)), paginated=False)
 
 
-async def list_topic_permissions(request: Request) -> JSONResponse:
+async def list_topic_permissions(request: Request) -> Response:
     caller_of(request, ADMINISTRATOR)
     return listed(request, _topic_permissions(context_of(request)), paginated=False)
 
 
-async def permissions_of_user(request: Request) -> JSONResponse:
+async def permissions_of_user(request: Request) -> Response:
     return _permissions_where(request, "user", _user)
 
 
-async def permissions_in_vhost(request: Request) -> JSONResponse:
+async def permissions_in_vhost(request: Request) -> Response:
     return _permissions_where(request, "vhost", _vhost)
 
 
-def _permissions_where(request: Request, key: str, find) -> JSONResponse:
+def _permissions_where(request: Request, key: str, find) -> Response:
     """The permissions, or topic permissions for a .../topic-permissions path, of the
     user or in the vhost the path names (`key`: "user" or "vhost"; `find` looks it up,
     404 when missing)."""
@@ -309,7 +309,7 @@ def _check_user_and_vhost(context, user: str, vhost_name: str) -> None:
 
 # -- limits ----------------------------------------------------------------------------
 
-async def list_vhost_limits(request: Request) -> JSONResponse:
+async def list_vhost_limits(request: Request) -> Response:
     caller = caller_of(request, MANAGEMENT)
     context = context_of(request)
     if "vhost" in request.path_params:
@@ -321,7 +321,7 @@ async def list_vhost_limits(request: Request) -> JSONResponse:
                             if limits and name in names], paginated=False)
 
 
-async def list_user_limits(request: Request) -> JSONResponse:
+async def list_user_limits(request: Request) -> Response:
     """Every user's limits for an administrator, the caller's own for the others."""
     caller = caller_of(request, MANAGEMENT)
     context = context_of(request)
@@ -388,7 +388,7 @@ def _parameters_caller(request: Request) -> Caller:
     return caller
 
 
-async def list_parameters(request: Request) -> JSONResponse:
+async def list_parameters(request: Request) -> Response:
     """Warren has no runtime parameters besides policies (listed under /api/policies)."""
     _parameters_caller(request)
     return listed(request, [], paginated=False)
@@ -401,7 +401,7 @@ async def put_parameter(request: Request) -> Response:
     raise bad_request(f"Validation failed\n\ncomponent {component} not found\n")
 
 
-async def list_global_parameters(request: Request) -> JSONResponse:
+async def list_global_parameters(request: Request) -> Response:
     _parameters_caller(request)
     cluster_name = context_of(request).broker.server_properties()["cluster_name"]
     return listed(request, [{"name": "cluster_name", "value": cluster_name}],

@@ -38,7 +38,7 @@ def _reader(request: Request) -> Caller:
     return caller_of(request, MANAGEMENT)
 
 
-async def list_policies(request: Request) -> JSONResponse:
+async def list_policies(request: Request) -> Response:
     caller = _reader(request)
     context = context_of(request)
     kind = _kind(request)
