@@ -179,9 +179,12 @@ def test_missing_users_exit_67_naming_the_user(ctl):
 def test_vhost_permissions_and_topic_permissions(ctl, api):
     vhost, user = unique("ctl-vh"), unique("ctl-user")
     try:
-        succeeded(ctl("add_vhost", vhost, "--description", "for ctl"))
-        assert api.json(f"/api/vhosts/{vhost}")["description"] == "for ctl"
+        succeeded(ctl("add_vhost", vhost, "--description", "for ctl", "--tags", "t1,t2"))
+        shown = api.json(f"/api/vhosts/{vhost}")
+        assert (shown["description"], shown["tags"]) == ("for ctl", ["t1", "t2"])
         assert [vhost] in table(succeeded(ctl("-q", "list_vhosts")))
+        assert [vhost, "for ctl", "[t1, t2]"] in table(succeeded(ctl(
+            "-q", "list_vhosts", "name", "description", "tags")))
         succeeded(ctl("add_user", user, "pw"))
         succeeded(ctl("set_permissions", "-p", vhost, user, "^c", "^w", "^r"))
         rows = table(succeeded(ctl("-q", "list_permissions", "-p", vhost)))

@@ -135,16 +135,25 @@ def _user(context, name: str) -> User:
 # -- vhosts ----------------------------------------------------------------------------
 
 def vhost_json(vhost) -> dict:
-    """A vhost as RabbitMQ lists it; Warren keeps no description or tags, and its
-    message counts are those of the vhost's queues now."""
+    """A vhost as RabbitMQ lists it; its message counts are those of its queues now."""
     ready = sum(queue.message_count for queue in vhost.queues.values())
     unacked = sum(queue.unacked for queue in vhost.queues.values())
-    return {"name": vhost.name, "description": "", "tags": [],
-            "default_queue_type": "undefined",
-            "metadata": {"description": "", "tags": []}, "tracing": False,
+    metadata = vhost.metadata
+    return {"name": vhost.name, "description": metadata.description,
+            "tags": list(metadata.tags),
+            "default_queue_type": metadata.default_queue_type or "undefined",
+            "metadata": metadata_json(metadata), "tracing": False,
             "cluster_state": {node_name(): "running"},
             "messages": ready + unacked, "messages_ready": ready,
             "messages_unacknowledged": unacked}
+
+
+def metadata_json(metadata) -> dict:
+    """RabbitMQ's "metadata" of a vhost: default_queue_type only when one is set."""
+    shown = {"description": metadata.description, "tags": list(metadata.tags)}
+    if metadata.default_queue_type is not None:
+        shown["default_queue_type"] = metadata.default_queue_type
+    return shown
 
 
 def visible_vhosts(context, caller: Caller) -> list:
@@ -175,11 +184,19 @@ async def vhost(request: Request) -> Response:
         context.admin.delete_vhost(name)
         await context.commit()
         return Response(status_code=204)
-    await json_body(request)   # description, tags: not kept (see the module docstring)
-    if name in context.broker.vhosts:
+    body = _object(await json_body(request))
+    description, tags = body.get("description", ""), body.get("tags", [])
+    existing = context.broker.vhosts.get(name)
+    if existing is not None:
+        # as RabbitMQ: description and tags replaced, the default queue type kept unless given
+        default_queue_type = body.get("default_queue_type",
+                                      existing.metadata.default_queue_type)
+        with _admin_refusals():
+            context.admin.update_vhost(name, description, tags, default_queue_type)
+        await context.commit()
         return Response(status_code=204)
     with _admin_refusals():
-        context.admin.add_vhost(name)
+        context.admin.add_vhost(name, description, tags, body.get("default_queue_type"))
         # RabbitMQ gives the user who creates a vhost over HTTP every permission on it
         context.admin.set_permissions(caller.name, name, ".*", ".*", ".*")
     await context.commit()
