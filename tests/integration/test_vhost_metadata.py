@@ -88,9 +88,11 @@ def test_queues_declared_durable_without_a_type_get_the_vhost_default(broker, ap
         assert refusal.value.reply_code == 406
     finally:
         close_quietly(connection)
+    assert api.put(f"/api/queues/{vhost}/over-http", {"durable": True}).status_code == 201
     queues = {queue["name"]: (queue["type"], queue["arguments"])
               for queue in api.json(f"/api/queues/{vhost}")}
     assert queues == {"plain": ("quorum", {"x-queue-type": "quorum"}),
+                      "over-http": ("quorum", {"x-queue-type": "quorum"}),
                       "asked-classic": ("classic", {"x-queue-type": "classic"}),
                       "transient": ("classic", {})}
 
