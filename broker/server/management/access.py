@@ -9,6 +9,7 @@ change goes through Administration and is committed before the reply.
 """
 
 import socket
+from collections import Counter
 from contextlib import contextmanager
 
 from starlette.requests import Request
@@ -25,6 +26,7 @@ from .bodies import json_body
 from .context import caller_of, context_of
 from .errors import bad_request, not_authorised, not_found
 from .listing import listed
+from .stats import unacked_by_queue
 
 NODE_NAME = "warren@" + socket.gethostname().split(".")[0]
 
@@ -134,10 +136,12 @@ def _user(context, name: str) -> User:
 
 # -- vhosts ----------------------------------------------------------------------------
 
-def vhost_json(vhost) -> dict:
-    """A vhost as RabbitMQ lists it; its message counts are those of its queues now."""
-    ready = sum(queue.message_count for queue in vhost.queues.values())
-    unacked = sum(queue.unacked for queue in vhost.queues.values())
+def vhost_json(vhost, unacked_counts: Counter) -> dict:
+    """A vhost as RabbitMQ lists it; its message counts are those of its queues now
+    (`unacked_counts`: unacked deliveries by queue, stats.unacked_by_queue)."""
+    queues = vhost.queues.values()
+    ready = sum(queue.message_count for queue in queues)
+    unacked = sum(unacked_counts.get(queue, 0) for queue in queues)
     metadata = vhost.metadata
     return {"name": vhost.name, "description": metadata.description,
             "tags": list(metadata.tags),
@@ -168,8 +172,10 @@ def visible_vhosts(context, caller: Caller) -> list:
 
 async def list_vhosts(request: Request) -> JSONResponse:
     caller = caller_of(request, MANAGEMENT)
-    return listed(request, [vhost_json(vhost)
-                            for vhost in visible_vhosts(context_of(request), caller)])
+    context = context_of(request)
+    unacked_counts, _sizes = unacked_by_queue(context.broker)
+    return listed(request, [vhost_json(vhost, unacked_counts)
+                            for vhost in visible_vhosts(context, caller)])
 
 
 async def vhost(request: Request) -> Response:
@@ -177,7 +183,9 @@ async def vhost(request: Request) -> Response:
     name = request.path_params["vhost"]
     if request.method == "GET":
         caller = caller_of(request, MANAGEMENT)
-        return JSONResponse(vhost_json(_visible_vhost(context, caller, name)))
+        unacked_counts, _sizes = unacked_by_queue(context.broker)
+        return JSONResponse(vhost_json(_visible_vhost(context, caller, name),
+                                       unacked_counts))
     caller = caller_of(request, ADMINISTRATOR)
     if request.method == "DELETE":
         _vhost(context, name)
