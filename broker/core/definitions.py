@@ -60,7 +60,7 @@ def export(broker, vhost: str | None = None) -> dict:
                    "limits": dict(broker.limits.users.get(user.name, {}))}
                   for user in access.users.values()],
         "vhosts": [{"name": name, "limits": [],
-                    "metadata": _vhost_metadata(broker.vhosts[name].metadata)}
+                    "metadata": vhost_metadata_json(broker.vhosts[name].metadata)}
                    for name in names],
         "permissions": [{"user": user, "vhost": host, "configure": p.configure,
                          "write": p.write, "read": p.read}
@@ -92,8 +92,9 @@ def _kept_queue(queue) -> bool:
     return queue.durable and queue.exclusive_owner is None
 
 
-def _vhost_metadata(metadata) -> dict:
-    """RabbitMQ's vhost "metadata": default_queue_type only when one is set."""
+def vhost_metadata_json(metadata) -> dict:
+    """RabbitMQ's vhost "metadata" (definitions, the management API): default_queue_type
+    only when one is set."""
     shown = {"description": metadata.description, "tags": list(metadata.tags)}
     if metadata.default_queue_type is not None:
         shown["default_queue_type"] = metadata.default_queue_type

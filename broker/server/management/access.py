@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from broker.core.access_control import User
 from broker.core.admin import AdminError
+from broker.core.definitions import vhost_metadata_json
 from broker.core.limits import USER_LIMITS, VHOST_LIMITS
 from broker.core.passwords import SHA256_ALGORITHM
 
@@ -146,18 +147,10 @@ def vhost_json(vhost, unacked_counts: Counter) -> dict:
     return {"name": vhost.name, "description": metadata.description,
             "tags": list(metadata.tags),
             "default_queue_type": metadata.default_queue_type or "undefined",
-            "metadata": metadata_json(metadata), "tracing": False,
+            "metadata": vhost_metadata_json(metadata), "tracing": False,
             "cluster_state": {node_name(): "running"},
             "messages": ready + unacked, "messages_ready": ready,
             "messages_unacknowledged": unacked}
-
-
-def metadata_json(metadata) -> dict:
-    """RabbitMQ's "metadata" of a vhost: default_queue_type only when one is set."""
-    shown = {"description": metadata.description, "tags": list(metadata.tags)}
-    if metadata.default_queue_type is not None:
-        shown["default_queue_type"] = metadata.default_queue_type
-    return shown
 
 
 def visible_vhosts(context, caller: Caller) -> list:
