@@ -67,6 +67,9 @@ NO_PASSWORD = PasswordHash("", "")   # stored for a user without one: no passwor
 @dataclass(frozen=True)
 class VhostRecord:
     name: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    default_queue_type: str | None = None   # None: queues are declared as the client says
 
 
 @dataclass(frozen=True)
@@ -234,8 +237,11 @@ class MetadataStore:
 
     def list_vhosts(self) -> list[VhostRecord]:
         with self._engine.begin() as connection:
-            names = connection.scalars(select(vhosts.c.name).order_by(vhosts.c.name))
-            return [VhostRecord(name) for name in names]
+            rows = connection.execute(
+                select(vhosts.c.name, vhosts.c.description, vhosts.c.tags_json,
+                       vhosts.c.default_queue_type).order_by(vhosts.c.name))
+            return [VhostRecord(row.name, row.description, tuple(json.loads(row.tags_json)),
+                                row.default_queue_type) for row in rows]
 
     # --- users and permissions ----------------------------------------------------------
 
@@ -279,11 +285,20 @@ class MetadataStore:
                 connection.execute(update(users).where(users.c.id == user_id)
                                    .values(**values))
 
-    def save_vhost(self, name: str) -> None:
-        """Add the vhost unless it exists."""
+    def save_vhost(self, name: str, description: str = "", tags: Iterable[str] = (),
+                   default_queue_type: str | None = None) -> None:
+        """Add the vhost, or replace its description, tags and default queue type."""
+        if isinstance(tags, str):
+            raise TypeError("tags must be an iterable of str, not one str")
+        values = {"description": description, "tags_json": json.dumps(list(tags)),
+                  "default_queue_type": default_queue_type}
         with self._engine.begin() as connection:
-            if _vhost_id_or_none(connection, name) is None:
-                _insert_vhost(connection, name)
+            vhost_id = _vhost_id_or_none(connection, name)
+            if vhost_id is None:
+                connection.execute(insert(vhosts).values(name=name, **values))
+            else:
+                connection.execute(update(vhosts).where(vhosts.c.id == vhost_id)
+                                   .values(**values))
 
     def clear_permissions(self, user: str, vhost: str) -> bool:
         with self._engine.begin() as connection:

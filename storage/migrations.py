@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 from sqlalchemy import (
     Boolean, CheckConstraint, Column, Connection, DateTime, Engine, ForeignKey, Index,
-    Integer, MetaData, String, Table, Text, UniqueConstraint, func, inspect, select,
+    Integer, MetaData, String, Table, Text, UniqueConstraint, func, inspect, select, text,
 )
+from sqlalchemy.schema import CreateColumn
 
 from storage.schema import NAMING_CONVENTION
 
@@ -129,10 +130,21 @@ def _add_policies_and_limits(connection: Connection) -> None:
     metadata.create_all(connection, tables=created)
 
 
+def _add_vhost_metadata(connection: Connection) -> None:
+    """Vhost description, tags and default queue type."""
+    added = [Column("description", Text, nullable=False, server_default=""),
+             Column("tags_json", Text, nullable=False, server_default="[]"),
+             Column("default_queue_type", String(32), nullable=True)]
+    for column in added:
+        connection.execute(text(f"ALTER TABLE vhosts ADD COLUMN "
+                                f"{CreateColumn(column).compile(connection)}"))
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_access_control,
     _create_durable_topology,
     _add_policies_and_limits,
+    _add_vhost_metadata,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -41,6 +41,9 @@ vhosts = Table(
     "vhosts", metadata,
     Column("id", Integer, primary_key=True),
     Column("name", AMQP_NAME, nullable=False, unique=True),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("tags_json", Text, nullable=False, server_default="[]"),  # JSON list of strings
+    Column("default_queue_type", String(32), nullable=True),  # NULL: RabbitMQ's "undefined"
 )
 
 users = Table(

@@ -30,6 +30,8 @@ from .errors import ChannelError, ConnectionFailure
 from .limits import USER_LIMITS, VHOST_LIMITS
 from .passwords import SHA256_ALGORITHM, hash_password
 from .policy import OPERATOR_POLICY, POLICY, Policy, PolicyError, make_policy
+from .queue_type_arguments import QUEUE_TYPE_ARGUMENTS
+from .vhost import VhostMetadata
 from .ports import (DeletePermissions, DeletePolicy, DeleteTopicPermissions, DeleteUser,
                     DeleteVhost, SavePermissions, SavePolicy, SaveTopicPermissions,
                     SaveUser, SaveUserLimits, SaveVhost, SaveVhostLimits)
@@ -122,13 +124,30 @@ class Administration:
 
     # -- vhosts --------------------------------------------------------------------
 
-    def add_vhost(self, name: str) -> None:
+    def add_vhost(self, name: str, description: str = "", tags=(),
+                  default_queue_type: str | None = None) -> None:
+        """A new vhost; tags as in add_user; default_queue_type is the type of the queues
+        declared durable without x-queue-type (None: classic, as the client asks)."""
         if not name:
             raise AdminError("a vhost needs a non-empty name")
         if name in self.broker.vhosts:
             raise AdminError(f"vhost '{name}' already exists")
-        self.broker.add_vhost(name)
-        self._record(SaveVhost(name=name))
+        metadata = checked_vhost_metadata(description, tags, default_queue_type)
+        self.broker.add_vhost(name).metadata = metadata
+        self._record_vhost(name, metadata)
+
+    def update_vhost(self, name: str, description: str = "", tags=(),
+                     default_queue_type: str | None = None) -> None:
+        """Replace an existing vhost's description, tags and default queue type (the
+        queues it has keep their types)."""
+        vhost = self._vhost(name)
+        vhost.metadata = checked_vhost_metadata(description, tags, default_queue_type)
+        self._record_vhost(name, vhost.metadata)
+
+    def _record_vhost(self, name: str, metadata: VhostMetadata) -> None:
+        self._record(SaveVhost(name=name, description=metadata.description,
+                               tags=metadata.tags,
+                               default_queue_type=metadata.default_queue_type))
 
     def delete_vhost(self, name: str) -> None:
         """Delete the vhost with its queues (and their messages), exchanges, bindings and
@@ -406,6 +425,21 @@ def _hashed(password: str | None, password_hash: str | None) -> tuple[str, str]:
                              "rabbit_password_hashing_sha256 hashes are 36")
         return password_hash, SHA256_ALGORITHM
     return "", ""
+
+
+def checked_vhost_metadata(description, tags, default_queue_type) -> VhostMetadata:
+    """A vhost's metadata as an operator gives it (tags as in add_user); RabbitMQ shows
+    "undefined" for no default queue type, taken back here as none."""
+    if default_queue_type == "undefined":
+        default_queue_type = None
+    if not isinstance(description, str):
+        raise AdminError(f"a vhost's description is a string, not {description!r}")
+    if default_queue_type is not None and (not isinstance(default_queue_type, str) or
+                                           default_queue_type not in QUEUE_TYPE_ARGUMENTS):
+        raise AdminError(f"invalid_queue_type: the default queue type "
+                         f"{default_queue_type!r} is not one of "
+                         f"{', '.join(QUEUE_TYPE_ARGUMENTS)}")
+    return VhostMetadata(description, _tags(tags), default_queue_type)
 
 
 def _tags(tags) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ import binascii
 import re
 
 from .access_control import compile_pattern
-from .admin import Administration, AdminError
+from .admin import Administration, AdminError, checked_vhost_metadata
 from .limits import USER_LIMITS, VHOST_LIMITS
 from .passwords import SHA256_ALGORITHM
 from .policy import OPERATOR_POLICY, POLICY, PolicyError, make_policy
@@ -59,8 +59,8 @@ def export(broker, vhost: str | None = None) -> dict:
                    "tags": list(user.tags),
                    "limits": dict(broker.limits.users.get(user.name, {}))}
                   for user in access.users.values()],
-        "vhosts": [{"name": name, "limits": [], "metadata": {"description": "",
-                                                              "tags": []}}
+        "vhosts": [{"name": name, "limits": [],
+                    "metadata": vhost_metadata_json(broker.vhosts[name].metadata)}
                    for name in names],
         "permissions": [{"user": user, "vhost": host, "configure": p.configure,
                          "write": p.write, "read": p.read}
@@ -90,6 +90,15 @@ def _policy(policy) -> dict:
 
 def _kept_queue(queue) -> bool:
     return queue.durable and queue.exclusive_owner is None
+
+
+def vhost_metadata_json(metadata) -> dict:
+    """RabbitMQ's vhost "metadata" (definitions, the management API): default_queue_type
+    only when one is set."""
+    shown = {"description": metadata.description, "tags": list(metadata.tags)}
+    if metadata.default_queue_type is not None:
+        shown["default_queue_type"] = metadata.default_queue_type
+    return shown
 
 
 def _queue(vhost: str, queue) -> dict:
@@ -160,6 +169,8 @@ class _Document:
     def check(self, broker) -> None:
         known_vhosts = set(broker.vhosts) | {_text(v, "name", "vhost") for v in self.vhosts}
         known_users = set(broker.access.users) | {self._checked_user(u) for u in self.users}
+        for item in self.vhosts:
+            _vhost_fields(item)
         for item in self.permissions + self.topic_permissions:
             _require(item, ("user", "vhost", "write", "read"), "permission")
             if item["user"] not in known_users or item["vhost"] not in known_vhosts:
@@ -209,8 +220,7 @@ class _Document:
 
     def apply(self, admin: Administration) -> None:
         for item in self.vhosts:
-            if item["name"] not in admin.broker.vhosts:
-                admin.add_vhost(item["name"])
+            _apply_vhost(admin, item)
         for item in self.users:
             _apply_user(admin, item)
         for item in self.permissions:
@@ -242,6 +252,35 @@ class _Document:
             admin.bind(item["vhost"], item["source"], item.get("destination_type", "queue"),
                        item["destination"], item.get("routing_key", ""),
                        item.get("arguments"))
+
+
+def _apply_vhost(admin: Administration, item: dict) -> None:
+    """A vhost's description, tags and default queue type, from its "metadata" (RabbitMQ
+    3.10's export) or from the item itself (its import takes both). As in RabbitMQ, an
+    existing vhost gets the description and tags listed and keeps its default queue
+    type unless one is listed."""
+    fields = _vhost_fields(item)
+    description, tags = fields.get("description", ""), fields.get("tags", [])
+    existing = admin.broker.vhosts.get(item["name"])
+    if existing is None:
+        admin.add_vhost(item["name"], description, tags, fields.get("default_queue_type"))
+    else:
+        admin.update_vhost(item["name"], description, tags,
+                           fields.get("default_queue_type",
+                                      existing.metadata.default_queue_type))
+
+
+def _vhost_fields(item: dict) -> dict:
+    """Where the vhost's description, tags and default queue type are, once checked."""
+    fields = item.get("metadata", item)
+    if not isinstance(fields, dict):
+        raise DefinitionsError(f"vhost {item['name']!r}: metadata must be an object")
+    try:
+        checked_vhost_metadata(fields.get("description", ""), fields.get("tags", []),
+                               fields.get("default_queue_type"))
+    except AdminError as error:
+        raise DefinitionsError(f"vhost {item['name']!r}: {error}") from None
+    return fields
 
 
 def _apply_user(admin: Administration, item: dict) -> None:

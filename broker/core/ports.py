@@ -95,7 +95,12 @@ class DeleteUser(JournalEntry):
 
 @dataclass(frozen=True)
 class SaveVhost(JournalEntry):
+    """Adds the vhost or replaces its description, tags and default queue type."""
+
     name: str
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    default_queue_type: str | None = None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 import base64
 import logging
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from amqp_codec.field_table import text_value
@@ -48,6 +49,15 @@ _KEYED_KINDS = ("direct", "topic")
 EXCHANGE_CLASSES = {**EXCHANGE_TYPES, DELAYED_KIND: DelayedExchange}   # declarable types   # the exchange types that route by routing key
 
 
+@dataclass(frozen=True)
+class VhostMetadata:
+    """What an operator says about a vhost: RabbitMQ's description, tags and default
+    queue type (None: RabbitMQ's "undefined", queues are of the type clients ask)."""
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    default_queue_type: str | None = None
+
+
 def server_named(prefix: str) -> str:
     """A unique name like RabbitMQ's: `amq.gen-` + 22 url-safe base64 characters."""
     return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
@@ -66,6 +76,7 @@ class VirtualHost:
         self.exchanges: dict[str, Exchange] = {}
         self.queues: dict[str, QueueBase] = {}
         self.policies = VhostPolicies()
+        self.metadata = VhostMetadata()
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
         for exchange_name, kind in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[kind](exchange_name, durable=True)
@@ -224,6 +235,16 @@ class VirtualHost:
 
     # -- queues --------------------------------------------------------------------
 
+    def _with_default_type(self, arguments: dict, durable: bool, exclusive: bool,
+                           auto_delete: bool) -> dict:
+        """RabbitMQ 3.10 gives a durable, non-exclusive, non-auto-delete queue declared
+        without x-queue-type the vhost's default queue type, in its arguments."""
+        default = self.metadata.default_queue_type
+        if default is None or "x-queue-type" in arguments or not durable or exclusive \
+                or auto_delete:
+            return arguments
+        return {**arguments, "x-queue-type": default}
+
     def declare_queue(self, name: str, connection: "Connection", passive: bool, durable: bool,
                       exclusive: bool, auto_delete: bool, arguments: dict,
                       access: "ChannelAccess") -> QueueBase:
@@ -242,7 +263,7 @@ class VirtualHost:
             raise access_refused(
                 f"queue name '{name}' contains reserved prefix 'amq.*'")
         access.configure("queue", name)
-        arguments = arguments or {}
+        arguments = self._with_default_type(arguments or {}, durable, exclusive, auto_delete)
         if name not in self.queues:
             dead_letter_exchange = _name_argument(arguments, "x-dead-letter-exchange")
             if dead_letter_exchange is not None:

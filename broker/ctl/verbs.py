@@ -219,7 +219,11 @@ def set_user_tags(run: Invocation) -> None:
 def add_vhost(run: Invocation) -> None:
     name = run.options.vhost_argument
     run.say(f'Adding vhost "{name}" ...')
-    body = {"description": run.options.description} if run.options.description else {}
+    options = run.options
+    body = {key: value for key, value in (("description", options.description),
+                                          ("tags", options.tags),
+                                          ("default_queue_type", options.default_queue_type))
+            if value is not None}
     try:
         run.client.put(path_of("vhosts", name), body)
     except Refused as refusal:
@@ -426,7 +430,10 @@ VERBS = {verb.name: verb for verb in [
          [USER, argument("tags", nargs="*", metavar="tag")]),
     Verb("add_vhost", "add a virtual host", add_vhost,
          [argument("vhost_argument", metavar="vhost"),
-          argument("--description", help="the vhost's description")]),
+          argument("--description", help="the vhost's description"),
+          argument("--tags", help="the vhost's tags, comma-separated"),
+          argument("--default-queue-type", choices=("classic", "quorum", "stream"),
+                   help="the type of queues declared durable without x-queue-type")]),
     Verb("delete_vhost", "delete a virtual host and everything in it", delete_vhost,
          [argument("vhost_argument", metavar="vhost")]),
     Verb("set_permissions", "set a user's permissions in the vhost (-p)", set_permissions,

@@ -16,6 +16,7 @@ from .delayed_store import DurableDelayedStore, held_index
 from .durable_store import DurableQueueStore
 from .read_pool import ReadPool
 from broker.core.persistence import Persistence
+from broker.core.vhost import VhostMetadata
 from broker.core.ports import (
     DeleteBinding, DeleteExchange, DeletePermissions, DeletePolicy, DeleteQueue,
     DeleteTopicPermissions, DeleteUser, DeleteVhost, DropStoreFiles, JournalEntry,
@@ -135,7 +136,8 @@ class DurableStorage:
             case DeleteUser():
                 metadata.delete_user(entry.name)
             case SaveVhost():
-                metadata.save_vhost(entry.name)
+                metadata.save_vhost(entry.name, entry.description, entry.tags,
+                                    entry.default_queue_type)
             case DeleteVhost():
                 metadata.delete_vhost(entry.name)
             case SavePermissions():
@@ -193,6 +195,8 @@ class DurableStorage:
         policies = self.metadata.list_policies()
         for vhost_record in self.metadata.list_vhosts():
             vhost = broker.add_vhost(vhost_record.name)
+            vhost.metadata = VhostMetadata(vhost_record.description, vhost_record.tags,
+                                           vhost_record.default_queue_type)
             self._restore_policies(vhost, policies)
             for exchange in self.metadata.list_exchanges(vhost.name):
                 restored = vhost.restore_exchange(exchange.name, exchange.type,

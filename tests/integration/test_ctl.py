@@ -176,12 +176,29 @@ def test_missing_users_exit_67_naming_the_user(ctl):
         failed(ctl(*arguments), 67, '"ctl-no-such-user" does not exist', "list_users")
 
 
+@pytest.mark.warren_only("RabbitMQ 3.10's management API ignores default_queue_type; "
+                         "its rabbitmqctl sets it through the node")
+def test_add_vhost_sets_the_default_queue_type(ctl, api):
+    vhost = unique("ctl-vh")
+    try:
+        succeeded(ctl("add_vhost", vhost, "--default-queue-type", "quorum"))
+        assert [vhost, "quorum"] in table(succeeded(ctl(
+            "-q", "list_vhosts", "name", "default_queue_type")))
+        failed(ctl("add_vhost", unique("ctl-vh"), "--default-queue-type", "bogus"), 64,
+               "invalid choice", "quorum")
+    finally:
+        api.delete(f"/api/vhosts/{vhost}")
+
+
 def test_vhost_permissions_and_topic_permissions(ctl, api):
     vhost, user = unique("ctl-vh"), unique("ctl-user")
     try:
-        succeeded(ctl("add_vhost", vhost, "--description", "for ctl"))
-        assert api.json(f"/api/vhosts/{vhost}")["description"] == "for ctl"
+        succeeded(ctl("add_vhost", vhost, "--description", "for ctl", "--tags", "t1,t2"))
+        shown = api.json(f"/api/vhosts/{vhost}")
+        assert (shown["description"], shown["tags"]) == ("for ctl", ["t1", "t2"])
         assert [vhost] in table(succeeded(ctl("-q", "list_vhosts")))
+        assert [vhost, "for ctl", "[t1, t2]"] in table(succeeded(ctl(
+            "-q", "list_vhosts", "name", "description", "tags")))
         succeeded(ctl("add_user", user, "pw"))
         succeeded(ctl("set_permissions", "-p", vhost, user, "^c", "^w", "^r"))
         rows = table(succeeded(ctl("-q", "list_permissions", "-p", vhost)))

@@ -9,7 +9,9 @@ import pytest
 
 from broker.core.admin import AdminError, Administration
 from broker.core.broker import Broker
-from broker.core.ports import SaveUser, SaveUserLimits, SaveVhostLimits
+from broker.core.ports import SaveUser, SaveUserLimits, SaveVhost, SaveVhostLimits
+from broker.core.quorum_queue import QuorumQueue
+from broker.core.vhost import VhostMetadata
 
 SALT = b"salt"
 # The hash of "secret" in RabbitMQ's format: base64(salt + sha256(salt + password)).
@@ -137,6 +139,45 @@ def test_tags_that_are_not_strings_are_refused(broker, admin, tags):
 def test_a_duplicate_or_nameless_vhost_is_refused(broker, admin):
     refused(broker, lambda: admin.add_vhost("v"), "vhost 'v' already exists")
     refused(broker, lambda: admin.add_vhost(""), "non-empty name")
+
+
+def test_vhost_metadata_is_kept_replaced_and_recorded(broker, admin):
+    admin.add_vhost("described", "first", "a, b", "quorum")
+    assert broker.vhosts["described"].metadata == VhostMetadata("first", ("a", "b"),
+                                                                "quorum")
+    assert last_recorded(broker) == SaveVhost("described", "first", ("a", "b"), "quorum")
+    admin.update_vhost("described", "second", ["c"], "undefined")   # RabbitMQ's "none"
+    assert broker.vhosts["described"].metadata == VhostMetadata("second", ("c",), None)
+    assert last_recorded(broker) == SaveVhost("described", "second", ("c",), None)
+
+
+@pytest.mark.parametrize("queue_type", ["bogus", "Quorum", ["quorum"]])
+def test_a_default_queue_type_warren_lacks_is_refused(broker, admin, queue_type):
+    refused(broker, lambda: admin.add_vhost("w", default_queue_type=queue_type),
+            "invalid_queue_type", "classic, quorum, stream")
+    refused(broker, lambda: admin.update_vhost("v", "d", (), queue_type),
+            "invalid_queue_type")
+    assert broker.vhosts["v"].metadata == VhostMetadata()
+
+
+def test_a_vhost_description_is_a_string(broker, admin):
+    refused(broker, lambda: admin.update_vhost("v", 5), "description is a string")
+
+
+def test_durable_queues_declared_without_a_type_get_the_default_one(broker, admin):
+    admin.update_vhost("v", default_queue_type="quorum")
+    admin.declare_queue("v", "plain")
+    admin.declare_queue("v", "plain")   # equivalent: the default applies again
+    admin.declare_queue("v", "asked-classic", arguments={"x-queue-type": "classic"})
+    admin.declare_queue("v", "transient", durable=False)
+    admin.declare_queue("v", "auto-deleted", auto_delete=True)
+    queues = broker.vhosts["v"].queues
+    assert isinstance(queues["plain"], QuorumQueue)
+    assert queues["plain"].arguments == {"x-queue-type": "quorum"}
+    assert not any(isinstance(queues[name], QuorumQueue)
+                   for name in ("asked-classic", "transient", "auto-deleted"))
+    with pytest.raises(AdminError, match="inequivalent arg 'x-queue-type'"):
+        admin.declare_queue("v", "plain", arguments={"x-queue-type": "classic"})
 
 
 @pytest.mark.parametrize("operation", [

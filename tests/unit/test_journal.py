@@ -185,9 +185,14 @@ def delete_user(journal: Journal) -> None:
 
 
 def save_vhost(journal: Journal) -> None:
-    journal.apply(SaveVhost(name="v"), SaveVhost(name="v"))
+    journal.apply(SaveVhost(name="v"), SaveVhost(name="v"),
+                  SaveVhost(name="w", description="old", tags=("a",)),
+                  SaveVhost(name="w", description="new", tags=("b", "c"),
+                            default_queue_type="quorum"))
     with journal.reopened() as metadata:
-        assert metadata.list_vhosts() == [VhostRecord("/"), VhostRecord("v")]
+        assert metadata.list_vhosts() == [
+            VhostRecord("/"), VhostRecord("v"),
+            VhostRecord("w", "new", ("b", "c"), "quorum")]   # the later entry replaces
 
 
 def delete_vhost(journal: Journal) -> None:

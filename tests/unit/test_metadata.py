@@ -422,12 +422,35 @@ class TestMetadataStore:
         finally:
             engine.dispose()
         with target.open() as store:
-            assert store.schema_version() == migrations.LATEST_VERSION == 3
+            assert store.schema_version() == migrations.LATEST_VERSION == 4
             assert store.list_vhosts() == [VhostRecord("old")]  # not seeded: not fresh
             assert store.list_users() == [UserRecord("old-user", ("management",))]
             assert logs_in(store, "old-user", "pw")
             queue_id = store.save_queue("old", "q", False, {})
             assert store.list_queues("old") == [QueueRecord("old", "q", queue_id, False, {})]
+
+    def test_version_3_vhosts_get_empty_metadata_that_can_then_be_kept(self, target):
+        engine = create_metadata_engine(target.url, target.data_dir)
+        try:
+            migrations.upgrade(engine, target=3)
+            with engine.begin() as connection:
+                connection.execute(text("INSERT INTO vhosts (name) VALUES ('old')"))
+        finally:
+            engine.dispose()
+        with target.open() as store:
+            assert store.schema_version() == 4
+            assert store.list_vhosts() == [VhostRecord("old", "", (), None)]
+            store.save_vhost("old", "described", ("t1", "t2"), "quorum")
+        with target.open() as store:
+            assert store.list_vhosts() == [VhostRecord("old", "described", ("t1", "t2"),
+                                                       "quorum")]
+
+    def test_save_vhost_adds_or_replaces_its_metadata(self, store):
+        store.save_vhost("v", "first", ("a",), "stream")
+        store.save_vhost("v", "second", ())
+        assert store.list_vhosts() == [VhostRecord("/"), VhostRecord("v", "second")]
+        with pytest.raises(TypeError, match="iterable of str"):
+            store.save_vhost("v", "", "a,b")
 
     def test_failed_migration_leaves_the_previous_version(self, target, monkeypatch):
         create_topology = migrations.MIGRATIONS[1]
@@ -461,7 +484,8 @@ class TestMetadataStore:
         assert recorded == [
             (1, "Vhosts, users with salted password hashes, per-vhost permissions."),
             (2, "Durable exchanges, durable queues with stable ids, bindings."),
-            (3, "Topic permissions, policies and operator policies, vhost and user limits.")]
+            (3, "Topic permissions, policies and operator policies, vhost and user limits."),
+            (4, "Vhost description, tags and default queue type.")]
 
     def test_database_from_a_newer_warren_is_refused(self, target):
         with target.open():

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 
 from broker.core.access_control import User
 from broker.core.admin import AdminError
+from broker.core.definitions import vhost_metadata_json
 from broker.core.limits import USER_LIMITS, VHOST_LIMITS
 from broker.core.passwords import SHA256_ALGORITHM
 
@@ -136,15 +137,17 @@ def _user(context, name: str) -> User:
 
 # -- vhosts ----------------------------------------------------------------------------
 
-def vhost_json(vhost, unacked_by_queue: Counter) -> dict:
-    """A vhost as RabbitMQ lists it; Warren keeps no description or tags, and its
-    message counts are those of the vhost's queues now (`unacked_by_queue`: the
-    unacked deliveries per queue object, stats.unacked_by_queue)."""
-    ready = sum(queue.message_count for queue in vhost.queues.values())
-    unacked = sum(unacked_by_queue[queue] for queue in vhost.queues.values())
-    return {"name": vhost.name, "description": "", "tags": [],
-            "default_queue_type": "undefined",
-            "metadata": {"description": "", "tags": []}, "tracing": False,
+def vhost_json(vhost, unacked_counts: Counter) -> dict:
+    """A vhost as RabbitMQ lists it; its message counts are those of its queues now
+    (`unacked_counts`: unacked deliveries by queue, stats.unacked_by_queue)."""
+    queues = vhost.queues.values()
+    ready = sum(queue.message_count for queue in queues)
+    unacked = sum(unacked_counts.get(queue, 0) for queue in queues)
+    metadata = vhost.metadata
+    return {"name": vhost.name, "description": metadata.description,
+            "tags": list(metadata.tags),
+            "default_queue_type": metadata.default_queue_type or "undefined",
+            "metadata": vhost_metadata_json(metadata), "tracing": False,
             "cluster_state": {node_name(): "running"},
             "messages": ready + unacked, "messages_ready": ready,
             "messages_unacknowledged": unacked}
@@ -163,8 +166,8 @@ def visible_vhosts(context, caller: Caller) -> list:
 async def list_vhosts(request: Request) -> Response:
     caller = caller_of(request, MANAGEMENT)
     context = context_of(request)
-    unacked, _sizes = unacked_by_queue(context.broker)
-    return listed(request, [vhost_json(vhost, unacked)
+    unacked_counts, _sizes = unacked_by_queue(context.broker)
+    return listed(request, [vhost_json(vhost, unacked_counts)
                             for vhost in visible_vhosts(context, caller)])
 
 
@@ -173,19 +176,28 @@ async def vhost(request: Request) -> Response:
     name = request.path_params["vhost"]
     if request.method == "GET":
         caller = caller_of(request, MANAGEMENT)
-        unacked, _sizes = unacked_by_queue(context.broker)
-        return JSONResponse(vhost_json(_visible_vhost(context, caller, name), unacked))
+        unacked_counts, _sizes = unacked_by_queue(context.broker)
+        return JSONResponse(vhost_json(_visible_vhost(context, caller, name),
+                                       unacked_counts))
     caller = caller_of(request, ADMINISTRATOR)
     if request.method == "DELETE":
         _vhost(context, name)
         context.admin.delete_vhost(name)
         await context.commit()
         return Response(status_code=204)
-    await json_body(request)   # description, tags: not kept (see the module docstring)
-    if name in context.broker.vhosts:
+    body = _object(await json_body(request))
+    description, tags = body.get("description", ""), body.get("tags", [])
+    existing = context.broker.vhosts.get(name)
+    if existing is not None:
+        # as RabbitMQ: description and tags replaced, the default queue type kept unless given
+        default_queue_type = body.get("default_queue_type",
+                                      existing.metadata.default_queue_type)
+        with _admin_refusals():
+            context.admin.update_vhost(name, description, tags, default_queue_type)
+        await context.commit()
         return Response(status_code=204)
     with _admin_refusals():
-        context.admin.add_vhost(name)
+        context.admin.add_vhost(name, description, tags, body.get("default_queue_type"))
         # RabbitMQ gives the user who creates a vhost over HTTP every permission on it
         context.admin.set_permissions(caller.name, name, ".*", ".*", ".*")
     await context.commit()
