@@ -9,12 +9,15 @@ the difference, and the poll's response times.
 
     python3 bench/management_poll.py                      # 10,000 queues, 3 rounds
     python3 bench/management_poll.py --queues 1000 --duration 5 --rounds 1
+    python3 bench/management_poll.py --queues 100 --connections 1000 \
+        --poll-path /api/connections                       # 1,000 idle connections
 """
 
 import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -64,10 +67,20 @@ def publish_rate(port: int, duration: float) -> float:
     return json.loads(output.strip().splitlines()[-1])["results"]["published_msgs_per_s"]
 
 
-class Poller:
-    """GET /api/queues once a second, recording each answer's time."""
+def open_idle_connections(port: int, count: int) -> list:
+    """`count` open AMQP connections that do nothing (no heartbeats, so they need no
+    servicing), for the API to list."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, count + 256)), hard))
+    parameters = pika.ConnectionParameters("127.0.0.1", port, heartbeat=0)
+    return [pika.BlockingConnection(parameters) for _ in range(count)]
 
-    def __init__(self, url: str):
+
+class Poller:
+    """GET `path` once a second, recording each answer's time."""
+
+    def __init__(self, url: str, path: str):
+        self.path = path
         self.client = httpx.Client(base_url=url, auth=("guest", "guest"), timeout=60)
         self.times: list[float] = []
         self.stop = threading.Event()
@@ -76,7 +89,7 @@ class Poller:
     def _run(self) -> None:
         while not self.stop.is_set():
             started = time.monotonic()
-            response = self.client.get("/api/queues")
+            response = self.client.get(self.path)
             response.raise_for_status()
             self.times.append(time.monotonic() - started)
             self.stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
@@ -95,28 +108,37 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=10_000)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=0,
+                        help="idle AMQP connections open throughout (default 0)")
+    parser.add_argument("--poll-path", default="/api/queues",
+                        help="the API path polled once a second (default /api/queues)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data_dir:
         process, port, management_port = start_warren(data_dir)
         try:
             declare_queues(port, args.queues)
+            idle = open_idle_connections(port, args.connections)
             quiet, polled, poll_times = [], [], []
             for _ in range(args.rounds):
                 quiet.append(publish_rate(port, args.duration))
-                with Poller(f"http://127.0.0.1:{management_port}") as poller:
+                with Poller(f"http://127.0.0.1:{management_port}",
+                            args.poll_path) as poller:
                     polled.append(publish_rate(port, args.duration))
                 poll_times += poller.times
+            for connection in idle:
+                connection.close()
         finally:
             process.terminate()
             process.wait(30)
     without, with_poll = statistics.median(quiet), statistics.median(polled)
-    print(f"queues: {args.queues}, rounds: {args.rounds} x {args.duration:g} s")
+    print(f"queues: {args.queues}, idle connections: {args.connections}, rounds: "
+          f"{args.rounds} x {args.duration:g} s")
     print(f"publish rate without polling: {without:,.0f} msg/s  (runs: "
           f"{', '.join(f'{rate:,.0f}' for rate in quiet)})")
-    print(f"publish rate with 1 req/s of /api/queues: {with_poll:,.0f} msg/s  (runs: "
+    print(f"publish rate with 1 req/s of {args.poll_path}: {with_poll:,.0f} msg/s  (runs: "
           f"{', '.join(f'{rate:,.0f}' for rate in polled)})")
     print(f"difference: {100 * (with_poll - without) / without:+.1f} %")
-    print(f"/api/queues answer time: median {statistics.median(poll_times):.3f} s, "
+    print(f"{args.poll_path} answer time: median {statistics.median(poll_times):.3f} s, "
           f"max {max(poll_times):.3f} s over {len(poll_times)} requests")
 
 

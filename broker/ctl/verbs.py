@@ -11,7 +11,7 @@ from broker.ctl import columns
 from broker.ctl.api_client import ManagementClient, NotFound, Refused, path_of
 from broker.ctl.failures import (DATA_ERROR, NO_USER, TIMEOUT, UNREACHABLE, CtlFailure,
                                  usage_failure)
-from broker.ctl.output import print_json, print_rows
+from broker.ctl.output import print_rows
 
 AWAIT_POLL_SECONDS = 0.5
 
