@@ -253,7 +253,10 @@ def test_queue_counts_follow_publishes_and_unacked_gets(api, amqp, name):
         assert queue["arguments"] == {"x-max-length": 100}
         assert queue["message_bytes"] == len(b"onetwothree")
         assert queue["message_bytes_unacknowledged"] == len(b"one")
-        listed = [q for q in api.json("/api/queues/%2F") if q["name"] == name]
+        # RabbitMQ lists a new queue before its statistics reach the listing
+        listed = [q for q in api.wait_for("/api/queues/%2F", lambda queues: any(
+            q["name"] == name and q.get("messages") == 3 for q in queues))
+            if q["name"] == name]
         check_shape(listed[0], QUEUE)
         overview = api.json("/api/overview")
         assert overview["queue_totals"]["messages"] >= 3
