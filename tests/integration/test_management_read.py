@@ -187,8 +187,11 @@ def test_connection_channel_and_consumer_have_rabbitmqs_fields(api, amqp, name):
     assert channels[0]["name"] == f"{listed['name']} (1)"
     assert channels[0]["prefetch_count"] == 7
     assert api.json(f"/api/channels/{quoted(channels[0]['name'])}")["number"] == 1
-    consumers = [consumer for consumer in api.json("/api/consumers/%2F")
-                 if consumer["consumer_tag"] == tag]
+    def listed_with_tag(consumers):
+        return [consumer for consumer in consumers if consumer["consumer_tag"] == tag]
+
+    # RabbitMQ lists a consumer once its statistics are collected
+    consumers = listed_with_tag(api.wait_for("/api/consumers/%2F", listed_with_tag))
     check_shape(consumers[0], CONSUMER)
     check_shape(consumers[0]["channel_details"], CHANNEL_DETAILS)
     assert consumers[0]["queue"] == {"name": name, "vhost": "/"}
@@ -245,8 +248,10 @@ def test_queue_counts_follow_publishes_and_unacked_gets(api, amqp, name):
         channel.basic_publish("", name, body)
     channel.basic_get(name, auto_ack=False)
     try:
-        queue = api.wait_for(queue_path(name), lambda q: q.get("messages") == 3
-                             and q.get("messages_unacknowledged") == 1)
+        # RabbitMQ updates message counts and byte counts in separate statistics events
+        queue = api.wait_for(queue_path(name), lambda q: (
+            q.get("messages"), q.get("messages_unacknowledged"), q.get("message_bytes"),
+            q.get("message_bytes_unacknowledged")) == (3, 1, 11, 3))
         check_shape(queue, QUEUE)
         assert (queue["messages_ready"], queue["consumers"], queue["type"],
                 queue["state"]) == (2, 0, "classic", "running")
