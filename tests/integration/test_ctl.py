@@ -129,8 +129,11 @@ def test_connections_channels_and_consumers_are_listed(ctl, channel, api):
     channel.queue_declare(queue)
     tag = channel.basic_consume(queue, lambda *delivery: None)
     try:
+        # RabbitMQ lists channels and consumers once their statistics are collected
         api.wait_for("/api/channels", lambda channels: any(
             info.get("consumer_count") == 1 for info in channels))
+        api.wait_for("/api/consumers", lambda consumers: any(
+            info.get("consumer_tag") == tag for info in consumers))
         consumers = json.loads(succeeded(ctl("list_consumers", "--formatter", "json")))
         mine = [info for info in consumers if info["consumer_tag"] == tag]
         assert len(mine) == 1 and mine[0]["queue_name"] == queue
