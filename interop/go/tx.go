@@ -1,5 +1,7 @@
 package main
 
+import "time"
+
 // transactions: on a Tx channel a rolled-back publish never reaches the queue and a
 // committed one does (not before the commit); a rolled-back ack leaves the message
 // unacked, so closing the channel requeues it as redelivered; a committed ack removes
@@ -30,7 +32,13 @@ func transactions(host string, port int, _ int) {
 	result("ready_after_ack_rollback", ready(observer, queue))
 	must(tx.Close(), "channel.close") // the unacked message goes back to the queue
 
+	// RabbitMQ requeues a closed channel's unacked messages asynchronously (its queue
+	// hears of the channel's end after Close-Ok): wait for the message, bounded
 	again, ok, err := observer.Get(queue, false)
+	for deadline := time.Now().Add(10 * time.Second); err == nil && !ok && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		again, ok, err = observer.Get(queue, false)
+	}
 	must(err, "basic.get")
 	check(ok, "the message was not requeued on channel close")
 	result("requeued_body", string(again.Body))
