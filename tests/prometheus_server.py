@@ -53,7 +53,7 @@ class PrometheusServer:
             assert self.process.poll() is None, (
                 f"prometheus exited: {(self.work_dir / 'prometheus.log').read_text()[-2000:]}")
             assert time.monotonic() < deadline, "prometheus did not become ready"
-            time.sleep(0.1)
+            time.sleep(0.1)   # another process: its readiness endpoint is all there is
         return self
 
     def _ready(self) -> bool:
@@ -80,7 +80,7 @@ class PrometheusServer:
                 return float(result[0]["value"][1])
             assert time.monotonic() < deadline, (
                 f"{promql} did not reach the expected value within {timeout} s: {result}")
-            time.sleep(0.2)
+            time.sleep(0.2)   # Prometheus scrapes on its own clock: ask again
 
     def stop(self) -> None:
         if self.process is not None:
