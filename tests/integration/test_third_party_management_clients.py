@@ -61,25 +61,30 @@ def test_pyrabbit2_declares_publishes_gets_and_deletes(client, broker):
     assert vhost not in client.get_vhost_names()
 
 
-def test_pyrabbit2_closes_a_connection(client, broker):
-    name = unique("pyrabbit-conn")
+def closed_by(broker, prefix: str, close) -> int:
+    """Open a named pika connection, have `close(api_name)` close it through the API
+    client under test, and return the reply code pika was closed with."""
+    name = unique(prefix)
     connection = pika.BlockingConnection(pika.ConnectionParameters(
         broker.host, broker.port, client_properties={"connection_name": name}))
     try:
-        api = broker.management()
-        listed = api.wait_for("/api/connections", lambda connections: any(
+        listed = broker.management().wait_for("/api/connections", lambda connections: any(
             c.get("client_properties", {}).get("connection_name") == name
             for c in connections))
-        target = next(c["name"] for c in listed
-                      if c["client_properties"].get("connection_name") == name)
-        client.delete_connection(target)   # pyrabbit2 quotes the name itself
+        close(next(c["name"] for c in listed
+                   if c["client_properties"].get("connection_name") == name))
         with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
             connection.process_data_events(time_limit=30)
             connection.sleep(30)
-        assert closed.value.reply_code == 320
+        return closed.value.reply_code
     finally:
         if connection.is_open:
             connection.close()
+
+
+def test_pyrabbit2_closes_a_connection(client, broker):
+    # pyrabbit2 quotes the name itself
+    assert closed_by(broker, "pyrabbit-conn", client.delete_connection) == 320
 
 
 def rabbitmqadmin(broker, *arguments: str) -> str:
@@ -172,20 +177,5 @@ def test_rabbitmqadmin_manages_a_vhost_named_with_a_slash(broker, tmp_path):
 
 
 def test_rabbitmqadmin_closes_a_connection(broker):
-    name = unique("admin-conn")
-    connection = pika.BlockingConnection(pika.ConnectionParameters(
-        broker.host, broker.port, client_properties={"connection_name": name}))
-    try:
-        listed = broker.management().wait_for("/api/connections", lambda connections: any(
-            c.get("client_properties", {}).get("connection_name") == name
-            for c in connections))
-        target = next(c["name"] for c in listed
-                      if c["client_properties"].get("connection_name") == name)
-        rabbitmqadmin(broker, "close", "connection", f"name={target}")
-        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
-            connection.process_data_events(time_limit=30)
-            connection.sleep(30)
-        assert closed.value.reply_code == 320
-    finally:
-        if connection.is_open:
-            connection.close()
+    assert closed_by(broker, "admin-conn", lambda target: rabbitmqadmin(
+        broker, "close", "connection", f"name={target}")) == 320
