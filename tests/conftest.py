@@ -70,6 +70,12 @@ def _external_broker():
 
 
 @pytest.fixture
+def api(broker):
+    """The shared broker's management HTTP API, as guest (tests/management_client.py)."""
+    return broker.management()
+
+
+@pytest.fixture
 def broker_factory(tmp_path_factory):
     """Start dedicated brokers: `broker_factory(*extra_args)` returns a started BrokerProcess
     (keyword arguments other than data_dir go to BrokerProcess, e.g. plain_listener)."""

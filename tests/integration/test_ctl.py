@@ -32,11 +32,6 @@ def ctl(broker):
 
 
 @pytest.fixture
-def api(broker):
-    return broker.management()
-
-
-@pytest.fixture
 def channel(broker):
     connection = connect(broker)
     yield connection.channel()

@@ -11,11 +11,6 @@ import pytest
 
 
 @pytest.fixture
-def api(broker):
-    return broker.management()
-
-
-@pytest.fixture
 def names(api):
     """Unique user and vhost names for one test; whatever it created is deleted after."""
     suffix = uuid.uuid4().hex[:8]

@@ -3,12 +3,6 @@ with WARREN_TEST_BROKER and WARREN_TEST_MANAGEMENT, against RabbitMQ's managemen
 (scripts/test.sh's second run does)."""
 
 import httpx
-import pytest
-
-
-@pytest.fixture
-def api(broker):
-    return broker.management()
 
 
 def test_whoami_names_the_caller_and_its_tags(api):

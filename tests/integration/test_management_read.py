@@ -104,11 +104,6 @@ MESSAGE_STATS = ("publish", "confirm", "deliver", "deliver_no_ack", "get", "get_
 
 
 @pytest.fixture
-def api(broker):
-    return broker.management()
-
-
-@pytest.fixture
 def name():
     return f"read16-{uuid.uuid4().hex[:8]}"
 

@@ -17,11 +17,6 @@ def unique(prefix: str) -> str:
 
 
 @pytest.fixture
-def api(broker):
-    return broker.management()
-
-
-@pytest.fixture
 def channel(broker):
     """A pika channel in confirm mode: a publish has reached its queues on return."""
     connection = connect(broker)

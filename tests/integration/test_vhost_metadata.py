@@ -12,11 +12,6 @@ QUEUE_TYPE_IGNORED = ("RabbitMQ 3.10's management API ignores default_queue_type
 
 
 @pytest.fixture
-def api(broker):
-    return broker.management()
-
-
-@pytest.fixture
 def vhosts(api):
     """Unique vhost names, deleted after the test."""
     names = []
