@@ -3,24 +3,14 @@
 import argparse
 import json
 import logging
-import os
+import shutil
 import sys
+import tempfile
 import time
 
-import trio
-
-from broker import __version__
 from broker.config import ConfigError, load_settings, management_port
-from broker.core import definitions
-from broker.core.admin import Administration
-from broker.core.broker import Broker
-from broker.server.admission import default_connection_caps, raise_file_limit
-from broker.server.committer import GroupCommitter
-from broker.server.control import CONTROL_SOCKET_NAME, MAX_SOCKET_PATH, ControlSocket
-from broker.server.durability import DurableStorage
 from broker.server.listener import Server
-from broker.server.management.listener import ManagementListener
-from broker.server.tls import TlsListener, server_context
+from broker.server.node import DefinitionsRefused, Node, run_until_stopped
 
 
 class KeyValueFormatter(logging.Formatter):
@@ -73,7 +63,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                             "metadata store is restored and before the listeners open")
     serve.add_argument("--config", help="TOML configuration file; flags override it")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
-                       help="default info")
+                       help="default info (warning with --ephemeral)")
+    serve.add_argument("--ephemeral", action="store_true",
+                       help="a throw-away broker for a test suite: data in a new "
+                            "temporary directory removed at exit (unless --data-dir is "
+                            "given), AMQP and management on "
+                            "free ports unless given; prints one JSON line with its "
+                            "amqp_url, host, port, management_url and control_socket "
+                            "on stdout once it listens")
+    serve.add_argument("--testing", action="store_true",
+                       help="also answer the test hooks (inspection, waits, fault "
+                            "injection) on the control socket: for test brokers only, "
+                            "see docs/testing.md")
     return parser.parse_args(argv)
 
 
@@ -83,40 +84,37 @@ def main(argv: list[str] | None = None) -> int:
         from broker.ctl.command import main as ctl_main
         return ctl_main(argv[1:])
     args = parse_args(argv)
+    ephemeral_dir = (tempfile.mkdtemp(prefix="warren-")
+                     if args.ephemeral and not args.data_dir else None)
     try:
-        settings = load_settings(args.config, {
-            "host": args.host, "port": args.port, "data_dir": args.data_dir,
-            "metadata_url": args.metadata_url, "log_level": args.log_level,
-            "control_socket": args.control_socket, "tls_port": args.tls_port,
-            "management_port": args.management_port,
-            "load_definitions": args.load_definitions})
-        tls = (TlsListener(settings.tls, server_context(settings.tls))
-               if settings.tls.port is not None else None)
-    except ConfigError as error:
+        return _serve(args, ephemeral_dir)
+    finally:
+        if ephemeral_dir is not None:
+            shutil.rmtree(ephemeral_dir, ignore_errors=True)
+
+
+def _serve(args: argparse.Namespace, ephemeral_dir: str | None) -> int:
+    overrides = {
+        "host": args.host, "port": args.port, "data_dir": args.data_dir,
+        "metadata_url": args.metadata_url, "log_level": args.log_level,
+        "control_socket": args.control_socket, "tls_port": args.tls_port,
+        "management_port": args.management_port,
+        "load_definitions": args.load_definitions}
+    if args.ephemeral:
+        overrides.update(data_dir=args.data_dir or ephemeral_dir, port=_or(args.port, 0),
+                         management_port=_or(args.management_port, "auto"),
+                         log_level=_or(args.log_level, "warning"))
+    try:
+        settings = load_settings(args.config, overrides)
+        configure_logging(settings.log_level)
+        node = Node(settings, testing=args.testing)
+    except (ConfigError, DefinitionsRefused) as error:
         print(f"warren: {error}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level)
-    _fill_connection_caps(settings.limits)
-    os.makedirs(settings.data_dir, exist_ok=True)
-    storage = DurableStorage(settings.data_dir, settings.metadata_url)
-    broker = Broker(settings.limits, persistence=storage.persistence, version=__version__,
-                    loopback_users=settings.loopback_users)
-    broker.auth_mechanisms = tuple(settings.auth_mechanisms)
-    storage.restore(broker)
-    if settings.load_definitions:
-        problem = _load_definitions(settings.load_definitions, broker)
-        if problem:
-            print(f"warren: {problem}", file=sys.stderr)
-            storage.close(broker)
-            return 2
-    committer = GroupCommitter(storage.persistence, storage.apply_changes,
-                               storage.sync_stores, storage.maintain_stores)
-    server = Server(broker, settings.host, settings.port, committer, settings.alarms,
-                    settings.data_dir, control=_control_socket(settings, broker, committer),
-                    tls=tls, plain_listener=settings.tls.plain_listener,
-                    management=_management_listener(settings, broker, committer))
+    if args.ephemeral:
+        node.server.on_listening = _print_addresses
     try:
-        trio.run(server.run)
+        run_until_stopped(node)
     except OSError as error:
         logging.getLogger("warren.server").error(
             "event=listen_failed host=%s port=%s tls_port=%s management_port=%s error=%r "
@@ -125,60 +123,23 @@ def main(argv: list[str] | None = None) -> int:
             "another process uses this port: stop it or pass --port (--tls-port, "
             "--management-port)")
         return 1
-    finally:
-        storage.close(broker)
     return 0
 
 
-def _load_definitions(path: str, broker: Broker) -> str | None:
-    """Apply the definitions file at `path`; what is wrong with it, or None."""
-    try:
-        with open(path, "rb") as handle:
-            document = json.load(handle)
-        definitions.apply(Administration(broker), document)
-    except (OSError, ValueError) as error:   # DefinitionsError is a ValueError
-        return (f"cannot load definitions from {path}: {error} (fix the file or remove "
-                "load_definitions / --load-definitions)")
-    logging.getLogger("warren.server").info("event=definitions_loaded path=%s", path)
-    return None
+def _or(value, default):
+    return default if value is None else value
 
 
-def _control_socket(settings, broker: Broker,
-                    committer: GroupCommitter) -> ControlSocket | None:
-    path = settings.control_socket
-    if path is None:
-        path = os.path.join(settings.data_dir, CONTROL_SOCKET_NAME)
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
-        logging.getLogger("warren.control").warning(
-            "event=control_socket_disabled path=%s reason=%r", path,
-            f"Unix socket paths are limited to {MAX_SOCKET_PATH} bytes: set "
-            "control_socket to a shorter path")
-        return None
-    return ControlSocket(broker, committer, path) if path else None
-
-
-def _management_listener(settings, broker: Broker,
-                         committer: GroupCommitter) -> ManagementListener | None:
-    port = settings.management.port
-    if port == 0:
-        return None
-    host = settings.management.host or settings.host
-    return ManagementListener(broker, committer, host, 0 if port == "auto" else port,
-                              settings.management.sample_interval)
-
-
-def _fill_connection_caps(limits) -> None:
-    """Connection caps left at 0 are worked out from the open-file limit (raised to its
-    hard limit first), so sockets can never use up the broker's file descriptors."""
-    file_limit = raise_file_limit()
-    connection_max, unauthenticated_max = default_connection_caps(file_limit)
-    limits.connection_max = limits.connection_max or connection_max
-    limits.unauthenticated_connection_max = (limits.unauthenticated_connection_max
-                                             or unauthenticated_max)
-    logging.getLogger("warren.server").debug(
-        "event=connection_caps file_limit=%d connection_max=%d "
-        "unauthenticated_connection_max=%d", file_limit, limits.connection_max,
-        limits.unauthenticated_connection_max)
+def _print_addresses(server: Server) -> None:
+    """What an ephemeral broker prints on stdout once it listens: one JSON line that a
+    test suite in any language can read (then the broker runs until SIGTERM)."""
+    addresses = {"amqp_url": f"amqp://guest:guest@{server.host}:{server.port}/",
+                 "host": server.host, "port": server.port,
+                 "management_url": (f"http://{server.management.host}:"
+                                    f"{server.management.port}"
+                                    if server.management is not None else None),
+                 "control_socket": server.control.path if server.control else None}
+    print(json.dumps(addresses), flush=True)
 
 
 if __name__ == "__main__":

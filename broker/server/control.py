@@ -23,6 +23,8 @@ from broker.core.admin import AdminError, Administration
 from broker.core.broker import Broker
 
 from .committer import GroupCommitter
+from .testing.hooks import PREFIX as TEST_PREFIX
+from .testing.hooks import TestHookError, TestHooks
 
 log = logging.getLogger("warren.control")
 
@@ -39,6 +41,8 @@ class ControlSocket:
         self.admin = Administration(broker)
         self.committer = committer
         self.path = path
+        # a test broker's hooks: "test.*" operations (broker/server/testing)
+        self.test_hooks: TestHooks | None = None
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; started (task_status) once the socket listens."""
@@ -90,14 +94,21 @@ class ControlSocket:
             operation, arguments = request["op"], request.get("args", {})
         except (ValueError, KeyError, TypeError):
             return _refused('expected {"op": NAME, "args": {...}} on one line')
-        method = _operation(self.admin, operation)
+        test_operation = (self.test_hooks.operation(operation)
+                          if self.test_hooks is not None and isinstance(operation, str)
+                          else None)
+        method = test_operation or _operation(self.admin, operation)
         if method is None:
-            return _refused(f"unknown operation {operation!r}")
+            return _refused(f"unknown operation {operation!r}" + (
+                " (test operations need a broker started with --testing)"
+                if str(operation).startswith(TEST_PREFIX) else ""))
         if not isinstance(arguments, dict):
             return _refused(f'"args" of {operation} must be a JSON object')
         mistyped = _mistyped_argument(method, arguments)
         if mistyped:
             return _refused(f"bad arguments for {operation}: {mistyped}")
+        if test_operation is not None:
+            return await self._answer_test(operation, test_operation, arguments)
         try:
             method(**arguments)
         except AdminError as error:
@@ -112,6 +123,19 @@ class ControlSocket:
         return {"ok": True}
 
 
+    async def _answer_test(self, name: str, operation, arguments: dict) -> dict:
+        assert self.test_hooks is not None
+        try:
+            result = await self.test_hooks.call(operation, arguments)
+        except TestHookError as error:
+            return _refused(str(error))
+        except Exception as error:   # a fault of the hook: this request fails, not more
+            log.error("event=test_operation_failed op=%s", name, exc_info=error)
+            return _refused(f"{name} failed in the broker: {error!r} (see the broker log)")
+        log.debug("event=test_operation op=%s", name)
+        return {"ok": True, "result": result}
+
+
 def _operation(admin: Administration, name: object):
     if not isinstance(name, str) or name.startswith("_"):
         return None
@@ -123,7 +147,8 @@ def _mistyped_argument(method, arguments: dict) -> str | None:
     """What is wrong with the first argument whose JSON type the method's annotation
     does not accept (a number for a name, an array for limits...), checked before the
     method runs so that it never sees one."""
-    hints = typing.get_type_hints(method)
+    # a test operation's first parameter names TestHooks only for type checkers
+    hints = typing.get_type_hints(method, localns={"TestHooks": TestHooks})
     for name, value in arguments.items():
         hint = hints.get(name)
         if hint is None:

@@ -3,6 +3,8 @@
 import logging
 import math
 import signal
+import threading
+from typing import Callable
 
 import trio
 
@@ -48,45 +50,86 @@ class Server:
         self.admission = Admission(broker.config.unauthenticated_connection_max,
                                    trio.current_time)
         self._all_closed = trio.Event()
+        self._stop_requested = trio.Event()
+        self._trio_token: trio.lowlevel.TrioToken | None = None
+        # called once every listener is bound (ports known), before serving starts
+        self.on_listening: Callable[["Server"], None] = lambda server: None
+        self.tls_port: int | None = None   # the amqps port once bound
+
+    def request_stop(self) -> None:
+        """Shut down as on SIGTERM; callable from any thread while `run` runs."""
+        token = self._trio_token
+        if token is None:
+            raise RuntimeError("the server is not running")
+        try:
+            trio.from_thread.run_sync(self._stop_requested.set, trio_token=token)
+        except trio.RunFinishedError:
+            pass   # it stopped on its own meanwhile
 
     async def run(self) -> None:
-        """Serve until SIGINT/SIGTERM. Raises OSError when the address cannot be bound."""
+        """Serve until SIGINT/SIGTERM (on the main thread) or `request_stop()`. Raises
+        OSError when the address cannot be bound."""
         listeners = (await trio.open_tcp_listeners(self.port, host=self.host)
                      if self.plain_listener else [])
         tls_listeners = (await trio.open_tcp_listeners(self.tls.port, host=self.host)
                          if self.tls is not None else [])
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with trio.open_nursery() as nursery:
-                if listeners:
-                    nursery.start_soon(trio.serve_listeners, self._serve_connection,
-                                       listeners)
-                if tls_listeners:
-                    nursery.start_soon(trio.serve_listeners, self._serve_tls_connection,
-                                       tls_listeners)
-                nursery.start_soon(self._run_timers)
-                nursery.start_soon(self._summarise_refusals)
-                nursery.start_soon(self.alarm.run)
-                nursery.start_soon(self.committer.flush_periodically, FLUSH_INTERVAL)
-                if self.control is not None:
-                    await nursery.start(self.control.run)
-                if self.management is not None:
-                    await nursery.start(self.management.run, self)
-                if tls_listeners:
-                    port = tls_listeners[0].socket.getsockname()[1]
-                    log.info("event=listening_tls host=%s port=%s", self.host, port)
-                if listeners:
-                    self.port = listeners[0].socket.getsockname()[1]   # when 0 was asked
-                    log.info("event=listening host=%s port=%s", self.host, self.port)
-                async for signum in signals:
-                    log.info("event=shutdown signal=%s connections=%d",
-                             signal.Signals(signum).name, len(self.transports))
-                    await self.committer.flush()   # releases replies held for it
-                    await self._close_all()
-                    await self.committer.flush()
-                    self.admission.summarise()
-                    nursery.cancel_scope.cancel()
-                    break
+        self._trio_token = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            if listeners:
+                nursery.start_soon(trio.serve_listeners, self._serve_connection,
+                                   listeners)
+            if tls_listeners:
+                nursery.start_soon(trio.serve_listeners, self._serve_tls_connection,
+                                   tls_listeners)
+            nursery.start_soon(self._run_timers)
+            nursery.start_soon(self._summarise_refusals)
+            nursery.start_soon(self.alarm.run)
+            nursery.start_soon(self.committer.flush_periodically, FLUSH_INTERVAL)
+            if self.control is not None:
+                await nursery.start(self.control.run)
+            if self.management is not None:
+                await nursery.start(self.management.run, self)
+            if tls_listeners:
+                self.tls_port = tls_listeners[0].socket.getsockname()[1]
+                log.info("event=listening_tls host=%s port=%s", self.host, self.tls_port)
+            if listeners:
+                self.port = listeners[0].socket.getsockname()[1]   # when 0 was asked
+                log.info("event=listening host=%s port=%s", self.host, self.port)
+            self.on_listening(self)
+            reason = await self._stop_reason()
+            log.info("event=shutdown reason=%s connections=%d", reason,
+                     len(self.transports))
+            await self.committer.flush()   # releases replies held for it
+            await self._close_all()
+            await self.committer.flush()
+            self.admission.summarise()
+            nursery.cancel_scope.cancel()
         log.info("event=stopped")
+
+    async def _stop_reason(self) -> str:
+        """Wait for SIGINT/SIGTERM (only the main thread receives signals) or a stop
+        request, and say which it was."""
+        if threading.current_thread() is not threading.main_thread():
+            await self._stop_requested.wait()
+            return "stop_requested"
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as waiters:
+                reason = "stop_requested"
+
+                async def on_signal() -> None:
+                    nonlocal reason
+                    async for signum in signals:
+                        reason = signal.Signals(signum).name
+                        break
+                    waiters.cancel_scope.cancel()
+
+                async def on_request() -> None:
+                    await self._stop_requested.wait()
+                    waiters.cancel_scope.cancel()
+
+                waiters.start_soon(on_signal)
+                waiters.start_soon(on_request)
+        return reason
 
     def _alarm_changed(self, raised: frozenset) -> None:
         for transport in list(self.transports):

@@ -1,0 +1,133 @@
+"""One Warren node assembled from its settings: the metadata and message storage, the
+core broker restored from them, and the server with its listeners. `warren serve` runs
+one on the main thread; the test broker (broker/testing) runs one on a thread of its
+own, with the test hooks switched on."""
+
+import json
+import logging
+import os
+from typing import Callable
+
+import trio
+
+from broker import __version__
+from broker.config import ServeSettings
+from broker.core import definitions
+from broker.core.admin import Administration
+from broker.core.broker import Broker
+
+from .admission import default_connection_caps, raise_file_limit
+from .committer import GroupCommitter
+from .control import CONTROL_SOCKET_NAME, MAX_SOCKET_PATH, ControlSocket
+from .durability import DurableStorage
+from .listener import Server
+from .management.listener import ManagementListener
+from .testing.hooks import TestHooks
+from .tls import TlsListener, server_context
+
+log = logging.getLogger("warren.server")
+
+
+class DefinitionsRefused(Exception):
+    """The definitions file named by load_definitions cannot be applied (the text says
+    why and what to do)."""
+
+
+class Node:
+    """Storage, broker and server of one node. `run()` serves until the server stops
+    (a signal on the main thread, or `server.request_stop()`); `close()` closes the
+    storage. With `testing`, the control socket also answers the test hooks' operations
+    (broker/server/testing)."""
+
+    def __init__(self, settings: ServeSettings, testing: bool = False,
+                 clock: Callable[[], float] | None = None,
+                 wall_clock: Callable[[], float] | None = None):
+        self.settings = settings
+        tls = (TlsListener(settings.tls, server_context(settings.tls))
+               if settings.tls.port is not None else None)   # ConfigError: nothing opened
+        _fill_connection_caps(settings.limits)
+        os.makedirs(settings.data_dir, exist_ok=True)
+        self.storage = DurableStorage(settings.data_dir, settings.metadata_url)
+        broker_options = {} if clock is None else {"clock": clock}
+        self.broker = Broker(settings.limits, persistence=self.storage.persistence,
+                             version=__version__, loopback_users=settings.loopback_users,
+                             **broker_options)
+        if wall_clock is not None:
+            self.broker.scheduler.wall_clock = wall_clock
+        self.broker.auth_mechanisms = tuple(settings.auth_mechanisms)
+        self.storage.restore(self.broker)
+        if settings.load_definitions:
+            self._load_definitions(settings.load_definitions)
+        self.committer = GroupCommitter(self.storage.persistence, self.storage.apply_changes,
+                                        self.storage.sync_stores,
+                                        self.storage.maintain_stores)
+        self.server = Server(self.broker, settings.host, settings.port, self.committer,
+                             settings.alarms, settings.data_dir,
+                             control=self._control_socket(), tls=tls,
+                             plain_listener=settings.tls.plain_listener,
+                             management=self._management_listener())
+        self.test_hooks: TestHooks | None = None
+        if testing:
+            self.test_hooks = TestHooks(self.server)
+            if self.server.control is not None:
+                self.server.control.test_hooks = self.test_hooks
+
+    async def run(self) -> None:
+        await self.server.run()
+
+    def close(self) -> None:
+        self.storage.close(self.broker)
+
+    def _load_definitions(self, path: str) -> None:
+        try:
+            with open(path, "rb") as handle:
+                document = json.load(handle)
+            definitions.apply(Administration(self.broker), document)
+        except (OSError, ValueError) as error:   # DefinitionsError is a ValueError
+            self.close()
+            raise DefinitionsRefused(
+                f"cannot load definitions from {path}: {error} (fix the file or remove "
+                "load_definitions / --load-definitions)") from error
+        log.info("event=definitions_loaded path=%s", path)
+
+    def _control_socket(self) -> ControlSocket | None:
+        path = self.settings.control_socket
+        if path is None:
+            path = os.path.join(self.settings.data_dir, CONTROL_SOCKET_NAME)
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+            logging.getLogger("warren.control").warning(
+                "event=control_socket_disabled path=%s reason=%r", path,
+                f"Unix socket paths are limited to {MAX_SOCKET_PATH} bytes: set "
+                "control_socket to a shorter path")
+            return None
+        return ControlSocket(self.broker, self.committer, path) if path else None
+
+    def _management_listener(self) -> ManagementListener | None:
+        management = self.settings.management
+        if management.port == 0:
+            return None
+        host = management.host or self.settings.host
+        return ManagementListener(self.broker, self.committer, host,
+                                  0 if management.port == "auto" else management.port,
+                                  management.sample_interval)
+
+
+def _fill_connection_caps(limits) -> None:
+    """Connection caps left at 0 are worked out from the open-file limit (raised to its
+    hard limit first), so sockets can never use up the broker's file descriptors."""
+    file_limit = raise_file_limit()
+    connection_max, unauthenticated_max = default_connection_caps(file_limit)
+    limits.connection_max = limits.connection_max or connection_max
+    limits.unauthenticated_connection_max = (limits.unauthenticated_connection_max
+                                             or unauthenticated_max)
+    log.debug("event=connection_caps file_limit=%d connection_max=%d "
+              "unauthenticated_connection_max=%d", file_limit, limits.connection_max,
+              limits.unauthenticated_connection_max)
+
+
+def run_until_stopped(node: Node, clock: trio.abc.Clock | None = None) -> None:
+    """Run the node on this thread until its server stops, then close its storage."""
+    try:
+        trio.run(node.run, clock=clock)
+    finally:
+        node.close()

@@ -1,0 +1,33 @@
+"""A vhost and a user per test: created together, removed together in one step."""
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .hooks import TestHooks
+
+# The test's user sees its own vhost in the management API and nothing else.
+SANDBOX_USER_TAGS = ("management",)
+
+
+async def create_sandbox(hooks: "TestHooks", vhost: str, user: str,
+                         password: str) -> None:
+    """A new vhost, and a user with every permission on it and no other."""
+    admin = hooks.admin
+    admin.add_vhost(vhost)
+    admin.add_user(user, password, tags=SANDBOX_USER_TAGS)
+    admin.set_permissions(user, vhost, ".*", ".*", ".*")
+    await hooks.committed()
+
+
+async def remove_sandbox(hooks: "TestHooks", vhost: str, user: str) -> None:
+    """Delete the vhost (closing its connections, dropping its queues and messages)
+    and the user. Either may be gone already."""
+    admin = hooks.admin
+    if vhost in hooks.broker.vhosts:
+        admin.delete_vhost(vhost)
+    if hooks.broker.access.users.get(user) is not None:
+        admin.delete_user(user)
+    await hooks.committed()
+
+
+OPERATIONS = {"create_sandbox": create_sandbox, "remove_sandbox": remove_sandbox}

@@ -1,0 +1,65 @@
+"""The pytest plugin (registered as `warren` through the pytest11 entry point when Warren
+is installed): a test broker for the session and a fresh vhost and user per test.
+
+    def test_orders(warren):
+        connection = pika.BlockingConnection(warren.connection_parameters())
+        ...
+
+Fixtures:
+- `warren_broker` (session): the TestBroker, started on a free port with its data under
+  pytest's temporary directory; one per pytest-xdist worker.
+- `warren` (function): a TestVhost, removed with everything in it at teardown.
+
+Options: `--warren-mode=thread|subprocess` (ini `warren_mode`). See docs/testing.md.
+"""
+
+import pytest
+
+from .test_broker import MODES, THREAD, TestBroker
+from .test_vhost import NotOnThisBroker, TestVhost
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("warren", "Warren test broker")
+    group.addoption("--warren-mode", choices=MODES, default=None,
+                    help="run the session's Warren broker on a thread of the test "
+                         "process (thread, the default) or as a subprocess")
+    parser.addini("warren_mode", "thread or subprocess (as --warren-mode)",
+                  default=THREAD)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "warren_vhost_prefix(prefix): name the `warren` fixture's vhost and "
+                   "user with this prefix")
+
+
+@pytest.fixture(scope="session")
+def warren_broker(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config):
+    """The session's Warren test broker (one per xdist worker)."""
+    mode = pytestconfig.getoption("--warren-mode") or pytestconfig.getini("warren_mode")
+    broker = TestBroker(data_dir=str(tmp_path_factory.mktemp("warren-broker")), mode=mode)
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def warren(warren_broker: TestBroker, request: pytest.FixtureRequest):
+    """A fresh vhost and user for this test (a TestVhost); removed at teardown."""
+    marker = request.node.get_closest_marker("warren_vhost_prefix")
+    vhost = warren_broker.new_vhost(marker.args[0] if marker else "test")
+    yield vhost
+    vhost.remove()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """A helper that needs Warren's internals, on another broker: skipped, with why."""
+    try:
+        return (yield)
+    except NotOnThisBroker as reason:
+        pytest.skip(str(reason))
+
+
+__all__ = ["TestVhost", "warren", "warren_broker"]
