@@ -11,7 +11,11 @@ import aiormq.exceptions
 import pika
 import pika.exceptions
 import pytest
+import trio
 from pamqp import commands
+
+from broker.config import AlarmLimits
+from broker.server.alarms import ResourceAlarm
 
 from broker.testing import BrokerRefused
 
@@ -199,6 +203,31 @@ def test_raised_alarm_blocks_publishers_until_cleared(warren):
     pump_until(connection, lambda: len(notifications) == 2, "connection.unblocked")
     assert notifications[1].NAME == "Connection.Unblocked"
     connection.close()
+
+
+def test_readings_do_not_clear_a_forced_alarm():
+    readings = {"memory": 2000, "disk": 10_000}
+    changes = []
+    alarm = ResourceAlarm(AlarmLimits(disk_free_limit=100), "/data", changes.append,
+                          read_memory=lambda: readings["memory"],
+                          read_disk=lambda path: readings["disk"])
+    alarm.memory_limit = 1000
+
+    async def checks():
+        alarm.check()                       # measured: memory
+        alarm.force("memory", True)
+        alarm.force("disk", True)
+        readings["memory"] = 10
+        alarm.check()                       # measured: nothing; both stay forced
+        alarm.check_disk()
+        assert alarm.raised == {"memory", "disk"}
+        alarm.force("disk", False)
+        readings["memory"] = 2000
+        alarm.check()                       # measured: memory, forced too
+        alarm.force("memory", False)        # the reading still says memory
+
+    trio.run(checks)
+    assert changes == [{"memory"}, {"memory", "disk"}, {"memory"}]
 
 
 def test_raise_alarm_names_the_alarms_there_are(warren):
