@@ -4,9 +4,22 @@ raise a resource alarm, stop heartbeats, time consumers out, or restart. Each ne
 Warren's test hooks (NotOnThisBroker elsewhere). See docs/testing.md, "Fault
 injection"."""
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .control_client import ControlClient
+    from .test_broker import TestBroker
+
 
 class Faults:
-    """Fault injection (a mixin of TestVhost: uses its `call` and `broker`)."""
+    """Fault injection (a mixin of TestVhost: uses its `call`, `hooks` and `broker`)."""
+
+    if TYPE_CHECKING:   # what TestVhost gives the mixin
+        broker: "TestBroker | None"
+
+        def call(self, operation: str, **arguments) -> Any: ...
+
+        def hooks(self, needed_for: str) -> "ControlClient": ...
 
     def nack_next_publishes(self, count: int) -> None:
         """The next `count` publishes in this vhost on confirm-mode channels are nacked
@@ -57,5 +70,6 @@ class Faults:
         with 320 (or, with `kill` on a subprocess broker, lose their sockets). This
         vhost, its user and its durable queues, exchanges, bindings and persistent
         messages survive."""
-        self.hooks("restart")
+        self.hooks("restart")   # NotOnThisBroker unless this is Warren's test broker
+        assert self.broker is not None, "a Warren test broker's vhost has its broker"
         self.broker.restart(kill)

@@ -182,6 +182,14 @@ def test_stopped_heartbeats_fire_the_clients_heartbeat_timeout(warren):
                       "its heartbeat timeout")
 
 
+def test_stop_heartbeats_refuses_a_connection_without_heartbeats(warren):
+    connection = connect(warren, "silent", heartbeat=0)
+    with pytest.raises(BrokerRefused, match=r"connection 'silent' negotiated no "
+                                            r"heartbeats \(heartbeat 0\)"):
+        warren.stop_heartbeats("silent")
+    connection.close()
+
+
 # -- broker-wide ----------------------------------------------------------------------
 
 def test_raised_alarm_blocks_publishers_until_cleared(warren):

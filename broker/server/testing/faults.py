@@ -97,6 +97,10 @@ def stop_heartbeats(hooks: "TestHooks", vhost: str, name: str) -> int:
     """Stop sending heartbeats to `vhost`'s connections named `name` (the broker still
     reads the client's); returns how many."""
     transports = _named_connections(hooks, vhost, name)
+    if not all(transport.heartbeat for transport in transports):
+        raise test_hooks.TestHookError(
+            f"connection {name!r} negotiated no heartbeats (heartbeat 0): connect with "
+            "a heartbeat (pika: heartbeat=1) for its client to miss them")
     for transport in transports:
         transport.sends_heartbeats = False
     log.info("event=fault_stop_heartbeats vhost=%s name=%r count=%d", vhost, name,
