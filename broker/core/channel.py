@@ -184,7 +184,11 @@ class Channel:
         if self.transaction is not None:
             self.transaction.publishes.append((exchange, message, command.mandatory))
             return
-        accepted = self._route(exchange, message, command.mandatory)
+        faults = self.vhost.faults
+        if faults is not None and self.confirming and faults.refuses_publish():
+            accepted = False   # a test broker's injected fault (publish_faults.py)
+        else:
+            accepted = self._route(exchange, message, command.mandatory)
         if self.confirming:
             if not accepted:
                 self.nacked_seqs.append(self.published)
@@ -343,15 +347,25 @@ class Channel:
         contiguous range (multiple=true), a Basic.Nack for each refused message."""
         if self.closing:
             return
+        faults = self.vhost.faults
+        if faults is not None and faults.confirm_delay:
+            faults.hold_confirms(self, self.published, self.nacked_seqs)
+            self.nacked_seqs = []
+            return
+        self.confirm_through(self.published, self.nacked_seqs)
+        self.nacked_seqs.clear()
+
+    def confirm_through(self, published: int, nacked: list[int]) -> None:
+        """Confirm the publishes up to `published`: those in `nacked` with Basic.Nack,
+        the others with Basic.Ack (one per contiguous range)."""
         write = self.connection.write
-        for seq in self.nacked_seqs:
+        for seq in nacked:
             self._ack_through(seq - 1)
             write(self.connection.framer.encode_basic_nack(
                 self.number, seq - self.confirm_base, False))
             self.counts.confirm += 1
             self.acked_seq = seq
-        self.nacked_seqs.clear()
-        self._ack_through(self.published)
+        self._ack_through(published)
 
     @property
     def unconfirmed(self) -> int:

@@ -20,6 +20,7 @@ from .message import Message
 from .message_stats import MessageCounts
 from .policy import VhostPolicies, merged_definition
 from .priority_queue import PriorityQueue, max_priority
+from .publish_faults import PublishFaults
 from .queue import Queue
 from .queue_base import QueueBase
 from .queue_arguments import check_arguments_equivalent, validate_queue_arguments
@@ -77,6 +78,7 @@ class VirtualHost:
         self.queues: dict[str, QueueBase] = {}
         self.policies = VhostPolicies()
         self.metadata = VhostMetadata()
+        self.faults: PublishFaults | None = None   # a test broker's (publish_faults.py)
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
         for exchange_name, kind in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[kind](exchange_name, durable=True)

@@ -122,6 +122,8 @@ class ResourceAlarm:
         self.disk = DiskSpace(data_dir, limits.disk_free_limit, reserve, read_disk)
         self.data_dir = data_dir
         self.raised: frozenset[str] = frozenset()
+        self.measured: frozenset[str] = frozenset()   # what the readings say
+        self.forced: frozenset[str] = frozenset()     # raised by a test, not a reading
         self.clear = trio.Event()
         self.clear.set()
         self._on_change = on_change          # called with the set of raised alarms
@@ -137,13 +139,23 @@ class ResourceAlarm:
         self.disk.measure()
         if self.disk.low:
             raised.add("disk")
-        self._update(frozenset(raised))
+        self.measured = frozenset(raised)
+        self._update(self.measured | self.forced)
 
     def check_disk(self) -> None:
         """Re-evaluate the disk alarm alone, without a reading (after each commit)."""
         low = self.disk.low
-        if low != ("disk" in self.raised):
-            self._update(self.raised | {"disk"} if low else self.raised - {"disk"})
+        if low != ("disk" in self.measured):
+            self.measured = (self.measured | {"disk"} if low
+                             else self.measured - {"disk"})
+            self._update(self.measured | self.forced)
+
+    def force(self, kind: str, raised: bool) -> None:
+        """A test broker raises (`raised`) or clears the `kind` alarm whatever the
+        readings say; readings do not clear a forced alarm. Once cleared, the alarm is
+        what the last reading said."""
+        self.forced = self.forced | {kind} if raised else self.forced - {kind}
+        self._update(self.measured | self.forced)
 
     def _update(self, raised: frozenset) -> None:
         if raised == self.raised:

@@ -78,6 +78,7 @@ class SocketTransport:
         self.framer = self.connection.framer   # the bytes read go in here
         self.writable = True
         self.heartbeat = 0
+        self.sends_heartbeats = True   # a test broker can stop them (testing/faults.py)
         self._buffer = bytearray()    # small writes since the last queued chunk
         self._chunks: list = []       # bytes-like chunks to send before _buffer
         self._queued = 0              # bytes in _chunks and _buffer
@@ -131,6 +132,13 @@ class SocketTransport:
         self._closing = True
         if not self._handling:
             self._data_ready.set()
+
+    def drop(self) -> None:
+        """End the connection without a Connection.Close: the socket just closes, as
+        when the network fails (a test broker's fault)."""
+        log.info("event=connection_dropped peer=%s", self.peer)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     def tuned(self, heartbeat: int) -> None:
         self.heartbeat = heartbeat
@@ -362,7 +370,7 @@ class SocketTransport:
                 self.connection.lost()
                 self._nursery.cancel_scope.cancel()
                 return
-            if now - self._last_sent >= interval / 2:
+            if now - self._last_sent >= interval / 2 and self.sends_heartbeats:
                 self.write(HEARTBEAT_FRAME)
 
 

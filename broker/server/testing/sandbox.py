@@ -2,6 +2,8 @@
 
 from typing import TYPE_CHECKING
 
+from . import faults
+
 if TYPE_CHECKING:
     from .hooks import TestHooks
 
@@ -23,6 +25,7 @@ async def remove_sandbox(hooks: "TestHooks", vhost: str, user: str) -> None:
     """Delete the vhost (closing its connections, dropping its queues and messages)
     and the user. Either may be gone already."""
     admin = hooks.admin
+    faults.reset_broker_faults(hooks)
     if vhost in hooks.broker.vhosts:
         admin.delete_vhost(vhost)
     if hooks.broker.access.users.get(user) is not None:
