@@ -7,7 +7,7 @@ import base64
 import datetime
 import decimal
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,9 @@ class ChannelConfirms:
 class Inspection:
     """TestVhost methods reading the broker's state of this vhost (mixin; `self.call`
     is TestVhost.call)."""
+
+    if TYPE_CHECKING:
+        def call(self, operation: str, **arguments: Any) -> Any: ...
 
     def queue(self, name: str) -> QueueState:
         return QueueState(**_decoded(self.call("queue", name=name)))

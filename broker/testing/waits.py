@@ -4,6 +4,11 @@ dead letter), or raise WaitTimeout saying what it saw instead. The broker checks
 works (no polling); `timeout` is in real seconds. Warren only: on another broker they
 raise NotOnThisBroker (a skip under pytest)."""
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .control_client import ControlClient
+
 DEFAULT_TIMEOUT = 5.0
 # The control socket waits this much longer than the wait itself for the answer.
 ANSWER_MARGIN = 30.0
@@ -15,6 +20,11 @@ class WaitTimeout(AssertionError):
 
 class Waits:
     """TestVhost methods waiting on the broker (mixin; uses TestVhost.hooks)."""
+
+    if TYPE_CHECKING:
+        vhost: str
+
+        def hooks(self, needed_for: str) -> "ControlClient": ...
 
     def _wait(self, operation: str, timeout: float, **arguments) -> None:
         from .control_client import BrokerRefused

@@ -102,10 +102,10 @@ def bindings(hooks: "TestHooks", vhost: str) -> list:
         if not name:
             continue
         for (destination, routing_key, _), arguments in exchange.bindings.items():
+            kind = "queue" if isinstance(destination, QueueBase) else "exchange"
             answer.append({"source": name, "destination": destination.name,
-                           "destination_type": ("queue" if isinstance(destination, QueueBase)
-                                                else "exchange"),
-                           "routing_key": routing_key, "arguments": json_value(arguments)})
+                           "destination_type": kind, "routing_key": routing_key,
+                           "arguments": json_value(arguments)})
             if len(answer) == MAX_ITEMS:
                 return answer
     return answer
@@ -120,7 +120,7 @@ def peek(hooks: "TestHooks", vhost: str, queue: str, count: int = 10) -> list:
         raise _refusal(f"peek reads classic, priority and quorum queues; {queue!r} is a "
                        "stream (read it with a consumer)")
     found.message_count   # drops expired messages at the head first
-    answer = []
+    answer: list[dict] = []
     for entry in ready:
         if len(answer) >= min(count, MAX_ITEMS):
             break

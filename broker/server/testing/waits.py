@@ -141,7 +141,9 @@ async def wait_for_binding(hooks: "TestHooks", vhost: str, exchange: str, queue:
 
     def holds() -> bool:
         bound = keys()
-        return bool(bound) and (routing_key is None or routing_key in bound)
+        if not bound:
+            return False
+        return routing_key is None or routing_key in bound
 
     def seen() -> str:
         bound = keys()
