@@ -18,6 +18,7 @@ from .errors import ChannelError, ConnectionFailure, precondition_failed
 from .exchange import Exchange, field_type_name
 from .message import Message, QueueEntry
 from .message_stats import MessageCounts
+from .observation import ACK, REJECT
 from .queue_base import Consumer, QueueBase
 from .queue_type_arguments import refuse_other_types_consumer_arguments
 from .sender_routing import sender_routed
@@ -271,6 +272,9 @@ class Channel:
             if delay:
                 return self._hold(exchange, message, mandatory, delay)
         queues = self.vhost.route(exchange, message, self._holds)
+        observer = self.vhost.observer
+        if observer is not None:
+            observer.published(exchange, message, len(queues))
         if self._holds:
             return self._hold_reached(queues, message, mandatory)
         accepted = True
@@ -283,8 +287,12 @@ class Channel:
             self.connection.write(self.connection.framer.encode_return(
                 self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
                 message.properties, message.body))
+            if observer is not None:
+                observer.returned(message)
         else:
             self.counts.drop_unroutable += 1
+            if observer is not None:
+                observer.dropped(message)
         return accepted
 
     def _hold(self, exchange, message: Message, mandatory: bool, delay: int) -> bool:
@@ -347,6 +355,10 @@ class Channel:
         contiguous range (multiple=true), a Basic.Nack for each refused message."""
         if self.closing:
             return
+        observer = self.vhost.observer
+        if observer is not None:
+            nacks = len(self.nacked_seqs)
+            observer.confirming(self, self.published - self.acked_seq - nacks, nacks)
         faults = self.vhost.faults
         if faults is not None and faults.confirm_delay:
             faults.hold_confirms(self, self.published, self.nacked_seqs)
@@ -522,12 +534,14 @@ class Channel:
         else:
             self._settle(deliveries)
 
-    def reject(self, delivery_tag: int, multiple: bool, requeue: bool) -> None:
+    def reject(self, delivery_tag: int, multiple: bool, requeue: bool,
+               outcome: str = REJECT) -> None:
+        """Basic.Reject, or Basic.Nack with `outcome` NACK (told apart for observers)."""
         deliveries = self._take(delivery_tag, multiple)
         if self.transaction is not None:
-            self.transaction.rejects.append((deliveries, requeue))
+            self.transaction.rejects.append((deliveries, requeue, outcome))
             return
-        self._reject(deliveries, requeue)
+        self._reject(deliveries, requeue, outcome)
 
     def recover(self, requeue: bool) -> None:
         if not requeue:
@@ -535,7 +549,7 @@ class Channel:
                                     *BASIC_RECOVER)
         deliveries = list(self.unacked.values())
         self.unacked.clear()
-        self._reject(deliveries, True)
+        self._reject(deliveries, True, None)
 
     def _take(self, delivery_tag: int, multiple: bool) -> list[Delivery]:
         """Remove and return the deliveries a tag names; an unknown tag is a 406.
@@ -557,12 +571,21 @@ class Channel:
     def _settle(self, deliveries: list[Delivery]) -> None:
         queues = self._release(deliveries)
         self.counts.ack += len(deliveries)
+        observer = self.vhost.observer
+        if observer is not None:
+            observer.settled(deliveries, ACK, False)
         for delivery in deliveries:
             delivery.queue.settle(delivery.entry)
         self._after_release(queues)
 
-    def _reject(self, deliveries: list[Delivery], requeue: bool) -> None:
+    def _reject(self, deliveries: list[Delivery], requeue: bool,
+                outcome: str | None) -> None:
+        """Requeue or discard (dead-letter) `deliveries`; `outcome` is how the client
+        settled them (None for Basic.Recover)."""
         queues = self._release(deliveries)
+        observer = self.vhost.observer
+        if observer is not None and outcome is not None:
+            observer.settled(deliveries, outcome, requeue)
         by_queue: dict[QueueBase, list] = {}
         for delivery in deliveries:
             if requeue:
@@ -613,8 +636,8 @@ class Channel:
         for exchange, message, mandatory in transaction.publishes:
             self._route(exchange, message, mandatory)
         self._settle(transaction.acks)
-        for deliveries, requeue in transaction.rejects:
-            self._reject(deliveries, requeue)
+        for deliveries, requeue, outcome in transaction.rejects:
+            self._reject(deliveries, requeue, outcome)
         if transaction.acks or transaction.rejects:
             self.vhost.persistence.barrier()   # CommitOk once the acks are on disk
 
@@ -626,7 +649,7 @@ class Channel:
     def _undo_settlements(self, transaction: "Transaction") -> None:
         """The acks, nacks and rejects of an uncommitted transaction did not happen:
         their deliveries are unacked again."""
-        pending = transaction.acks + [d for ds, _ in transaction.rejects for d in ds]
+        pending = transaction.acks + [d for ds, _, _ in transaction.rejects for d in ds]
         for delivery in sorted(pending, key=_by_tag):
             self.unacked[delivery.tag] = delivery
         if pending and self.ack_watch is None:

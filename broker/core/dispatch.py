@@ -12,6 +12,7 @@ from pamqp import commands
 from .channel import Channel
 from .direct_reply import REPLY_QUEUE
 from .errors import not_found
+from .observation import NACK
 
 _CR_LF = str.maketrans("", "", "\r\n")
 
@@ -180,7 +181,7 @@ def basic_ack(channel: Channel, method) -> None:
 
 
 def basic_nack(channel: Channel, method) -> None:
-    channel.reject(method.delivery_tag, method.multiple, method.requeue)
+    channel.reject(method.delivery_tag, method.multiple, method.requeue, NACK)
 
 
 def basic_reject(channel: Channel, method) -> None:

@@ -514,6 +514,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             dead = dead_letter_message(message, self.name, reason, exchange.name,
                                        self.dead_letter_routing_key, now)
             if dead is not None:
+                observer = self.vhost.observer
+                if observer is not None:
+                    observer.dead_lettered(self, reason, dead)
                 for queue in self.vhost.route(exchange, dead):
                     queue.enqueue(dead)
         except Exception as error:

@@ -18,6 +18,7 @@ from .delayed_exchange import DELAYED_KIND, DelayedExchange, delay_ms
 from .limits import Limits
 from .message import Message
 from .message_stats import MessageCounts
+from .observation import Observer
 from .policy import VhostPolicies, merged_definition
 from .priority_queue import PriorityQueue, max_priority
 from .publish_faults import PublishFaults
@@ -79,6 +80,7 @@ class VirtualHost:
         self.policies = VhostPolicies()
         self.metadata = VhostMetadata()
         self.faults: PublishFaults | None = None   # a test broker's (publish_faults.py)
+        self.observer: Observer | None = None   # a test broker's recorder; None otherwise
         self.default_exchange = EXCHANGE_TYPES["direct"]("", durable=True)
         for exchange_name, kind in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[kind](exchange_name, durable=True)

@@ -14,8 +14,12 @@ docs/testing.md.
 """
 
 from .control_client import BrokerRefused
+from .inspection import (Binding, ChannelConfirms, DeadLetteredMessage, ExchangeState,
+                         InspectedMessage, QueueState)
 from .test_broker import BrokerStartFailed, TestBroker
 from .test_vhost import NotOnThisBroker, TestVhost
+from .waits import WaitTimeout
 
-__all__ = ["BrokerRefused", "BrokerStartFailed", "NotOnThisBroker", "TestBroker",
-           "TestVhost"]
+__all__ = ["Binding", "BrokerRefused", "BrokerStartFailed", "ChannelConfirms",
+           "DeadLetteredMessage", "ExchangeState", "InspectedMessage", "NotOnThisBroker",
+           "QueueState", "TestBroker", "TestVhost", "WaitTimeout"]

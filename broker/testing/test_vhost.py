@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .control_client import ControlClient
 from .faults import Faults
+from .inspection import Inspection
+from .waits import Waits
 
 if TYPE_CHECKING:
     import pika
@@ -18,7 +20,7 @@ class NotOnThisBroker(Exception):
     (differential mode). The pytest plugin reports the test as skipped with this text."""
 
 
-class TestVhost(Faults):
+class TestVhost(Inspection, Waits, Faults):
     """A vhost and a user for one test. Connect with `url` (any client taking an
     amqp:// URL: pika.URLParameters, aio-pika, kombu), `connection_parameters()`
     (pika), or `host`/`port`/`vhost`/`user`/`password` (a Java or Go program)."""

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING
 
 from . import faults
+from .recorder import Recorder
 
 if TYPE_CHECKING:
     from .hooks import TestHooks
@@ -16,6 +17,7 @@ async def create_sandbox(hooks: "TestHooks", vhost: str, user: str,
     """A new vhost, and a user with every permission on it and no other."""
     admin = hooks.admin
     admin.add_vhost(vhost)
+    hooks.broker.vhosts[vhost].observer = Recorder()
     admin.add_user(user, password, tags=SANDBOX_USER_TAGS)
     admin.set_permissions(user, vhost, ".*", ".*", ".*")
     await hooks.committed()
