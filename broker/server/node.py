@@ -22,6 +22,7 @@ from .control import CONTROL_SOCKET_NAME, MAX_SOCKET_PATH, ControlSocket
 from .durability import DurableStorage
 from .listener import Server
 from .management.listener import ManagementListener
+from .testing.clock import VirtualClock
 from .testing.hooks import TestHooks
 from .tls import TlsListener, server_context
 
@@ -37,7 +38,7 @@ class Node:
     """Storage, broker and server of one node. `run()` serves until the server stops
     (a signal on the main thread, or `server.request_stop()`); `close()` closes the
     storage. With `testing`, the control socket also answers the test hooks' operations
-    (broker/server/testing)."""
+    (broker/server/testing), and the node runs on a VirtualClock that they advance."""
 
     def __init__(self, settings: ServeSettings, testing: bool = False,
                  clock: Callable[[], float] | None = None,
@@ -47,6 +48,10 @@ class Node:
                if settings.tls.port is not None else None)   # ConfigError: nothing opened
         _fill_connection_caps(settings.limits)
         os.makedirs(settings.data_dir, exist_ok=True)
+        self.virtual_clock = VirtualClock() if testing else None
+        if self.virtual_clock is not None:
+            clock = clock or self.virtual_clock.current_time
+            wall_clock = wall_clock or self.virtual_clock.wall_time
         self.storage = DurableStorage(settings.data_dir, settings.metadata_url)
         broker_options = {} if clock is None else {"clock": clock}
         self.broker = Broker(settings.limits, persistence=self.storage.persistence,
@@ -126,8 +131,9 @@ def _fill_connection_caps(limits) -> None:
 
 
 def run_until_stopped(node: Node, clock: trio.abc.Clock | None = None) -> None:
-    """Run the node on this thread until its server stops, then close its storage."""
+    """Run the node on this thread until its server stops, then close its storage. A
+    test node runs on its virtual clock unless given another."""
     try:
-        trio.run(node.run, clock=clock)
+        trio.run(node.run, clock=clock or node.virtual_clock)
     finally:
         node.close()

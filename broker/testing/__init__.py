@@ -16,6 +16,7 @@ docs/testing.md.
 from .control_client import BrokerRefused
 from .test_broker import BrokerStartFailed, TestBroker
 from .test_vhost import NotOnThisBroker, TestVhost
+from .virtual_time import VirtualTime
 
 __all__ = ["BrokerRefused", "BrokerStartFailed", "NotOnThisBroker", "TestBroker",
-           "TestVhost"]
+           "TestVhost", "VirtualTime"]

@@ -5,6 +5,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, Callable
 
 from .control_client import ControlClient
+from .virtual_time import VirtualTime
 
 if TYPE_CHECKING:
     import pika
@@ -17,7 +18,7 @@ class NotOnThisBroker(Exception):
     (differential mode). The pytest plugin reports the test as skipped with this text."""
 
 
-class TestVhost:
+class TestVhost(VirtualTime):
     """A vhost and a user for one test. Connect with `url` (any client taking an
     amqp:// URL: pika.URLParameters, aio-pika, kombu), `connection_parameters()`
     (pika), or `host`/`port`/`vhost`/`user`/`password` (a Java or Go program)."""
