@@ -2,9 +2,16 @@
 forward, so TTLs, queue expiry, delayed messages, consumer timeouts and the broker's
 heartbeat checks fall due without waiting."""
 
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .control_client import ControlClient
+
 
 class VirtualTime:
     """TestVhost's virtual-time helper (Warren only)."""
+
+    hooks: "Callable[[str], ControlClient]"   # TestVhost's
 
     def advance(self, seconds: float) -> float:
         """Move the broker's time `seconds` forward and fire what fell due; returns
