@@ -73,8 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                             "on stdout once it listens")
     serve.add_argument("--testing", action="store_true",
                        help="also answer the test hooks (inspection, waits, fault "
-                            "injection) on the control socket: for test brokers only, "
-                            "see docs/testing.md")
+                            "injection, virtual time: the broker's clock runs at real "
+                            "speed until test.advance moves it) on the control socket: "
+                            "for test brokers only, see docs/testing.md")
     return parser.parse_args(argv)
 
 

@@ -6,8 +6,6 @@ own, with the test hooks switched on."""
 import json
 import logging
 import os
-from typing import Callable
-
 import trio
 
 from broker import __version__
@@ -22,6 +20,7 @@ from .control import CONTROL_SOCKET_NAME, MAX_SOCKET_PATH, ControlSocket
 from .durability import DurableStorage
 from .listener import Server
 from .management.listener import ManagementListener
+from .testing.clock import VirtualClock
 from .testing.hooks import TestHooks
 from .tls import TlsListener, server_context
 
@@ -37,23 +36,21 @@ class Node:
     """Storage, broker and server of one node. `run()` serves until the server stops
     (a signal on the main thread, or `server.request_stop()`); `close()` closes the
     storage. With `testing`, the control socket also answers the test hooks' operations
-    (broker/server/testing)."""
+    (broker/server/testing), and the node runs on a VirtualClock that they advance."""
 
-    def __init__(self, settings: ServeSettings, testing: bool = False,
-                 clock: Callable[[], float] | None = None,
-                 wall_clock: Callable[[], float] | None = None):
+    def __init__(self, settings: ServeSettings, testing: bool = False):
         self.settings = settings
         tls = (TlsListener(settings.tls, server_context(settings.tls))
                if settings.tls.port is not None else None)   # ConfigError: nothing opened
         _fill_connection_caps(settings.limits)
         os.makedirs(settings.data_dir, exist_ok=True)
+        self.virtual_clock = VirtualClock() if testing else None
         self.storage = DurableStorage(settings.data_dir, settings.metadata_url)
-        broker_options = {} if clock is None else {"clock": clock}
         self.broker = Broker(settings.limits, persistence=self.storage.persistence,
-                             version=__version__, loopback_users=settings.loopback_users,
-                             **broker_options)
-        if wall_clock is not None:
-            self.broker.scheduler.wall_clock = wall_clock
+                             version=__version__, loopback_users=settings.loopback_users)
+        if self.virtual_clock is not None:
+            self.broker.scheduler.clock = self.virtual_clock.current_time
+            self.broker.scheduler.wall_clock = self.virtual_clock.wall_time
         self.broker.auth_mechanisms = tuple(settings.auth_mechanisms)
         self.storage.restore(self.broker)
         if settings.load_definitions:
@@ -125,9 +122,10 @@ def _fill_connection_caps(limits) -> None:
               limits.unauthenticated_connection_max)
 
 
-def run_until_stopped(node: Node, clock: trio.abc.Clock | None = None) -> None:
-    """Run the node on this thread until its server stops, then close its storage."""
+def run_until_stopped(node: Node) -> None:
+    """Run the node on this thread until its server stops, then close its storage. A
+    test node runs on its virtual clock."""
     try:
-        trio.run(node.run, clock=clock)
+        trio.run(node.run, clock=node.virtual_clock)
     finally:
         node.close()

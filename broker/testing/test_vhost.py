@@ -8,6 +8,7 @@ from .control_client import ControlClient
 from .faults import Faults
 from .inspection import Inspection
 from .waits import Waits
+from .virtual_time import VirtualTime
 
 if TYPE_CHECKING:
     import pika
@@ -20,7 +21,7 @@ class NotOnThisBroker(Exception):
     (differential mode). The pytest plugin reports the test as skipped with this text."""
 
 
-class TestVhost(Inspection, Waits, Faults):
+class TestVhost(Inspection, Waits, Faults, VirtualTime):
     """A vhost and a user for one test. Connect with `url` (any client taking an
     amqp:// URL: pika.URLParameters, aio-pika, kombu), `connection_parameters()`
     (pika), or `host`/`port`/`vhost`/`user`/`password` (a Java or Go program)."""

@@ -1,0 +1,160 @@
+"""Virtual time with pika: `warren.advance(seconds)` makes TTLs, queue expiry, delayed
+messages, consumer timeouts and the broker's heartbeat checks fall due at once. Nothing
+here waits for real time to pass.
+
+The test's own connections turn heartbeats off: an advance longer than twice a
+connection's heartbeat interval drops it (which the heartbeat test relies on)."""
+
+from urllib.parse import quote
+
+import pika
+import pika.exceptions
+import pytest
+import requests
+
+from broker.testing import BrokerRefused
+
+DELIVERY_WAIT = 10.0   # real seconds a consumer waits for a message before failing
+
+
+@pytest.fixture
+def channel(warren):
+    connection = pika.BlockingConnection(warren.connection_parameters(heartbeat=0))
+    yield connection.channel()
+    if connection.is_open:
+        connection.close()
+
+
+def ready_count(channel, queue: str) -> int:
+    return channel.queue_declare(queue, passive=True).method.message_count
+
+
+def next_body(channel, queue: str) -> bytes | None:
+    """The next message of `queue` as a consumer gets it, or None if none came within
+    DELIVERY_WAIT seconds."""
+    for _method, _properties, body in channel.consume(
+            queue, auto_ack=True, inactivity_timeout=DELIVERY_WAIT):
+        channel.cancel()
+        return body
+    return None
+
+
+def management_get(warren, path: str) -> requests.Response:
+    return requests.get(f"{warren.management_url}/api/{path}",
+                        auth=(warren.user, warren.password), timeout=10)
+
+
+def queue_status(warren, queue: str) -> int:
+    """The management API's status for the queue: looking does not count as using it."""
+    return management_get(warren, f"queues/{quote(warren.vhost, safe='')}/{queue}"
+                          ).status_code
+
+
+def connection_names(warren) -> list[str]:
+    reply = management_get(warren, "connections")
+    reply.raise_for_status()
+    return [connection["client_properties"].get("connection_name")
+            for connection in reply.json()]
+
+
+def test_per_message_expiration_runs_on_the_advanced_clock(warren, channel):
+    channel.queue_declare("expired")
+    channel.queue_declare("orders", arguments={"x-dead-letter-exchange": "",
+                                               "x-dead-letter-routing-key": "expired"})
+    channel.basic_publish("", "orders", b"order 1",
+                          pika.BasicProperties(expiration="60000"))
+
+    warren.advance(59)
+    assert (ready_count(channel, "orders"), ready_count(channel, "expired")) == (1, 0)
+
+    warren.advance(2)
+    assert ready_count(channel, "orders") == 0
+    method, _properties, body = channel.basic_get("expired", auto_ack=True)
+    assert body == b"order 1"
+
+
+def test_queue_message_ttl_runs_on_the_advanced_clock(warren, channel):
+    channel.queue_declare("orders", arguments={"x-message-ttl": 30000})
+    channel.basic_publish("", "orders", b"order 1")
+
+    warren.advance(29)
+    assert ready_count(channel, "orders") == 1
+
+    warren.advance(2)
+    assert ready_count(channel, "orders") == 0
+
+
+def test_an_unused_queue_expires_on_the_advanced_clock(warren, channel):
+    channel.queue_declare("idle", arguments={"x-expires": 3600000})
+
+    warren.advance(3599)
+    assert queue_status(warren, "idle") == 200   # a passive declare would renew it
+
+    warren.advance(2)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.queue_declare("idle", passive=True)
+    assert refused.value.reply_code == 404
+
+
+def test_a_delayed_message_is_delivered_once_its_delay_has_been_advanced(warren, channel):
+    channel.exchange_declare("later", "x-delayed-message",
+                             arguments={"x-delayed-type": "direct"})
+    channel.queue_declare("reminders")
+    channel.queue_bind("reminders", "later", "remind")
+    channel.basic_publish("later", "remind", b"in ten minutes",
+                          pika.BasicProperties(headers={"x-delay": 600000}))
+
+    warren.advance(599)
+    assert ready_count(channel, "reminders") == 0
+
+    warren.advance(2)
+    # The due message's body is read back from disk after advance returns: consume it.
+    assert next_body(channel, "reminders") == b"in ten minutes"
+
+
+def test_the_broker_drops_a_connection_that_stopped_heartbeating(warren):
+    def connect(name: str, heartbeat: int) -> pika.BlockingConnection:
+        # Not called into until the end: pika sends no heartbeat meanwhile.
+        return pika.BlockingConnection(warren.connection_parameters(
+            heartbeat=heartbeat, client_properties={"connection_name": name}))
+
+    silent, patient = connect("silent", 10), connect("patient", 60)
+    try:
+        warren.advance(19)
+        assert sorted(connection_names(warren)) == ["patient", "silent"]
+
+        # The broker checks every half interval: a silent peer is dropped between two
+        # and two and a half intervals of silence.
+        warren.advance(6)
+        assert connection_names(warren) == ["patient"]
+        with pytest.raises(pika.exceptions.StreamLostError):
+            silent.process_data_events(time_limit=0)
+    finally:
+        patient.close()
+
+
+def test_an_unacked_delivery_times_out_on_the_advanced_clock(warren, channel):
+    connection = channel.connection
+    closed_by = []
+    channel._impl.add_on_close_callback(lambda _channel, reason: closed_by.append(reason))
+    channel.queue_declare("jobs", arguments={"x-consumer-timeout": 60000})
+    channel.basic_publish("", "jobs", b"job 1")
+    channel.basic_consume("jobs", lambda *delivery: None)   # never acks
+    connection.process_data_events(time_limit=DELIVERY_WAIT)
+
+    warren.advance(59)
+    connection.process_data_events(time_limit=0)
+    assert closed_by == []
+
+    # As in RabbitMQ, the channel is closed between 1 and 1.5 timeouts after delivery.
+    warren.advance(31)
+    connection.process_data_events(time_limit=0)
+    assert [reason.reply_code for reason in closed_by] == [406]
+    assert ready_count(connection.channel(), "jobs") == 1   # back in its queue
+
+
+def test_advancing_by_a_negative_time_is_refused(warren):
+    with pytest.raises(BrokerRefused) as refused:
+        warren.advance(-5)
+    assert str(refused.value) == ("cannot advance time by -5 seconds: time only moves "
+                                  "forward; pass a finite number of seconds >= 0")
