@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 # the module, not its names: hooks imports this module to collect OPERATIONS
-from . import hooks as test_hooks
+from .refusal import TestHookError
 
 if TYPE_CHECKING:
     from .hooks import TestHooks
@@ -58,12 +58,12 @@ async def advance(hooks: "TestHooks", seconds: int | float) -> float:
     """Move the broker's time `seconds` forward (for every vhost and connection), fire
     what fell due, and return the seconds advanced since the broker started."""
     if not math.isfinite(seconds) or seconds < 0:
-        raise test_hooks.TestHookError(
+        raise TestHookError(
             f"cannot advance time by {seconds} seconds: time only moves forward; pass "
             "a finite number of seconds >= 0")
     clock = trio.lowlevel.current_clock()
     if not isinstance(clock, VirtualClock):
-        raise test_hooks.TestHookError(
+        raise TestHookError(
             "this broker's trio loop does not run on its VirtualClock: start it with "
             "run_until_stopped(node) and no clock of its own")
     clock.advance(seconds)

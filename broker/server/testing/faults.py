@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from amqp_codec.reply_codes import ReplyCode
 from broker.core.publish_faults import PublishFaults
 
-from . import hooks as test_hooks   # (hooks imports this module: no name from it yet)
+from .refusal import TestHookError
 
 if TYPE_CHECKING:
     from broker.core.broker import Broker
@@ -38,7 +38,7 @@ def nack_next_publishes(hooks: "TestHooks", vhost: str, count: int) -> None:
     """The next `count` publishes of confirm-mode channels in `vhost` are nacked and
     not enqueued (0 cancels what is left of an earlier call)."""
     if count < 0:
-        raise test_hooks.TestHookError(f"count must be 0 or more, not {count}")
+        raise TestHookError(f"count must be 0 or more, not {count}")
     _publish_faults(hooks, vhost).nacks_left = count
     log.info("event=fault_nack_publishes vhost=%s count=%d", vhost, count)
 
@@ -47,7 +47,7 @@ def delay_confirms(hooks: "TestHooks", vhost: str, seconds: int | float) -> None
     """Hold the confirms of `vhost`'s channels for `seconds` of the broker's clock
     before sending them, in order; 0 sends the held ones now and stops holding."""
     if not math.isfinite(seconds) or seconds < 0:
-        raise test_hooks.TestHookError(f"seconds must be 0 or more, not {seconds}")
+        raise TestHookError(f"seconds must be 0 or more, not {seconds}")
     _publish_faults(hooks, vhost).set_confirm_delay(seconds)
     log.info("event=fault_delay_confirms vhost=%s seconds=%s", vhost, seconds)
 
@@ -62,7 +62,7 @@ def _publish_faults(hooks: "TestHooks", vhost: str) -> PublishFaults:
 def _vhost(hooks: "TestHooks", name: str) -> "VirtualHost":
     found = hooks.broker.vhosts.get(name)
     if found is None:
-        raise test_hooks.TestHookError(f"no vhost {name!r} (was it removed already?)")
+        raise TestHookError(f"no vhost {name!r} (was it removed already?)")
     return found
 
 
@@ -74,7 +74,7 @@ def close_connection(hooks: "TestHooks", vhost: str, name: str,
     """Close the connections of `vhost` that the client named `name` with a
     Connection.Close of `reply_code` and `reply_text`; returns how many."""
     if not 200 <= reply_code <= 599:
-        raise test_hooks.TestHookError(f"reply_code must be an AMQP reply code (320 "
+        raise TestHookError(f"reply_code must be an AMQP reply code (320 "
                             f"CONNECTION_FORCED, 541 INTERNAL_ERROR...), not {reply_code}")
     transports = _named_connections(hooks, vhost, name)
     for transport in transports:
@@ -98,7 +98,7 @@ def stop_heartbeats(hooks: "TestHooks", vhost: str, name: str) -> int:
     reads the client's); returns how many."""
     transports = _named_connections(hooks, vhost, name)
     if not all(transport.heartbeat for transport in transports):
-        raise test_hooks.TestHookError(
+        raise TestHookError(
             f"connection {name!r} negotiated no heartbeats (heartbeat 0): connect with "
             "a heartbeat (pika: heartbeat=1) for its client to miss them")
     for transport in transports:
@@ -120,7 +120,7 @@ def _named_connections(hooks: "TestHooks", vhost: str,
     named = [transport for transport in in_vhost if _client_name(transport) == name]
     if not named:
         names = sorted({repr(_client_name(transport)) for transport in in_vhost})
-        raise test_hooks.TestHookError(
+        raise TestHookError(
             f"no open connection named {name!r} in vhost {vhost!r}; its connections "
             f"are named: {', '.join(names) or 'none (no open connection)'} (clients name "
             "theirs with the connection_name client property)")
@@ -149,7 +149,7 @@ def clear_alarm(hooks: "TestHooks", vhost: str, kind: str) -> None:
 
 def _alarm_kind(kind: str) -> str:
     if kind not in ALARMS:
-        raise test_hooks.TestHookError(f"kind must be one of {', '.join(ALARMS)}, not {kind!r}")
+        raise TestHookError(f"kind must be one of {', '.join(ALARMS)}, not {kind!r}")
     return kind
 
 
@@ -157,7 +157,7 @@ def set_consumer_timeout(hooks: "TestHooks", vhost: str, milliseconds: int) -> N
     """The broker's consumer timeout for deliveries made from now on, until the end of
     the test (queues with their own x-consumer-timeout keep theirs)."""
     if milliseconds <= 0:
-        raise test_hooks.TestHookError(f"milliseconds must be more than 0, not {milliseconds}")
+        raise TestHookError(f"milliseconds must be more than 0, not {milliseconds}")
     config = hooks.broker.config
     _usual_consumer_timeout.setdefault(hooks.broker, config.consumer_timeout)
     config.consumer_timeout = milliseconds

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from broker.core.admin import AdminError, Administration
 
 from . import clock, faults, inspection, sandbox, waits
+from .refusal import TestHookError
 
 if TYPE_CHECKING:
     from ..listener import Server
@@ -19,10 +20,6 @@ PREFIX = "test."
 # Each module's OPERATIONS: {name: function(hooks, **arguments) -> JSON value}; the
 # function may be async (a wait).
 OPERATION_MODULES = (sandbox, inspection, waits, faults, clock)
-
-
-class TestHookError(Exception):
-    """The operation is refused; the text says why and what to do."""
 
 
 class TestHooks:

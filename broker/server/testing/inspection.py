@@ -15,6 +15,7 @@ from broker.core.queue_base import QueueBase
 from broker.core.vhost import VirtualHost
 
 from .recorder import Recorder
+from .refusal import TestHookError
 
 if TYPE_CHECKING:
     from .hooks import TestHooks
@@ -31,7 +32,7 @@ class InspectionRefused(LookupError):
 def vhost_of(hooks: "TestHooks", vhost: str) -> VirtualHost:
     found = hooks.broker.vhosts.get(vhost)
     if found is None:
-        raise _refusal(f"no vhost {vhost!r} on this broker (removed already?)")
+        raise TestHookError(f"no vhost {vhost!r} on this broker (removed already?)")
     return found
 
 
@@ -68,7 +69,7 @@ def find_queue(vhost: VirtualHost, name: str) -> QueueBase:
     queue = vhost.queues.get(name)
     if queue is None:
         names = sorted(vhost.queues)[:20]
-        raise _refusal(f"no queue {name!r} in vhost {vhost.name!r}; its queues: {names}")
+        raise TestHookError(f"no queue {name!r} in vhost {vhost.name!r}; its queues: {names}")
     return queue
 
 
@@ -117,7 +118,7 @@ def peek(hooks: "TestHooks", vhost: str, queue: str, count: int = 10) -> list:
     found = find_queue(vhost_of(hooks, vhost), queue)
     ready = getattr(found, "ready", None)
     if ready is None:
-        raise _refusal(f"peek reads classic, priority and quorum queues; {queue!r} is a "
+        raise TestHookError(f"peek reads classic, priority and quorum queues; {queue!r} is a "
                        "stream (read it with a consumer)")
     found.message_count   # drops expired messages at the head first
     answer: list[dict] = []
@@ -192,8 +193,3 @@ def json_value(value: Any) -> Any:
         return value
     return str(value)
 
-
-def _refusal(text: str) -> Exception:
-    from .hooks import TestHookError   # hooks imports this module
-
-    return TestHookError(text)

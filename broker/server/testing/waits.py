@@ -17,6 +17,7 @@ from broker.core.observation import ACK, NACK, REJECT
 from broker.core.vhost import VirtualHost
 
 from .inspection import find_queue, recorder_of, unacked_counts, vhost_of
+from .refusal import TestHookError
 
 if TYPE_CHECKING:
     from .hooks import TestHooks
@@ -67,7 +68,6 @@ async def wait_until(hooks: "TestHooks", holds: Callable[[], bool], seconds: flo
     """Return once `holds()`; after `seconds` real seconds refuse with
     "<expected>: <seen()>". Virtual time may move trio's clock faster than real time,
     so the deadline is re-armed on the real time left whenever it fires."""
-    from .hooks import TestHookError   # hooks imports this module
 
     if seconds <= 0:
         raise TestHookError(f"{expected}: the timeout must be positive, not {seconds}")
