@@ -1,5 +1,6 @@
 """A fresh vhost and user per test, for the differential tests of users, tags and limits:
-made through the broker's admin operations (Warren's control socket, or rabbitmqctl
+the `warren` fixture's (`tenant_of`), or, for a test that needs several, made through
+the broker's admin operations (`fresh_tenant`: Warren's control socket, or rabbitmqctl
 when WARREN_TEST_BROKER names RabbitMQ), the user with full permissions on the vhost,
 and deleted afterwards, so tests sharing a broker never see each other's users, vhosts
 or limits. Also raw AMQP connections as a given user, to read the exact Connection.Close
@@ -31,6 +32,12 @@ class Tenant:
     vhost: str
     user: str
     password: str
+
+
+def tenant_of(broker, warren) -> Tenant:
+    """The `warren` fixture's vhost and user, with the broker's admin operations for
+    what the test sets on them (limits, tags, permissions)."""
+    return Tenant(broker.admin(), warren.vhost, warren.user, warren.password)
 
 
 @contextmanager
