@@ -62,6 +62,15 @@ class ExternalBroker:
         """Check that the management API answers; learn the product and version."""
         try:
             overview = self._request("GET", "/api/overview")
+        except urllib.error.HTTPError as error:
+            if error.code != 401:
+                raise ManagementUnavailable(
+                    f"GET {self.management_url}/api/overview answered {error.code}: "
+                    f"is --amqp-management the broker's management API?") from None
+            raise ManagementUnavailable(
+                f"the management API at {self.management_url} refuses user "
+                f"{self.user!r}: give an administrator's name and password in "
+                f"--amqp-broker=amqp://user:password@host:port/") from None
         except (OSError, ValueError, ManagementUnavailable) as error:
             raise ManagementUnavailable(
                 f"the management API of the broker at {self.host}:{self.port} does not "
@@ -82,16 +91,20 @@ class ExternalBroker:
         suffix = uuid.uuid4().hex[:12]
         vhost, user = f"{prefix}-{suffix}", f"{prefix}-user-{suffix}"
         password = uuid.uuid4().hex
-        self._request("PUT", f"/api/vhosts/{_quoted(vhost)}", {})
-        self._request("PUT", f"/api/users/{_quoted(user)}",
-                      {"password": password, "tags": TEST_USER_TAGS})
-        self._request("PUT", f"/api/permissions/{_quoted(vhost)}/{_quoted(user)}",
-                      {"configure": ".*", "write": ".*", "read": ".*"})
 
         def remove() -> None:
             self._delete(f"/api/vhosts/{_quoted(vhost)}")
             self._delete(f"/api/users/{_quoted(user)}")
 
+        try:
+            self._request("PUT", f"/api/vhosts/{_quoted(vhost)}", {})
+            self._request("PUT", f"/api/users/{_quoted(user)}",
+                          {"password": password, "tags": TEST_USER_TAGS})
+            self._request("PUT", f"/api/permissions/{_quoted(vhost)}/{_quoted(user)}",
+                          {"configure": ".*", "write": ".*", "read": ".*"})
+        except BaseException:
+            remove()      # what was made before the failure
+            raise
         return TestVhost(self.host, self.port, vhost, user, password, remove=remove,
                          management_url=self.management_url,
                          broker_name=self.description)

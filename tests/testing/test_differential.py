@@ -91,3 +91,15 @@ def test_a_broker_without_management_api_fails_the_session_naming_the_option(
         f"*--amqp-broker: the management API of the broker at {rabbitmq_node.host}:"
         f"{rabbitmq_node.port} does not answer at http://127.0.0.1:{port}*"
         f"--amqp-management=http://host:port"])
+
+
+def test_a_user_the_management_api_refuses_fails_the_session_asking_for_an_administrator(
+        pytester, rabbitmq_node):
+    pytester.makepyfile(test_nothing="def test_nothing(warren):\n    pass\n")
+    result = pytester.runpytest(
+        f"--amqp-broker=amqp://guest:wrong@{rabbitmq_node.host}:{rabbitmq_node.port}/",
+        f"--amqp-management={rabbitmq_node.management_url}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        f"*--amqp-broker: the management API at {rabbitmq_node.management_url} refuses "
+        f"user 'guest': give an administrator's name and password in --amqp-broker=*"])
