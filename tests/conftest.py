@@ -1,8 +1,11 @@
-"""Shared fixtures: a real Warren broker subprocess on an ephemeral loopback port, and a
+"""Shared fixtures: the session's Warren broker, started by the `warren` pytest plugin
+(broker/testing/pytest_plugin.py) as a subprocess with the test hooks on, and a
 throwaway PostgreSQL server (`postgres_server`, tests/postgres_support.py).
 
-Set WARREN_TEST_BROKER=host:port to run the integration tests against another broker
-(for example RabbitMQ on 127.0.0.1:5673) and compare behaviour.
+Set WARREN_TEST_BROKER=host:port and WARREN_TEST_MANAGEMENT=http://host:port to run the
+integration tests against another broker (for example RabbitMQ on 127.0.0.1:5673 with
+its management API on 15673) and compare behaviour: the plugin's differential mode
+(--amqp-broker, as guest), so the `warren` fixture's vhost is made on that broker too.
 
 The differential runner (tests/integration/differential.py) needs both brokers at once:
 `warren_node` always starts Warren, `rabbitmq_node` is the WARREN_TEST_BROKER broker or,
@@ -20,6 +23,7 @@ import os
 import pytest
 from hypothesis import settings
 
+from broker.testing.test_broker import SUBPROCESS
 from broker_address import BrokerAddress
 from broker_process import BrokerProcess
 from rabbitmq_node import RABBITMQ_SERVER, NodeError, RabbitInstance
@@ -29,6 +33,23 @@ settings.register_profile("warren", deadline=None)
 settings.load_profile("warren")
 
 WARREN_ONLY = pytest.StashKey[list]()   # (test id, reason) of the tests not run
+
+
+def pytest_configure(config):
+    """The plugin's broker for this suite: a subprocess (as a deployed Warren runs, and so
+    that the test process's threads do not slow it), or WARREN_TEST_BROKER's broker."""
+    if config.getoption("--warren-mode") is None:
+        config.option.warren_mode = SUBPROCESS
+    address = os.environ.get("WARREN_TEST_BROKER")
+    if not address or config.getoption("--amqp-broker"):
+        return
+    management = os.environ.get("WARREN_TEST_MANAGEMENT")
+    if not management:
+        raise pytest.UsageError(
+            f"WARREN_TEST_BROKER={address} needs WARREN_TEST_MANAGEMENT=http://host:port, "
+            "that broker's management API: each test's vhost and user are made through it")
+    config.option.amqp_broker = f"amqp://guest:guest@{address}/"
+    config.option.amqp_management = management
 
 
 def pytest_collection_modifyitems(config, items):
@@ -93,15 +114,15 @@ def broker_factory(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory):
-    """One broker shared by the integration tests of a session: a BrokerAddress."""
+def broker(warren_broker):
+    """One broker shared by the integration tests of a session, the plugin's
+    `warren_broker` (whose vhosts the `warren` fixture makes): a BrokerAddress."""
     external = _external_broker()
     if external is not None:
-        yield external
-        return
-    process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-shared"))).start()
-    yield process.address()
-    process.kill()
+        return external
+    return BrokerAddress(warren_broker.host, warren_broker.port,
+                         warren_broker.listening.control_socket,
+                         warren_broker.management_url)
 
 
 RABBITMQ_START_TIMEOUT = 120.0   # a node starts in about 4 s on an idle 2-core machine

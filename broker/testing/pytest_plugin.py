@@ -10,11 +10,16 @@ Fixtures:
   pytest's temporary directory; one per pytest-xdist worker.
 - `warren` (function): a TestVhost, removed with everything in it at teardown.
 
-Options: `--warren-mode=thread|subprocess` (ini `warren_mode`). See docs/testing.md.
+Options: `--warren-mode=thread|subprocess` (ini `warren_mode`). Differential mode:
+`--amqp-broker=amqp://user:password@host:port/` (with `--amqp-management=http://host:port`,
+default port 15672) runs the same tests against that broker instead (RabbitMQ): each
+test's vhost and user are made through its management API, and a test using a helper
+that needs Warren's test hooks is skipped with the reason. See docs/testing.md.
 """
 
 import pytest
 
+from .external_broker import ExternalBroker, ManagementUnavailable
 from .test_broker import MODES, THREAD, TestBroker
 from .test_vhost import NotOnThisBroker, TestVhost
 
@@ -26,6 +31,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "process (thread, the default) or as a subprocess")
     parser.addini("warren_mode", "thread or subprocess (as --warren-mode)",
                   default=THREAD)
+    group.addoption("--amqp-broker", default=None, metavar="URL",
+                    help="differential mode: run against the broker at "
+                         "amqp://user:password@host:port/ (an administrator) instead "
+                         "of a Warren test broker")
+    group.addoption("--amqp-management", default=None, metavar="URL",
+                    help="that broker's management HTTP API (default "
+                         "http://<its host>:15672)")
+
+
+EXTERNAL_BROKER = pytest.StashKey[ExternalBroker]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -34,9 +49,27 @@ def pytest_configure(config: pytest.Config) -> None:
                    "user with this prefix")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In differential mode, check the other broker's management API before any test."""
+    config = session.config
+    amqp_url = config.getoption("--amqp-broker")
+    if not amqp_url:
+        return
+    try:
+        config.stash[EXTERNAL_BROKER] = ExternalBroker(
+            amqp_url, config.getoption("--amqp-management")).start()
+    except (ValueError, ManagementUnavailable) as error:
+        raise pytest.UsageError(f"--amqp-broker: {error}") from None
+
+
 @pytest.fixture(scope="session")
 def warren_broker(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config):
-    """The session's Warren test broker (one per xdist worker)."""
+    """The session's Warren test broker (one per xdist worker), or in differential
+    mode the --amqp-broker broker (an ExternalBroker)."""
+    external = pytestconfig.stash.get(EXTERNAL_BROKER, None)
+    if external is not None:
+        yield external
+        return
     mode = pytestconfig.getoption("--warren-mode") or pytestconfig.getini("warren_mode")
     broker = TestBroker(data_dir=str(tmp_path_factory.mktemp("warren-broker")), mode=mode)
     broker.start()
@@ -45,7 +78,7 @@ def warren_broker(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest
 
 
 @pytest.fixture
-def warren(warren_broker: TestBroker, request: pytest.FixtureRequest):
+def warren(warren_broker: TestBroker | ExternalBroker, request: pytest.FixtureRequest):
     """A fresh vhost and user for this test (a TestVhost); removed at teardown."""
     marker = request.node.get_closest_marker("warren_vhost_prefix")
     vhost = warren_broker.new_vhost(marker.args[0] if marker else "test")

@@ -1,9 +1,9 @@
-"""A fresh vhost and user per test, for the differential tests of users, tags and limits:
-made through the broker's admin operations (Warren's control socket, or rabbitmqctl
-when WARREN_TEST_BROKER names RabbitMQ), the user with full permissions on the vhost,
-and deleted afterwards, so tests sharing a broker never see each other's users, vhosts
-or limits. Also raw AMQP connections as a given user, to read the exact Connection.Close
-(code, text, class and method) a refusal carries.
+"""A vhost and user per test for the differential tests of users, tags and limits: the
+`warren` fixture's, with the broker's admin operations (Warren's control socket, or
+rabbitmqctl when WARREN_TEST_BROKER names RabbitMQ) for what a test sets on them, so
+tests sharing a broker never see each other's users, vhosts or limits; and a vhost for
+guest that a module shares (`guest_vhost`). Also raw AMQP connections as a given user,
+to read the exact Connection.Close (code, text, class and method) a refusal carries.
 """
 
 import time
@@ -33,24 +33,10 @@ class Tenant:
     password: str
 
 
-@contextmanager
-def fresh_tenant(broker, prefix: str = "t",
-                 password: str | None = None) -> Iterator[Tenant]:
-    """A new vhost and a new user with full permissions on it, deleted on exit."""
-    admin = broker.admin()
-    suffix = uuid.uuid4().hex[:12]
-    tenant = Tenant(admin, f"{prefix}-vhost-{suffix}", f"{prefix}-user-{suffix}",
-                    password or uuid.uuid4().hex)
-    admin.add_vhost(tenant.vhost)
-    try:
-        admin.add_user(tenant.user, tenant.password)
-        try:
-            admin.set_permissions(tenant.user, tenant.vhost, ".*", ".*", ".*")
-            yield tenant
-        finally:
-            _quietly(admin.delete_user, tenant.user)
-    finally:
-        _quietly(admin.delete_vhost, tenant.vhost)
+def tenant_of(broker, warren) -> Tenant:
+    """The `warren` fixture's vhost and user, with the broker's admin operations for
+    what the test sets on them (limits, tags, permissions)."""
+    return Tenant(broker.admin(), warren.vhost, warren.user, warren.password)
 
 
 @contextmanager

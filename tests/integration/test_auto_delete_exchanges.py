@@ -1,22 +1,21 @@
 """Auto-delete exchanges go when their last binding as a source is removed, and only
 then (RabbitMQ 3.10's rule; differential: run also with WARREN_TEST_BROKER)."""
 
+import pika
 import pytest
 
 from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
-    _test_deadline, close_quietly, connect, wait_until,
+    _test_deadline, close_quietly, wait_until,
 )
-from tenants import guest_vhost
 
 
 @pytest.fixture
-def space(broker):
-    with guest_vhost(broker, "adx") as (_admin, vhost):
-        connection = connect(broker, virtual_host=vhost)
-        try:
-            yield connection, connection.channel()
-        finally:
-            close_quietly(connection)
+def space(warren):
+    connection = pika.BlockingConnection(warren.connection_parameters())
+    try:
+        yield connection, connection.channel()
+    finally:
+        close_quietly(connection)
 
 
 def exists(connection, exchange):
@@ -82,10 +81,10 @@ def test_one_of_two_bindings_removed_keeps_the_exchange(space):
     assert not exists(connection, "x")
 
 
-def test_closing_the_connection_of_an_exclusive_queue_deletes_the_exchange(broker, space):
+def test_closing_the_connection_of_an_exclusive_queue_deletes_the_exchange(warren, space):
     connection, channel = space
     channel.exchange_declare("x", "fanout", auto_delete=True)
-    owner = connect(broker, virtual_host=connection._impl.params.virtual_host)
+    owner = pika.BlockingConnection(warren.connection_parameters())
     owned = owner.channel()
     queue = owned.queue_declare("", exclusive=True).method.queue
     owned.queue_bind(queue, "x")

@@ -20,7 +20,6 @@ import pytest
 from pika_helpers import (_test_deadline, close_quietly, connect, unique,  # noqa: F401
                           wait_for_count, wait_until)
 from rabbitmq_node import HOST, NodeError, RabbitInstance
-from tenants import guest_vhost
 
 TIMEOUT_MS = 1000
 CLOSE_DEADLINE = 90.0      # a bound for a loaded machine (RabbitMQ's default check: 60 s)
@@ -172,18 +171,18 @@ def test_the_queue_argument_overrides_the_broker_timeout(broker):
 @pytest.mark.warren_only("RabbitMQ 3.10 refuses the consumer-timeout policy key (3.12 "
                          "and later honour it)")
 def test_the_policy_overrides_the_broker_timeout_and_the_lower_of_it_and_the_argument_wins(
-        broker):
-    with guest_vhost(broker, "ctimeout") as (admin, vhost):
-        admin.set_policy(vhost, "timeout", "^ctimeout-", {"consumer-timeout": 600})
-        connection = connect(broker, virtual_host=vhost)
-        try:
-            watched = hold_one_unacked(connection, unique("ctimeout-policy"),
-                                       arguments={"x-consumer-timeout": 3_600_000})
-            reason = watched.wait_for_close(connection)
-            assert (reason.reply_code, reason.reply_text) == (
-                406, TEXT.format(watched.channel.channel_number, 600))
-        finally:
-            close_quietly(connection)
+        broker, warren):
+    broker.admin().set_policy(warren.vhost, "timeout", "^ctimeout-",
+                              {"consumer-timeout": 600})
+    connection = pika.BlockingConnection(warren.connection_parameters())
+    try:
+        watched = hold_one_unacked(connection, unique("ctimeout-policy"),
+                                   arguments={"x-consumer-timeout": 3_600_000})
+        reason = watched.wait_for_close(connection)
+        assert (reason.reply_code, reason.reply_text) == (
+            406, TEXT.format(watched.channel.channel_number, 600))
+    finally:
+        close_quietly(connection)
 
 
 @pytest.mark.warren_only("RabbitMQ 3.10 accepts any x-consumer-timeout, as an argument "

@@ -6,24 +6,23 @@ then for the queues' ready counts (passive declare) to show what the broker held
 after that round trip every delivery sent is in pika's buffer, and `flush` hands it over.
 """
 
+import pika
 import pika.exceptions
 import pytest
 
 from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
-    _test_deadline, close_quietly, connect, flush, publish_bodies, wait_for_count,
+    _test_deadline, close_quietly, flush, publish_bodies, wait_for_count,
     wait_until,
 )
-from tenants import guest_vhost
 
 
 @pytest.fixture
-def conn(broker):
-    with guest_vhost(broker, "gqos") as (_admin, vhost):
-        connection = connect(broker, virtual_host=vhost)
-        try:
-            yield connection
-        finally:
-            close_quietly(connection)
+def conn(warren):
+    connection = pika.BlockingConnection(warren.connection_parameters())
+    try:
+        yield connection
+    finally:
+        close_quietly(connection)
 
 
 def full_queue(channel, name, count=5, arguments=None):

@@ -18,22 +18,19 @@ import pika
 import pytest
 
 from pika_helpers import _test_deadline, expect_channel_error, wait_until  # noqa: F401
-from tenants import fresh_tenant
-
-PASSWORD = "changes-password"
 
 
 @pytest.fixture
-def account(broker):
-    """A fresh vhost and a user with every permission on it: (admin, user, vhost)."""
-    with fresh_tenant(broker, "pc", PASSWORD) as tenant:
-        yield tenant.admin, tenant.user, tenant.vhost
+def account(broker, warren):
+    """A fresh vhost and a user with every permission on it (the `warren` fixture's),
+    with the broker's admin operations to change them: (admin, user, vhost)."""
+    return broker.admin(), warren.user, warren.vhost
 
 
-def open_connection(broker, user: str, vhost: str) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.ConnectionParameters(
-        host=broker.host, port=broker.port, virtual_host=vhost, connection_attempts=1,
-        credentials=pika.PlainCredentials(user, PASSWORD)))
+@pytest.fixture
+def open_connection(warren):
+    """Opens a connection as the account's user to its vhost."""
+    return lambda: pika.BlockingConnection(warren.connection_parameters())
 
 
 def refused_text(kind: str, name: str, user: str, vhost: str) -> str:
@@ -56,10 +53,10 @@ def publish_confirmed(connection, exchange: str, routing_key: str = "k") -> None
     channel.close()
 
 
-def test_a_refusal_closes_its_channel_and_nothing_else(broker, account):
+def test_a_refusal_closes_its_channel_and_nothing_else(account, open_connection):
     admin, user, vhost = account
     admin.set_permissions(user, vhost, ".*", "^open-", ".*")
-    connection = open_connection(broker, user, vhost)
+    connection = open_connection()
     try:
         worker = connection.channel()
         worker.exchange_declare("open-x", "fanout")
@@ -82,9 +79,9 @@ def test_a_refusal_closes_its_channel_and_nothing_else(broker, account):
         connection.close()
 
 
-def test_set_permissions_applies_to_the_next_operation(broker, account):
+def test_set_permissions_applies_to_the_next_operation(account, open_connection):
     admin, user, vhost = account
-    connection = open_connection(broker, user, vhost)
+    connection = open_connection()
     try:
         publish_confirmed(connection, "amq.direct")
         waiting = connection.channel()      # open before the change, not used yet
@@ -101,9 +98,9 @@ def test_set_permissions_applies_to_the_next_operation(broker, account):
         connection.close()
 
 
-def test_clear_permissions_refuses_everything_but_keeps_the_connection(broker, account):
+def test_clear_permissions_refuses_everything_but_keeps_the_connection(account, open_connection):
     admin, user, vhost = account
-    connection = open_connection(broker, user, vhost)
+    connection = open_connection()
     try:
         channel = connection.channel()
         channel.queue_declare("kept")
@@ -122,9 +119,9 @@ def test_clear_permissions_refuses_everything_but_keeps_the_connection(broker, a
         connection.close()
 
 
-def test_topic_permission_changes_apply_to_the_next_operation(broker, account):
+def test_topic_permission_changes_apply_to_the_next_operation(account, open_connection):
     admin, user, vhost = account
-    connection = open_connection(broker, user, vhost)
+    connection = open_connection()
     try:
         publish_confirmed(connection, "amq.topic", "any.key")
         admin.set_topic_permissions(user, vhost, "amq.topic", "^ok\\.", "^ok\\.")

@@ -1,7 +1,7 @@
 """Policies and operator policies applied live, and alternate exchanges, as pika sees
-them. Each test works in a vhost of its own (made and deleted through the broker's
-admin: Warren's control socket, or rabbitmqctl with WARREN_TEST_BROKER=127.0.0.1:5673),
-so a policy never reaches another test's queues.
+them. Each test works in a vhost of its own (the `warren` fixture's; policies are set
+through the broker's admin: Warren's control socket, or rabbitmqctl with
+WARREN_TEST_BROKER=127.0.0.1:5673), so a policy never reaches another test's queues.
 
 RabbitMQ applies a policy to its queues after rabbitmqctl returns, so every effect is
 waited for (with a deadline); Warren's control socket answers once it is applied.
@@ -19,7 +19,6 @@ from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     WAIT, _test_deadline, close_quietly, connect, get_all, publish_bodies, queue_exists,
     ready_count, wait_for_bodies, wait_for_count, wait_until,
 )
-from tenants import guest_vhost
 
 PIKA_TEST_TIMEOUT = 120   # rabbitmqctl takes about a second per call
 STREAM = {"x-queue-type": "stream"}
@@ -27,7 +26,7 @@ STREAM = {"x-queue-type": "stream"}
 
 @dataclass
 class Space:
-    """A fresh vhost with guest allowed everything, a connection and a channel in it."""
+    """The test's own vhost, its admin operations, a connection and a channel in it."""
 
     admin: object
     vhost: str
@@ -47,13 +46,12 @@ class Space:
 
 
 @pytest.fixture
-def space(broker):
-    with guest_vhost(broker, "policies") as (admin, vhost):
-        connection = connect(broker, virtual_host=vhost)
-        try:
-            yield Space(admin, vhost, connection, connection.channel())
-        finally:
-            close_quietly(connection)
+def space(broker, warren):
+    connection = pika.BlockingConnection(warren.connection_parameters())
+    try:
+        yield Space(broker.admin(), warren.vhost, connection, connection.channel())
+    finally:
+        close_quietly(connection)
 
 
 def fill(channel, queue, count, prefix="m"):

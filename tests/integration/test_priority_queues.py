@@ -13,23 +13,21 @@ import pytest
 from numbered_bodies import PERSISTENT, body_index, numbered_body
 from numbered_bodies import connect as connect_port
 from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
-    _test_deadline, close_quietly, connect, unique, wait_until,
+    _test_deadline, close_quietly, unique, wait_until,
 )
-from tenants import guest_vhost
 
 PIKA_TEST_TIMEOUT = 180
 
 
 @pytest.fixture
-def channel(broker):
-    with guest_vhost(broker, "prio") as (_admin, vhost):
-        connection = connect(broker, virtual_host=vhost)
-        try:
-            channel = connection.channel()
-            channel.confirm_delivery()     # RabbitMQ queues a message asynchronously:
-            yield channel                  # counts and Gets follow the confirms
-        finally:
-            close_quietly(connection)
+def channel(warren):
+    connection = pika.BlockingConnection(warren.connection_parameters())
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()     # RabbitMQ queues a message asynchronously:
+        yield channel                  # counts and Gets follow the confirms
+    finally:
+        close_quietly(connection)
 
 
 def publish(channel, queue: str, body: str, priority: int | None = None,

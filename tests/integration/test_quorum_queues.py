@@ -15,7 +15,6 @@ import pytest
 from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     WAIT, _test_deadline, close_quietly, connect, unique, wait_for_count,
 )
-from tenants import guest_vhost
 
 PIKA_TEST_TIMEOUT = 120   # rabbitmqctl takes about a second per call
 QUORUM = {"x-queue-type": "quorum"}
@@ -23,14 +22,14 @@ COUNT = "x-delivery-count"
 
 
 @pytest.fixture
-def space(broker):
-    """A fresh vhost (so policies reach only this test's queues) and a channel in it."""
-    with guest_vhost(broker, "quorum") as (admin, vhost):
-        connection = connect(broker, virtual_host=vhost)
-        try:
-            yield admin, vhost, connection, connection.channel()
-        finally:
-            close_quietly(connection)
+def space(broker, warren):
+    """A fresh vhost (so policies reach only this test's queues), the broker's admin
+    operations and a channel in it."""
+    connection = pika.BlockingConnection(warren.connection_parameters())
+    try:
+        yield broker.admin(), warren.vhost, connection, connection.channel()
+    finally:
+        close_quietly(connection)
 
 
 def quorum(channel, name, **arguments):
@@ -163,11 +162,11 @@ def test_every_delivery_carries_the_count_of_returns_before_it(space):
     channel.basic_ack(method.delivery_tag)
 
 
-def test_a_consumer_sees_the_count_and_a_closed_connection_counts(space, broker):
-    _, vhost, connection, channel = space
+def test_a_consumer_sees_the_count_and_a_closed_connection_counts(space, warren):
+    _, _, connection, channel = space
     quorum(channel, "q")
     channel.basic_publish("", "q", b"m")
-    other = connect(broker, virtual_host=vhost)
+    other = pika.BlockingConnection(warren.connection_parameters())
     try:
         other_channel = other.channel()
         method, headers, _ = next_message(other_channel, "q")

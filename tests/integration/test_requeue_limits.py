@@ -3,18 +3,12 @@ channel close): drop-head dead-letters the requeued ones, which are the oldest
 (reason maxlen); reject-publish keeps them over the limit. Differential: run also with
 WARREN_TEST_BROKER=127.0.0.1:5673."""
 
+import pika
 import pytest
 
 from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
-    _test_deadline, close_quietly, connect, get_all, publish_bodies, wait_for_count,
+    _test_deadline, close_quietly, get_all, publish_bodies, wait_for_count,
 )
-from tenants import guest_vhost
-
-
-@pytest.fixture
-def vhost(broker):
-    with guest_vhost(broker, "requeue") as (_admin, name):
-        yield name
 
 
 def give_back(channel, tags, how):
@@ -31,9 +25,9 @@ def give_back(channel, tags, how):
 
 @pytest.mark.parametrize("how", ["reject", "nack", "recover", "close"])
 @pytest.mark.parametrize("overflow", ["drop-head", "reject-publish"])
-def test_requeue_over_max_length(broker, vhost, overflow, how):
-    connection = connect(broker, virtual_host=vhost)
-    consumer = connect(broker, virtual_host=vhost)
+def test_requeue_over_max_length(warren, overflow, how):
+    connection = pika.BlockingConnection(warren.connection_parameters())
+    consumer = pika.BlockingConnection(warren.connection_parameters())
     try:
         channel = connection.channel()
         channel.confirm_delivery()
@@ -62,9 +56,9 @@ def test_requeue_over_max_length(broker, vhost, overflow, how):
         close_quietly(connection)
 
 
-def test_requeue_over_max_length_bytes_drops_the_requeued_head(broker, vhost):
-    connection = connect(broker, virtual_host=vhost)
-    consumer = connect(broker, virtual_host=vhost)
+def test_requeue_over_max_length_bytes_drops_the_requeued_head(warren):
+    connection = pika.BlockingConnection(warren.connection_parameters())
+    consumer = pika.BlockingConnection(warren.connection_parameters())
     try:
         channel = connection.channel()
         channel.confirm_delivery()

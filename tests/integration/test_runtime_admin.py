@@ -8,8 +8,8 @@ import pytest
 from pamqp import commands
 
 from pika_helpers import _test_deadline, close_quietly  # noqa: F401  (fixture)
-from tenants import (close_connection, fresh_tenant, open_as, open_tenant, refusal_of_open,
-                     reopen_after_close, reply_to)
+from tenants import (close_connection, open_as, open_tenant, refusal_of_open,
+                     reopen_after_close, reply_to, tenant_of)
 
 PIKA_TEST_TIMEOUT = 120   # rabbitmqctl takes about a second per call
 
@@ -18,9 +18,8 @@ LOGIN_REFUSED = ("ACCESS_REFUSED - Login was refused using authentication mechan
 
 
 @pytest.fixture
-def tenant(broker):
-    with fresh_tenant(broker, "admin") as tenant:
-        yield tenant
+def tenant(broker, warren):
+    return tenant_of(broker, warren)
 
 
 def test_a_user_added_while_the_broker_runs_logs_in_at_once(broker, tenant):

@@ -12,13 +12,19 @@ import struct
 import uuid
 
 import pika
+import pytest
 from pamqp import commands
 
 from raw_amqp import CloseInfo, method_frame
-from tenants import (READ_DEADLINE, RawAmqpClient, close_connection, fresh_tenant,
-                     open_tenant, refusal_of_open, reply_to)
+from tenants import (READ_DEADLINE, RawAmqpClient, close_connection, open_tenant,
+                     refusal_of_open, reply_to, tenant_of)
 
 REFUSED_LOGIN = 403
+
+
+@pytest.fixture
+def tenant(broker, warren):
+    return tenant_of(broker, warren)
 
 
 def update_secret(client: RawAmqpClient, secret: str, reason: str = "rotation"):
@@ -33,88 +39,83 @@ def declares_a_queue(client: RawAmqpClient, channel: int) -> bool:
     return isinstance(reply, commands.Queue.DeclareOk)
 
 
-def test_the_current_password_as_new_secret_is_acknowledged(broker):
-    with fresh_tenant(broker, "us") as tenant:
-        client = open_tenant(broker, tenant)
-        try:
-            client.open_channel(1)
-            assert isinstance(update_secret(client, tenant.password),
-                              commands.Connection.UpdateSecretOk)
-            assert declares_a_queue(client, 1)
-            client.open_channel(2)
-            assert declares_a_queue(client, 2)
-            close_connection(client)
-        finally:
-            client.close()
+def test_the_current_password_as_new_secret_is_acknowledged(broker, tenant):
+    client = open_tenant(broker, tenant)
+    try:
+        client.open_channel(1)
+        assert isinstance(update_secret(client, tenant.password),
+                          commands.Connection.UpdateSecretOk)
+        assert declares_a_queue(client, 1)
+        client.open_channel(2)
+        assert declares_a_queue(client, 2)
+        close_connection(client)
+    finally:
+        client.close()
 
 
-def test_a_wrong_new_secret_is_acknowledged_and_changes_nothing(broker):
+def test_a_wrong_new_secret_is_acknowledged_and_changes_nothing(broker, tenant):
     """The internal user database does not check the new secret: the connection keeps
     its user and permissions, the stored password stays the one that logs in."""
-    with fresh_tenant(broker, "us") as tenant:
-        client = open_tenant(broker, tenant)
-        try:
-            client.open_channel(1)
-            assert isinstance(update_secret(client, "not-the-password"),
-                              commands.Connection.UpdateSecretOk)
-            assert declares_a_queue(client, 1)
-            close_connection(client)
-        finally:
-            client.close()
-        assert refusal_of_login(broker, tenant.user, "not-the-password") == REFUSED_LOGIN
-        open_tenant(broker, tenant).close()
+    client = open_tenant(broker, tenant)
+    try:
+        client.open_channel(1)
+        assert isinstance(update_secret(client, "not-the-password"),
+                          commands.Connection.UpdateSecretOk)
+        assert declares_a_queue(client, 1)
+        close_connection(client)
+    finally:
+        client.close()
+    assert refusal_of_login(broker, tenant.user, "not-the-password") == REFUSED_LOGIN
+    open_tenant(broker, tenant).close()
 
 
-def test_a_binary_new_secret_is_acknowledged(broker):
+def test_a_binary_new_secret_is_acknowledged(broker, tenant):
     """The secret is a long string of any bytes (an opaque token), not UTF-8 text."""
-    with fresh_tenant(broker, "us") as tenant:
-        client = open_tenant(broker, tenant)
-        try:
-            secret = b"\xff\x00\xfe token"
-            reason = b"binary"
-            client.send_raw(method_frame(0, 10, 70, struct.pack(">I", len(secret)) + secret
-                                         + bytes([len(reason)]) + reason))
-            client.expect(commands.Connection.UpdateSecretOk, channel=0)
-            client.open_channel(1)
-            assert declares_a_queue(client, 1)
-        finally:
-            client.close()
+    client = open_tenant(broker, tenant)
+    try:
+        secret = b"\xff\x00\xfe token"
+        reason = b"binary"
+        client.send_raw(method_frame(0, 10, 70, struct.pack(">I", len(secret)) + secret
+                                     + bytes([len(reason)]) + reason))
+        client.expect(commands.Connection.UpdateSecretOk, channel=0)
+        client.open_channel(1)
+        assert declares_a_queue(client, 1)
+    finally:
+        client.close()
 
 
-def test_pika_update_secret_returns_and_the_connection_keeps_working(broker):
-    with fresh_tenant(broker, "us") as tenant:
-        parameters = pika.ConnectionParameters(
-            broker.host, broker.port, tenant.vhost,
-            pika.PlainCredentials(tenant.user, tenant.password),
-            blocked_connection_timeout=READ_DEADLINE)
-        connection = pika.BlockingConnection(parameters)
-        try:
-            channel = connection.channel()
-            connection.update_secret("a-new-token", "token refreshed")
-            queue = channel.queue_declare("", exclusive=True).method.queue
-            channel.basic_publish("", queue, b"after the update")
-            method, _, body = channel.basic_get(queue, auto_ack=True)
-            assert body == b"after the update"
-        finally:
-            connection.close()
+def test_pika_update_secret_returns_and_the_connection_keeps_working(broker, tenant):
+    parameters = pika.ConnectionParameters(
+        broker.host, broker.port, tenant.vhost,
+        pika.PlainCredentials(tenant.user, tenant.password),
+        blocked_connection_timeout=READ_DEADLINE)
+    connection = pika.BlockingConnection(parameters)
+    try:
+        channel = connection.channel()
+        connection.update_secret("a-new-token", "token refreshed")
+        queue = channel.queue_declare("", exclusive=True).method.queue
+        channel.basic_publish("", queue, b"after the update")
+        method, _, body = channel.basic_get(queue, auto_ack=True)
+        assert body == b"after the update"
+    finally:
+        connection.close()
 
 
-def test_update_secret_before_connection_open_is_504(broker):
+def test_update_secret_before_connection_open_is_504(broker, tenant):
     """Out of place before Open, as any unexpected connection method is."""
-    with fresh_tenant(broker, "us") as tenant:
-        client = RawAmqpClient(broker.host, broker.port, READ_DEADLINE)
-        try:
-            client.start_handshake()
-            client.send_start_ok(tenant.user, tenant.password)
-            client.tune = client.expect(commands.Connection.Tune, channel=0)
-            client.send_tune_ok(heartbeat=0)
-            client.send_method(0, commands.Connection.UpdateSecret(
-                new_secret=tenant.password, reason="early"))
-            assert client.wait_for_connection_close() == CloseInfo(
-                0, 504, "CHANNEL_ERROR - unexpected method in connection state opening",
-                10, 70)
-        finally:
-            client.close()
+    client = RawAmqpClient(broker.host, broker.port, READ_DEADLINE)
+    try:
+        client.start_handshake()
+        client.send_start_ok(tenant.user, tenant.password)
+        client.tune = client.expect(commands.Connection.Tune, channel=0)
+        client.send_tune_ok(heartbeat=0)
+        client.send_method(0, commands.Connection.UpdateSecret(
+            new_secret=tenant.password, reason="early"))
+        assert client.wait_for_connection_close() == CloseInfo(
+            0, 504, "CHANNEL_ERROR - unexpected method in connection state opening",
+            10, 70)
+    finally:
+        client.close()
 
 
 def refusal_of_login(broker, user: str, password: str) -> int:

@@ -8,15 +8,14 @@ import pytest
 
 from pika_helpers import _test_deadline  # noqa: F401  (fixture)
 from pika_helpers import close_quietly, connect, expect_channel_error
-from tenants import fresh_tenant
+from tenants import tenant_of
 
 PIKA_TEST_TIMEOUT = 120   # rabbitmqctl takes about a second per call
 
 
 @pytest.fixture
-def tenant(broker):
-    with fresh_tenant(broker, "tags") as tenant:
-        yield tenant
+def tenant(broker, warren):
+    return tenant_of(broker, warren)
 
 
 @pytest.fixture

@@ -9,15 +9,14 @@ import pytest
 from pamqp import commands
 
 from bystander import RunningBystander
-from tenants import (OpenRefused, close_connection, fresh_tenant, open_as, open_tenant,
-                     opens_in_time, refusal_of_open, reopen_after_close, reply_to)
+from tenants import (OpenRefused, close_connection, open_as, open_tenant, opens_in_time,
+                     refusal_of_open, reopen_after_close, reply_to, tenant_of)
 
 
 
 @pytest.fixture
-def tenant(broker):
-    with fresh_tenant(broker, "limits") as tenant:
-        yield tenant
+def tenant(broker, warren):
+    return tenant_of(broker, warren)
 
 
 def refusal(broker, tenant, vhost=None):
