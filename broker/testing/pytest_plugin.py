@@ -10,7 +10,9 @@ Fixtures:
   pytest's temporary directory; one per pytest-xdist worker.
 - `warren` (function): a TestVhost, removed with everything in it at teardown.
 
-Options: `--warren-mode=thread|subprocess` (ini `warren_mode`). See docs/testing.md.
+Options: `--warren-mode=thread|subprocess` (ini `warren_mode`); `--warren-assert-clean`
+(ini `warren_assert_clean = true`, or the marker `warren_assert_clean` per test): the
+`warren` fixture calls `assert_clean()` at teardown. See docs/testing.md.
 """
 
 import pytest
@@ -26,12 +28,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "process (thread, the default) or as a subprocess")
     parser.addini("warren_mode", "thread or subprocess (as --warren-mode)",
                   default=THREAD)
+    group.addoption("--warren-assert-clean", action="store_true", default=None,
+                    help="after every test using `warren`, fail its teardown if it left "
+                         "unacked deliveries, ready messages, channels or connections")
+    parser.addini("warren_assert_clean", "true: as --warren-assert-clean", type="bool",
+                  default=False)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "warren_vhost_prefix(prefix): name the `warren` fixture's vhost and "
                    "user with this prefix")
+    config.addinivalue_line(
+        "markers", "warren_assert_clean: after the test, fail its teardown if it left "
+                   "anything in its `warren` vhost (warren.assert_clean())")
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +60,19 @@ def warren(warren_broker: TestBroker, request: pytest.FixtureRequest):
     marker = request.node.get_closest_marker("warren_vhost_prefix")
     vhost = warren_broker.new_vhost(marker.args[0] if marker else "test")
     yield vhost
-    vhost.remove()
+    try:
+        if _assert_clean_wanted(request):
+            vhost.assert_clean()
+    finally:
+        vhost.remove()
+
+
+def _assert_clean_wanted(request: pytest.FixtureRequest) -> bool:
+    """The test is marked warren_assert_clean, or the suite asks for it."""
+    config = request.config
+    return bool(request.node.get_closest_marker("warren_assert_clean")
+                or config.getoption("--warren-assert-clean")
+                or config.getini("warren_assert_clean"))
 
 
 @pytest.hookimpl(wrapper=True)

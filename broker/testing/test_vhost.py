@@ -4,6 +4,7 @@ test broker) the test hooks scoped to that vhost."""
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Callable
 
+from .cleanliness import Cleanliness
 from .control_client import ControlClient
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ class NotOnThisBroker(Exception):
     (differential mode). The pytest plugin reports the test as skipped with this text."""
 
 
-class TestVhost:
+class TestVhost(Cleanliness):
     """A vhost and a user for one test. Connect with `url` (any client taking an
     amqp:// URL: pika.URLParameters, aio-pika, kombu), `connection_parameters()`
     (pika), or `host`/`port`/`vhost`/`user`/`password` (a Java or Go program)."""

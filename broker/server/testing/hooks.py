@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from broker.core.admin import AdminError, Administration
 
-from . import sandbox
+from . import leftovers, sandbox
 
 if TYPE_CHECKING:
     from ..listener import Server
@@ -18,7 +18,7 @@ log = logging.getLogger("warren.testing")
 PREFIX = "test."
 # Each module's OPERATIONS: {name: function(hooks, **arguments) -> JSON value}; the
 # function may be async (a wait).
-OPERATION_MODULES = (sandbox,)
+OPERATION_MODULES = (sandbox, leftovers)
 
 
 class TestHookError(Exception):
