@@ -1,15 +1,13 @@
 """assert_clean: opt-in (a marker, an ini option or a command-line flag), the `warren`
 fixture's teardown fails naming what the test left in its vhost."""
 
-import tempfile
-
 import pytest
+
+from pytester_runs import run_pytest
 
 pytest_plugins = ["pytester"]
 
-# Each test runs in a pytest of its own (pytester), against that run's Warren. A short
-# --basetemp: the broker's control socket is in its data directory under it, and a
-# Unix socket path has at most 107 bytes (pytester's own tmp paths are longer).
+# Each test runs in a pytest of its own (pytester), against that run's Warren.
 CONNECT = """
 import pika
 import pytest
@@ -25,8 +23,7 @@ def run_suite(pytester: pytest.Pytester, tests: str, *args: str,
     if ini:
         pytester.makeini(f"[pytest]\n{ini}\n")
     pytester.makepyfile(CONNECT + tests)
-    with tempfile.TemporaryDirectory(prefix="w-") as basetemp:
-        return pytester.runpytest_subprocess(f"--basetemp={basetemp}", *args)
+    return run_pytest(pytester, *args)
 
 
 def test_a_test_that_cleans_up_passes(pytester):
