@@ -134,7 +134,9 @@ def _or(value, default):
 def _print_addresses(server: Server) -> None:
     """What an ephemeral broker prints on stdout once it listens: one JSON line that a
     test suite in any language can read (then the broker runs until SIGTERM)."""
-    addresses = {"amqp_url": f"amqp://guest:guest@{server.host}:{server.port}/",
+    # The default vhost as %2F: by the AMQP URI spec (and the Java and Go clients) a
+    # bare "/" path names the empty vhost.
+    addresses = {"amqp_url": f"amqp://guest:guest@{server.host}:{server.port}/%2F",
                  "host": server.host, "port": server.port,
                  "management_url": (f"http://{server.management.host}:"
                                     f"{server.management.port}"

@@ -10,7 +10,9 @@ Fixtures:
   pytest's temporary directory; one per pytest-xdist worker.
 - `warren` (function): a TestVhost, removed with everything in it at teardown.
 
-Options: `--warren-mode=thread|subprocess` (ini `warren_mode`). Differential mode:
+Options: `--warren-mode=thread|subprocess` (ini `warren_mode`); `--warren-assert-clean`
+(ini `warren_assert_clean = true`, or the marker `warren_assert_clean` per test): the
+`warren` fixture calls `assert_clean()` at teardown. Differential mode:
 `--amqp-broker=amqp://user:password@host:port/` (with `--amqp-management=http://host:port`,
 default port 15672) runs the same tests against that broker instead (RabbitMQ): each
 test's vhost and user are made through its management API, and a test using a helper
@@ -31,6 +33,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "process (thread, the default) or as a subprocess")
     parser.addini("warren_mode", "thread or subprocess (as --warren-mode)",
                   default=THREAD)
+    group.addoption("--warren-assert-clean", action="store_true", default=None,
+                    help="after every test using `warren`, fail its teardown if it left "
+                         "unacked deliveries, ready messages, channels or connections")
+    parser.addini("warren_assert_clean", "true: as --warren-assert-clean", type="bool",
+                  default=False)
     group.addoption("--amqp-broker", default=None, metavar="URL",
                     help="differential mode: run against the broker at "
                          "amqp://user:password@host:port/ (an administrator) instead "
@@ -47,6 +54,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "warren_vhost_prefix(prefix): name the `warren` fixture's vhost and "
                    "user with this prefix")
+    config.addinivalue_line(
+        "markers", "warren_assert_clean: after the test, fail its teardown if it left "
+                   "anything in its `warren` vhost (warren.assert_clean())")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -83,7 +93,20 @@ def warren(warren_broker: TestBroker | ExternalBroker, request: pytest.FixtureRe
     marker = request.node.get_closest_marker("warren_vhost_prefix")
     vhost = warren_broker.new_vhost(marker.args[0] if marker else "test")
     yield vhost
-    vhost.remove()
+    try:
+        if vhost.has_test_hooks and _assert_clean_wanted(request):
+            vhost.assert_clean()
+    finally:
+        vhost.remove()
+
+
+def _assert_clean_wanted(request: pytest.FixtureRequest) -> bool:
+    """The test is marked warren_assert_clean, or the suite asks for it. (In
+    differential mode the check needs Warren's hooks and is not made.)"""
+    config = request.config
+    return bool(request.node.get_closest_marker("warren_assert_clean")
+                or config.getoption("--warren-assert-clean")
+                or config.getini("warren_assert_clean"))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 from broker.config import ServeSettings
+from broker.server.control import CONTROL_SOCKET_NAME, MAX_SOCKET_PATH
 
 from .control_client import ControlClient
 from .test_vhost import TestVhost
@@ -57,6 +58,8 @@ class TestBroker:
         self.management = management
         self._own_data_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="warren-test-")
+        self._socket_dir: str | None = None   # when the data directory's path is too long
+        self.control_socket = self._control_socket_path()
         self._runner: _ThreadRunner | _ProcessRunner | None = None
         self._listening: Listening | None = None
 
@@ -68,7 +71,8 @@ class TestBroker:
             raise RuntimeError("the test broker is already running")
         previous = self._listening
         runner_type = _ThreadRunner if self.mode == THREAD else _ProcessRunner
-        self._runner = runner_type(self.host, self.data_dir, self.management,
+        self._runner = runner_type(self.host, self.data_dir, self.control_socket,
+                                   self.management,
                                    previous.port if previous else 0,
                                    previous.management_port if previous else None)
         try:
@@ -84,6 +88,17 @@ class TestBroker:
         self._shut_down(kill=False)
         if self._own_data_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+
+    def _control_socket_path(self) -> str:
+        """control.sock in the data directory, or in a short temporary directory when
+        that path is longer than a Unix socket path may be (deep pytest tmp paths)."""
+        path = os.path.join(self.data_dir, CONTROL_SOCKET_NAME)
+        if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
+            return path
+        self._socket_dir = tempfile.mkdtemp(prefix="warren-")
+        return os.path.join(self._socket_dir, CONTROL_SOCKET_NAME)
 
     def restart(self, kill: bool = False) -> None:
         """Stop and start again on the same data directory and ports. `kill` ends a
@@ -144,11 +159,12 @@ class TestBroker:
 class _ThreadRunner:
     """The server on a thread of this process."""
 
-    def __init__(self, host: str, data_dir: str, management: bool, port: int,
-                 management_port: int | None):
+    def __init__(self, host: str, data_dir: str, control_socket: str, management: bool,
+                 port: int, management_port: int | None):
         from broker.server.node import Node   # the server's imports only when used
 
-        settings = ServeSettings(host=host, port=port, data_dir=data_dir)
+        settings = ServeSettings(host=host, port=port, data_dir=data_dir,
+                                 control_socket=control_socket)
         settings.management.port = ((management_port or "auto") if management else 0)
         self.node = Node(settings, testing=True)
         self._started = threading.Event()
@@ -186,10 +202,11 @@ class _ThreadRunner:
 class _ProcessRunner:
     """`warren serve --ephemeral --testing` on our data directory."""
 
-    def __init__(self, host: str, data_dir: str, management: bool, port: int,
-                 management_port: int | None):
+    def __init__(self, host: str, data_dir: str, control_socket: str, management: bool,
+                 port: int, management_port: int | None):
         self.command = [sys.executable, "-m", "broker", "serve", "--ephemeral", "--testing",
                         "--host", host, "--port", str(port), "--data-dir", data_dir,
+                        "--control-socket", control_socket,
                         "--management-port",
                         str(management_port or "auto") if management else "0"]
         self.process: subprocess.Popen | None = None

@@ -4,6 +4,7 @@ test broker) the test hooks scoped to that vhost."""
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Callable
 
+from .cleanliness import Cleanliness
 from .control_client import ControlClient
 from .faults import Faults
 from .inspection import Inspection
@@ -21,7 +22,7 @@ class NotOnThisBroker(Exception):
     (differential mode). The pytest plugin reports the test as skipped with this text."""
 
 
-class TestVhost(Inspection, Waits, Faults, VirtualTime):
+class TestVhost(Inspection, Waits, Faults, VirtualTime, Cleanliness):
     """A vhost and a user for one test. Connect with `url` (any client taking an
     amqp:// URL: pika.URLParameters, aio-pika, kombu), `connection_parameters()`
     (pika), or `host`/`port`/`vhost`/`user`/`password` (a Java or Go program)."""
@@ -83,6 +84,11 @@ class TestVhost(Inspection, Waits, Faults, VirtualTime):
         """Run the test hook `operation` on this vhost (Warren only)."""
         return self.hooks(operation).call(f"test.{operation}", vhost=self.vhost,
                                           **arguments)
+
+    @property
+    def has_test_hooks(self) -> bool:
+        """Whether the broker under test is a Warren test broker."""
+        return self._control is not None
 
     def hooks(self, needed_for: str) -> ControlClient:
         """The control socket of a Warren test broker; NotOnThisBroker elsewhere."""

@@ -37,7 +37,14 @@ public class Tx {
                 Interop.result("ready_after_ack_rollback", ready(observer, queue));
                 tx.close();   // the unacked message goes back to the queue
 
+                // RabbitMQ requeues a closed channel's unacked messages asynchronously
+                // (the queue hears of the channel's end after Close-Ok): wait, bounded.
                 GetResponse again = observer.basicGet(queue, false);
+                long deadline = System.nanoTime() + 10_000_000_000L;
+                while (again == null && System.nanoTime() < deadline) {
+                    Thread.sleep(10);
+                    again = observer.basicGet(queue, false);
+                }
                 Interop.check(again != null, "the message was not requeued on channel close");
                 Interop.result("requeued_body", text(again));
                 Interop.result("requeued_redelivered", again.getEnvelope().isRedeliver());

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from broker.core.admin import AdminError, Administration
 
-from . import clock, faults, inspection, sandbox, waits
+from . import clock, faults, inspection, leftovers, sandbox, waits
 from .refusal import TestHookError
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ log = logging.getLogger("warren.testing")
 PREFIX = "test."
 # Each module's OPERATIONS: {name: function(hooks, **arguments) -> JSON value}; the
 # function may be async (a wait).
-OPERATION_MODULES = (sandbox, inspection, waits, faults, clock)
+OPERATION_MODULES = (sandbox, inspection, waits, faults, clock, leftovers)
 
 
 class TestHooks:
