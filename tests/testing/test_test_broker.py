@@ -84,3 +84,10 @@ def test_a_test_operation_with_wrong_arguments_says_which(warren_broker):
         warren_broker.control.call("test.create_sandbox", vhost="v")
     with pytest.raises(BrokerRefused, match="'user' must be a string"):
         warren_broker.control.call("test.create_sandbox", vhost="v", user=3, password="p")
+
+
+def test_a_data_directory_too_deep_for_a_unix_socket_still_gets_the_test_hooks(tmp_path):
+    deep = tmp_path.joinpath(*["a-rather-long-directory-name"] * 4)
+    with TestBroker(data_dir=str(deep)) as broker:
+        assert not broker.control_socket.startswith(str(deep))
+        assert publish_and_get(broker.new_vhost(), "deep", b"x") == 1
