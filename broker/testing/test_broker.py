@@ -14,7 +14,6 @@ import uuid
 from dataclasses import dataclass
 
 from broker.config import ServeSettings
-from broker.server.control import CONTROL_SOCKET_NAME, MAX_SOCKET_PATH
 
 from .control_client import ControlClient
 from .test_vhost import TestVhost
@@ -94,6 +93,8 @@ class TestBroker:
     def _control_socket_path(self) -> str:
         """control.sock in the data directory, or in a short temporary directory when
         that path is longer than a Unix socket path may be (deep pytest tmp paths)."""
+        from broker.server.control import CONTROL_SOCKET_NAME, MAX_SOCKET_PATH
+
         path = os.path.join(self.data_dir, CONTROL_SOCKET_NAME)
         if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
             return path

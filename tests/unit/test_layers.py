@@ -5,7 +5,9 @@ package; `importlib.import_module("...")` and `__import__("...")` with a literal
 
 - broker/core imports neither trio, nor storage, nor broker.server;
 - amqp_codec imports only pamqp, itself and the standard library;
-- storage imports nothing of broker.
+- storage imports nothing of broker;
+- broker/testing imports of the broker only its settings, the node and the control
+  socket's constants (it talks to the broker over its sockets).
 
 The checker is also run on small synthetic trees that break each rule, so this test is
 known to fail when a rule is broken.
@@ -48,6 +50,11 @@ RULES = (
     LayerRule("amqp_codec", "amqp_codec imports only pamqp and the standard library",
               only=("pamqp", "amqp_codec")),
     LayerRule("storage", "storage never imports broker", forbidden=("broker",)),
+    LayerRule("broker/testing", "broker/testing reaches a broker through its sockets: of "
+              "the broker it imports only the settings, the node (the thread mode) and the "
+              "control socket's constants",
+              only=("broker.testing", "broker.config", "broker.server.node",
+                    "broker.server.control", "pika", "pytest")),
 )
 
 
