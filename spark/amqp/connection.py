@@ -12,6 +12,7 @@ the thread and the caller take turns under one lock, so the connection is never 
 two threads at once.
 """
 
+import itertools
 import logging
 import threading
 import time
@@ -224,13 +225,26 @@ class QueueConsumer:
                 return
             self.wait(min(0.05, remaining))
 
-    def take(self, limit: int) -> list:
-        """Up to `limit` buffered deliveries, oldest first; they stay unacknowledged."""
+    def take(self, limit: int, max_bytes: int | None = None) -> list:
+        """Up to `limit` buffered deliveries, oldest first, with bodies of at most
+        `max_bytes` in all (but at least one delivery); they stay unacknowledged."""
         with self.amqp.lock:
             count = min(limit, len(self.buffer))
+            if max_bytes is not None:
+                count = self._count_within(count, max_bytes)
             deliveries = [self.buffer.popleft() for _ in range(count)]
             self.taken.extend(d.tag for d in deliveries)
             return deliveries
+
+    def _count_within(self, limit: int, max_bytes: int) -> int:
+        """How many of the first `limit` buffered deliveries fit in `max_bytes` of bodies
+        (at least one, so that a larger message still gets through)."""
+        total = 0
+        for count, delivery in enumerate(itertools.islice(self.buffer, limit)):
+            total += len(delivery.body)
+            if total > max_bytes:
+                return max(count, 1)
+        return limit
 
     def ack_through(self, tag: int) -> None:
         """Acknowledge every taken delivery up to and including `tag` (multiple=true).

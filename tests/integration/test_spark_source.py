@@ -118,12 +118,14 @@ class BatchLog:
         return [len(rows) for _, rows in self.calls]
 
 
-def run_available_now(spark, broker, queue, checkpoint, sink, per_trigger=10):
-    query = (spark.readStream.format("amqp")
-             .option("url", amqp_url(broker))
-             .option("queue", queue)
-             .option("maxMessagesPerTrigger", per_trigger)
-             .load()
+def run_available_now(spark, broker, queue, checkpoint, sink, per_trigger=10, **options):
+    reader = (spark.readStream.format("amqp")
+              .option("url", amqp_url(broker))
+              .option("queue", queue)
+              .option("maxMessagesPerTrigger", per_trigger))
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    query = (reader.load()
              .writeStream.foreachBatch(sink)
              .option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True)
@@ -208,6 +210,22 @@ def test_available_now_reads_what_was_there_in_batches_of_max(spark_session, bro
     # Left in the queue: only the 5 late arrivals (the last batch was acknowledged).
     left = drain_exactly(broker, queue, 5)
     assert {int(p.message_id) for _, p, _ in left} == set(range(100, 105))
+
+
+def test_max_bytes_per_trigger_limits_each_batch_by_body_size(spark_session, broker,
+                                                               names, tmp_path):
+    """maxBytesPerTrigger caps the bodies of a batch (at least one message per batch, even
+    one larger than the cap); maxMessagesPerTrigger still applies."""
+    queue = names.queue("spark-bytes")
+    declare(broker, queue)
+    sizes = [100] * 7 + [500, 100]
+    publish(broker, queue, [(b"x" * size, pika.BasicProperties(message_id=str(i)))
+                            for i, size in enumerate(sizes)])
+    log = BatchLog()
+    run_available_now(spark_session, broker, queue, tmp_path / "checkpoint", log,
+                      per_trigger=2, maxBytesPerTrigger=350)
+    assert log.sizes() == [2, 2, 2, 1, 1, 1]
+    assert log.ids() == list(range(9))
 
 
 def test_running_query_acknowledges_completed_batches(spark_session, broker, names,
