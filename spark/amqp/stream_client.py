@@ -263,8 +263,9 @@ class StreamProbe:
 
     def _consume_offset(self, queue: str, where: str, wait: float, drain: bool):
         """The offset of the first delivery of a consumer starting at `where` ("first",
-        "last" or a datetime), or None when nothing came within `wait` seconds. With `drain`, keep
-        reading until the deliveries pause and return the highest offset seen."""
+        "last" or a datetime), or None when nothing came within `wait` seconds. With
+        `drain`, keep reading until the deliveries pause and return the highest offset
+        seen."""
         amqp = self._live()
         stream = StreamChannel(amqp, queue)
         try:

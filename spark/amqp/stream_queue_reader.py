@@ -1,7 +1,8 @@
 """``spark.readStream.format("amqp")`` on stream queues: exactly-once offset ranges.
 
-Selected by the ``startingOffset`` option (or ``startingTimestamp``). The ``queue`` option names one stream or
-several, separated by commas. This is a full ``DataSourceStreamReader``:
+Selected by the ``startingOffset`` option (or ``startingTimestamp``). The ``queue``
+option names one stream or several, separated by commas. This is a full
+``DataSourceStreamReader``:
 
 * Offsets are positions in the streams: ``{"version": 1, "kind": "stream", "offsets":
   {"s1": 120, "s2": 80}}`` means "the next message to read is offset 120 of s1 and 80 of
