@@ -7,15 +7,19 @@ runs. Spark may leave a reader idle for a long time between calls (a slow micro-
 long trigger interval), so every connection here has a background thread that pumps
 I/O: every couple of seconds for a publisher (heartbeats), every few milliseconds for a
 consumer, so that deliveries are decoded into the buffer while Spark is busy with the
-previous micro-batch instead of when the next one is planned. pika is not thread-safe:
+previous micro-batch instead of when the next one is planned. One pump reads one socket
+buffer (a few hundred small messages), so while deliveries keep coming a consumer's
+thread pumps again at once rather than after the interval. pika is not thread-safe:
 the thread and the caller take turns under one lock, so the connection is never used by
 two threads at once.
 """
 
+import itertools
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 import pika
 import pika.exceptions
@@ -36,12 +40,17 @@ class AmqpConnectorError(RuntimeError):
 
 
 class AmqpConnection:
-    """One BlockingConnection with one channel, shared by its owner and a keepalive thread."""
+    """One BlockingConnection with one channel, shared by its owner and a keepalive thread.
 
-    def __init__(self, url: str, purpose: str, pump_interval: float = KEEPALIVE_INTERVAL):
+    `received`, when given, counts the deliveries received so far: the thread pumps
+    again without waiting as long as a pump made it grow."""
+
+    def __init__(self, url: str, purpose: str, pump_interval: float = KEEPALIVE_INTERVAL,
+                 received: Callable[[], int] | None = None):
         self.url = url
         self.purpose = purpose
         self.pump_interval = pump_interval
+        self.received = received
         self.lock = threading.RLock()
         self.connection = None
         self.channel = None
@@ -71,16 +80,23 @@ class AmqpConnection:
 
     def _keepalive(self) -> None:
         while not self._stop.wait(self.pump_interval):
-            with self.lock:
-                if self._stop.is_set() or not self.is_open:
-                    return
-                try:
-                    self.connection.process_data_events(time_limit=0)
-                except CONNECTION_ERRORS as error:
-                    self.failure = error
-                    log.warning("event=amqp_connection_lost purpose=%r url=%s error=%r",
-                                self.purpose, redact_url(self.url), error)
-                    return
+            while self._pump():
+                pass
+
+    def _pump(self) -> bool:
+        """Process what the socket holds now; whether deliveries came (pump again)."""
+        with self.lock:
+            if self._stop.is_set() or not self.is_open:
+                return False
+            before = self.received() if self.received else 0
+            try:
+                self.connection.process_data_events(time_limit=0)
+            except CONNECTION_ERRORS as error:
+                self.failure = error
+                log.warning("event=amqp_connection_lost purpose=%r url=%s error=%r",
+                            self.purpose, redact_url(self.url), error)
+                return False
+            return self.received is not None and self.received() != before
 
     def close(self) -> None:
         """Close the connection (deliveries not acknowledged go back to their queues)."""
@@ -114,12 +130,15 @@ class QueueConsumer:
         self.url = url
         self.queue = queue
         self.prefetch = prefetch
-        self.amqp = AmqpConnection(url, purpose, pump_interval=CONSUMER_PUMP_INTERVAL)
+        self.amqp = AmqpConnection(url, purpose, pump_interval=CONSUMER_PUMP_INTERVAL,
+                                   received=lambda: self.received)
+        self.received = 0  # deliveries received, ever
         self.buffer = deque()
         self.taken = deque()  # delivery tags taken and not yet acknowledged, ascending
         self.consumer_tag = None
 
     def _on_message(self, channel, method, properties, body) -> None:
+        self.received += 1
         self.buffer.append(Delivery(method.delivery_tag, method.exchange, method.routing_key,
                                     method.redelivered, properties, body))
 
@@ -224,13 +243,26 @@ class QueueConsumer:
                 return
             self.wait(min(0.05, remaining))
 
-    def take(self, limit: int) -> list:
-        """Up to `limit` buffered deliveries, oldest first; they stay unacknowledged."""
+    def take(self, limit: int, max_bytes: int | None = None) -> list:
+        """Up to `limit` buffered deliveries, oldest first, with bodies of at most
+        `max_bytes` in all (but at least one delivery); they stay unacknowledged."""
         with self.amqp.lock:
             count = min(limit, len(self.buffer))
+            if max_bytes is not None:
+                count = self._count_within(count, max_bytes)
             deliveries = [self.buffer.popleft() for _ in range(count)]
             self.taken.extend(d.tag for d in deliveries)
             return deliveries
+
+    def _count_within(self, limit: int, max_bytes: int) -> int:
+        """How many of the first `limit` buffered deliveries fit in `max_bytes` of bodies
+        (at least one, so that a larger message still gets through)."""
+        total = 0
+        for count, delivery in enumerate(itertools.islice(self.buffer, limit)):
+            total += len(delivery.body)
+            if total > max_bytes:
+                return max(count, 1)
+        return limit
 
     def ack_through(self, tag: int) -> None:
         """Acknowledge every taken delivery up to and including `tag` (multiple=true).

@@ -16,7 +16,10 @@ import pika
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
 # Largest Basic.Qos prefetch_count (a short in AMQP 0-9-1).
 MAX_PREFETCH = 65535
-DEFAULT_MAX_MESSAGES_PER_TRIGGER = 10_000
+# Plain queues: Spark's fixed cost per micro-batch (planning, offset and commit log
+# writes) is about 0.2 s, so larger batches read faster; 2 x this stays within
+# MAX_PREFETCH.
+DEFAULT_MAX_MESSAGES_PER_TRIGGER = 30_000
 # Stream queues (startingOffset given): batches are read in parallel by executor tasks
 # and never held by the driver, so they may be larger.
 DEFAULT_STREAM_MAX_MESSAGES_PER_TRIGGER = 100_000
@@ -43,17 +46,21 @@ def redact_url(url: str) -> str:
 _PUBLIC = {name.lower(): name for name in (
     "url", "queue", "prefetch", "maxMessagesPerTrigger", "maxMessages", "startingOffset",
     "maxMessagesPerPartition", "exchange", "routingKey", "mandatory", "checkpointLocation",
+    "maxBytesPerTrigger", "failOnDataLoss", "startingTimestamp",
 )}
 
 _READ_ONLY_HINT = "it is a reader option; writers take url, exchange, routingKey, mandatory"
 _WRITE_ONLY_HINT = "it is a writer option"
 _STREAM_QUEUE_HINT = "it applies to readStream on stream queues, with startingOffset"
+_PLAIN_STREAM_HINT = "it applies to readStream on plain queues (without startingOffset)"
 _HINTS = {
     "batch-read": {
         "startingoffset": "stream queues are read with readStream (use "
                           "trigger(availableNow=True) for a one-off read); batch reads take "
                           "plain queues only",
         "maxmessagesperpartition": _STREAM_QUEUE_HINT,
+        "failondataloss": _STREAM_QUEUE_HINT, "startingtimestamp": _STREAM_QUEUE_HINT,
+        "maxbytespertrigger": _PLAIN_STREAM_HINT,
         "maxmessagespertrigger": "it applies to readStream; a batch read takes maxMessages",
         "prefetch": "it applies to readStream; a batch read sets its own prefetch",
         "exchange": _WRITE_ONLY_HINT, "routingkey": _WRITE_ONLY_HINT,
@@ -63,6 +70,7 @@ _HINTS = {
         "maxmessagesperpartition": _STREAM_QUEUE_HINT + " (without it the queue is read "
                                    "as a plain queue, by one consumer)",
         "maxmessages": "it applies to batch reads; readStream takes maxMessagesPerTrigger",
+        "failondataloss": _STREAM_QUEUE_HINT,
         "exchange": _WRITE_ONLY_HINT, "routingkey": _WRITE_ONLY_HINT,
         "mandatory": _WRITE_ONLY_HINT,
     },
@@ -71,11 +79,14 @@ _HINTS = {
                  "exchange (exchange '' is the default) with routingKey set to the queue name",
         "prefetch": _READ_ONLY_HINT, "maxmessagespertrigger": _READ_ONLY_HINT,
         "maxmessages": _READ_ONLY_HINT, "startingoffset": _READ_ONLY_HINT,
-        "maxmessagesperpartition": _READ_ONLY_HINT,
+        "maxmessagesperpartition": _READ_ONLY_HINT, "maxbytespertrigger": _READ_ONLY_HINT,
+        "failondataloss": _READ_ONLY_HINT, "startingtimestamp": _READ_ONLY_HINT,
     },
     "stream-queue-read": {
         "maxmessages": "it applies to batch reads of plain queues; readStream takes "
                        "maxMessagesPerTrigger",
+        "maxbytespertrigger": _PLAIN_STREAM_HINT + "; stream queues take "
+                              "maxMessagesPerTrigger",
         "exchange": _WRITE_ONLY_HINT, "routingkey": _WRITE_ONLY_HINT,
         "mandatory": _WRITE_ONLY_HINT,
     },
@@ -160,12 +171,13 @@ class StreamReadOptions:
     queue: str
     max_messages_per_trigger: int
     prefetch: int  # 0: no limit
+    max_bytes_per_trigger: int | None = None  # body bytes; None: no limit
 
     @classmethod
     def parse(cls, options) -> "StreamReadOptions":
         options = _normalized(options)
-        _check_keys(options, {"url", "queue", "prefetch", "maxmessagespertrigger"},
-                    "stream-read")
+        _check_keys(options, {"url", "queue", "prefetch", "maxmessagespertrigger",
+                              "maxbytespertrigger"}, "stream-read")
         limit = _int_option(options, "maxMessagesPerTrigger",
                             DEFAULT_MAX_MESSAGES_PER_TRIGGER, 1)
         default_prefetch = 2 * limit if 2 * limit <= MAX_PREFETCH else 0
@@ -179,15 +191,26 @@ class StreamReadOptions:
                 f"({limit}), or 0 for no limit: a batch's messages are acknowledged only "
                 f"when Spark plans the next batch, so the broker must be allowed to deliver "
                 f"more than one batch")
-        return cls(_url(options), _queue(options), limit, prefetch)
+        return cls(_url(options), _queue(options), limit, prefetch,
+                   _int_option(options, "maxBytesPerTrigger", None, 1))
 
 
 def is_stream_queue_read(options) -> bool:
-    """Whether a readStream reads stream queues: the startingOffset option selects it."""
-    return "startingoffset" in _normalized(options)
+    """Whether a readStream reads stream queues: the startingOffset (or
+    startingTimestamp) option selects it."""
+    options = _normalized(options)
+    return "startingoffset" in options or "startingtimestamp" in options
 
 
 def _starting_offset(options):
+    """startingOffset, or ("timestamp", milliseconds since the epoch) for
+    startingTimestamp."""
+    if _get(options, "startingTimestamp") is not None:
+        if _get(options, "startingOffset") is not None:
+            raise AmqpOptionError(
+                "options startingOffset and startingTimestamp both say where to start: "
+                "give only one")
+        return ("timestamp", _int_option(options, "startingTimestamp", None, 0))
     raw = _get(options, "startingOffset")
     text = str(raw).strip()
     if text.lower() in STARTING_OFFSET_NAMES:
@@ -221,16 +244,18 @@ class StreamQueueReadOptions:
 
     url: str
     streams: tuple  # the queue option, split at commas
-    starting_offset: object  # "first", "last", "next" or an int
+    starting_offset: object  # "first", "last", "next", an int or ("timestamp", ms)
     max_messages_per_trigger: int
     max_messages_per_partition: int
     prefetch: int  # Basic.Qos prefetch_count of each partition's consumer
+    fail_on_data_loss: bool = True  # offsets removed by retention before they were read
 
     @classmethod
     def parse(cls, options) -> "StreamQueueReadOptions":
         options = _normalized(options)
         _check_keys(options, {"url", "queue", "startingoffset", "maxmessagespertrigger",
-                              "maxmessagesperpartition", "prefetch"}, "stream-queue-read")
+                              "maxmessagesperpartition", "prefetch", "failondataloss",
+                              "startingtimestamp"}, "stream-queue-read")
         return cls(
             _url(options), _streams(options), _starting_offset(options),
             _int_option(options, "maxMessagesPerTrigger",
@@ -238,7 +263,8 @@ class StreamQueueReadOptions:
             _int_option(options, "maxMessagesPerPartition",
                         DEFAULT_STREAM_MAX_MESSAGES_PER_PARTITION, 1),
             # Streams refuse consumers without a prefetch: 0 is not allowed here.
-            _int_option(options, "prefetch", DEFAULT_STREAM_PREFETCH, 1, MAX_PREFETCH))
+            _int_option(options, "prefetch", DEFAULT_STREAM_PREFETCH, 1, MAX_PREFETCH),
+            _bool_option(options, "failOnDataLoss", True))
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,10 @@ PROBE_PREFETCH = 256
 RANGE_IDLE_TIMEOUT = 60.0
 
 
+class DataLossError(AmqpConnectorError):
+    """Offsets a batch must read were removed by the stream's retention first."""
+
+
 class NotAStreamError(AmqpConnectorError):
     """Deliveries without an x-stream-offset header: the queue is not a stream."""
 
@@ -258,9 +262,10 @@ class StreamProbe:
                 raise _queue_error(error, queue, self.url) from None
 
     def _consume_offset(self, queue: str, where: str, wait: float, drain: bool):
-        """The offset of the first delivery of a consumer starting at `where` ("first" or
-        "last"), or None when nothing came within `wait` seconds. With `drain`, keep
-        reading until the deliveries pause and return the highest offset seen."""
+        """The offset of the first delivery of a consumer starting at `where` ("first",
+        "last" or a datetime), or None when nothing came within `wait` seconds. With
+        `drain`, keep reading until the deliveries pause and return the highest offset
+        seen."""
         amqp = self._live()
         stream = StreamChannel(amqp, queue)
         try:
@@ -319,6 +324,16 @@ class StreamProbe:
         return self._consume_offset(queue, "first",
                                     PROBE_TIMEOUT if count else EMPTY_PROBE_WAIT, drain=False)
 
+    def at_timestamp(self, queue: str, moment):
+        """The first offset published at or after `moment` (a datetime), or None when
+        there is none (or nothing came in time). RabbitMQ answers with the start of the
+        chunk holding that offset: possibly a little earlier."""
+        count = self.message_count(queue)
+        if self.is_warren and count == 0:
+            return None
+        return self._consume_offset(queue, moment,
+                                    PROBE_TIMEOUT if count else EMPTY_PROBE_WAIT, drain=False)
+
     def close(self) -> None:
         if self._amqp is not None:
             self._amqp.close()
@@ -331,18 +346,21 @@ class StreamRangeConsumer:
     Consumes with x-stream-offset=start and x-stream-end-offset=end (Warren delivers
     exactly the range, then cancels the consumer; RabbitMQ ignores the end), returns
     credit with multiple acks as it goes, and stops when the delivery with offset end - 1
-    arrived or the broker cancelled the consumer. Offsets retention deleted are simply
-    missing from the result.
+    arrived or the broker cancelled the consumer. Offsets that retention deleted before
+    they were read raise DataLossError with `fail_on_data_loss`; otherwise they are
+    skipped (logged, and counted in `lost`).
     """
 
     def __init__(self, url: str, queue: str, start: int, end: int, prefetch: int,
-                 idle_timeout: float = RANGE_IDLE_TIMEOUT):
+                 idle_timeout: float = RANGE_IDLE_TIMEOUT, fail_on_data_loss: bool = True):
         self.url = url
         self.queue = queue
         self.start = start
         self.end = end
         self.prefetch = prefetch
         self.idle_timeout = idle_timeout
+        self.fail_on_data_loss = fail_on_data_loss
+        self.lost = 0
         self.amqp = AmqpConnection(url, f"stream range {queue}[{start},{end})",
                                    pump_interval=CONSUMER_PUMP_INTERVAL)
         self.stream = None
@@ -374,7 +392,11 @@ class StreamRangeConsumer:
                     continue  # RabbitMQ: the chunk before `start`
                 if offset >= self.end:
                     finished = True  # RabbitMQ: past the end (no end offset there)
+                    if last_offset < self.end - 1:
+                        self._missing(last_offset + 1, self.end)
                     break
+                if offset > last_offset + 1:
+                    self._missing(last_offset + 1, offset)
                 pending.append(delivery)
                 last_offset = offset
                 if offset == self.end - 1:
@@ -387,6 +409,8 @@ class StreamRangeConsumer:
                     unacked = 0
             if cancelled:
                 finished = True  # Warren: the range is complete (deleted offsets skipped)
+                if last_offset < self.end - 1:
+                    self._missing(last_offset + 1, self.end)
             if len(pending) >= rows:
                 yield pending[:rows]
                 pending = pending[rows:]
@@ -402,6 +426,18 @@ class StreamRangeConsumer:
         while pending:
             yield pending[:rows]
             pending = pending[rows:]
+
+    def _missing(self, first: int, end: int) -> None:
+        """Offsets [first, end) of the range are gone (removed by retention)."""
+        if self.fail_on_data_loss:
+            raise DataLossError(
+                f"offsets {first} to {end - 1} of stream {self.queue!r} were removed by the "
+                f"stream's retention before this query read them. Set option "
+                f"failOnDataLoss to false to skip lost offsets, or keep more of the stream "
+                f"(x-max-length-bytes, x-max-age)")
+        self.lost += end - first
+        log.warning("event=amqp_stream_data_lost stream=%r first=%d end=%d", self.queue,
+                    first, end)
 
     def close(self) -> None:
         # Closing the connection ends the consumer; no cancel (whose pika BlockingChannel

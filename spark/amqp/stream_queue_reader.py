@@ -1,7 +1,8 @@
 """``spark.readStream.format("amqp")`` on stream queues: exactly-once offset ranges.
 
-Selected by the ``startingOffset`` option. The ``queue`` option names one stream or
-several, separated by commas. This is a full ``DataSourceStreamReader``:
+Selected by the ``startingOffset`` option (or ``startingTimestamp``). The ``queue``
+option names one stream or several, separated by commas. This is a full
+``DataSourceStreamReader``:
 
 * Offsets are positions in the streams: ``{"version": 1, "kind": "stream", "offsets":
   {"s1": 120, "s2": 80}}`` means "the next message to read is offset 120 of s1 and 80 of
@@ -17,8 +18,9 @@ several, separated by commas. This is a full ``DataSourceStreamReader``:
 * In executors, ``read(partition)`` consumes exactly its range: Basic.Qos prefetch,
   Basic.Consume with x-stream-offset=start and (Warren) x-stream-end-offset=end,
   multiple acks for credit, stop at offset end - 1 or at the broker's cancel
-  (StreamRangeConsumer). Reading the same range again yields the same rows (offsets
-  that retention deleted in between are missing from both, or only from the second).
+  (StreamRangeConsumer). Reading the same range again yields the same rows. Offsets of
+  the range that retention deleted fail the task (failOnDataLoss, the default) or are
+  skipped.
 * ``commit`` does nothing: acknowledgements on a stream only return credit, and the
   position lives in Spark's checkpoint.
 
@@ -27,6 +29,7 @@ is idempotent per batch (the file sink, foreachBatch keyed by batch id, Delta, .
 output has every message exactly once.
 """
 
+import datetime
 import logging
 import math
 import time
@@ -127,11 +130,11 @@ class AmqpStreamQueueReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 self.options.url, purpose=f"stream offsets of {','.join(self.options.streams)}")
         return self._probe
 
-    def _call(self, method, stream: str):
-        """probe.method(stream), with one reconnect after a lost connection."""
+    def _call(self, method, stream: str, *arguments):
+        """probe.method(stream, *arguments), with one reconnect after a lost connection."""
         for attempt in (1, 2):
             try:
-                return getattr(self._stream_probe(), method)(stream)
+                return getattr(self._stream_probe(), method)(stream, *arguments)
             except NotAStreamError:
                 raise
             except AmqpConnectorError:
@@ -166,6 +169,11 @@ class AmqpStreamQueueReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         start = self.options.starting_offset
         if isinstance(start, int):
             return start
+        if isinstance(start, tuple):  # ("timestamp", milliseconds since the epoch)
+            # x-stream-offset takes an AMQP timestamp: whole seconds (of this second on).
+            moment = datetime.datetime.fromtimestamp(start[1] // 1000, datetime.timezone.utc)
+            found = self._call("at_timestamp", stream, moment)
+            return tails[stream] if found is None else found
         if start == "first":
             head = self._call("head", stream)
             return 0 if head is None else head
@@ -180,7 +188,8 @@ class AmqpStreamQueueReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             tails = {} if isinstance(start, int) or start == "first" \
                 else self._refresh_tails(required=True)
             offsets = {stream: self._resolve(stream, tails) for stream in self.options.streams}
-            marker = start if start in ("next", "last") else None
+            marker = "timestamp" if isinstance(start, tuple) \
+                else start if start in ("next", "last") else None
             self._initial = StreamOffset.of(offsets, marker).to_dict()
             log.info("event=amqp_stream_initial_offset startingOffset=%r offset=%s", start,
                      self._initial)
@@ -229,7 +238,8 @@ class AmqpStreamQueueReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def read(self, partition: StreamRange):
         consumer = StreamRangeConsumer(self.options.url, partition.queue, partition.start,
-                                       partition.end, self.options.prefetch)
+                                       partition.end, self.options.prefetch,
+                                       fail_on_data_loss=self.options.fail_on_data_loss)
         rows = 0
         try:
             for deliveries in consumer.batches():
@@ -237,5 +247,5 @@ class AmqpStreamQueueReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 yield from to_record_batches(deliveries, partition.queue)
         finally:
             consumer.close()
-        log.info("event=amqp_stream_range_read stream=%r start=%d end=%d rows=%d",
-                 partition.queue, partition.start, partition.end, rows)
+        log.info("event=amqp_stream_range_read stream=%r start=%d end=%d rows=%d lost=%d",
+                 partition.queue, partition.start, partition.end, rows, consumer.lost)

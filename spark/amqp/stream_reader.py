@@ -16,14 +16,19 @@ and constructed several times) in the runner process:
 * ``read(start)`` takes up to maxMessagesPerTrigger buffered deliveries (basic.consume
   with manual acks and prefetch), returns them as Arrow record batches and the end offset
   ``{run, seq}`` of the new micro-batch. The deliveries stay unacknowledged.
-* ``commit(end)`` comes when Spark has written the batch after `end` to its offset log,
-  which it does only after the batch ending at `end` completed. Every batch of this run
-  up to `end` is acknowledged then, with one basic.ack(multiple=true).
+* A batch is acknowledged as soon as Spark's own records show it complete, with one
+  basic.ack(multiple=true) for every batch of this run up to it. Two calls show that:
+  ``read(start)`` for the batch after ``start`` (Spark's micro-batch engine plans batch
+  N + 1 only after batch N ran and its entry was written to the checkpoint's commit log)
+  and ``commit(end)`` (which comes later still, when batch N + 1 is written to the offset
+  log). So an ``availableNow`` query acknowledges its last batch in the final
+  ``read(start)`` that finds nothing left to read, and a running query acknowledges a
+  batch when it next polls the queue (the default trigger polls at once).
 * Nothing else acknowledges. When the query stops, fails or the driver dies, the
   connection closes and the broker requeues every unacknowledged delivery (redelivered =
-  true). Spark sends the last batch's commit only when the query is restarted from its
-  checkpoint, to a new reader that holds no tags for it, so the last batch before a stop
-  is always read again after a restart: at-least-once, with duplicates.
+  true): a batch that was not completed, and one that completed in the moment before a
+  stop (before Spark polled again). Those are read again after a restart: at-least-once,
+  with duplicates only around failures and stops.
 * A batch that was planned but not completed before a restart is replayed by Spark
   through ``readBetweenOffsets`` with the old run's offsets. Its messages were never
   acknowledged and are back in the queue, so the replay returns no rows and the messages
@@ -119,7 +124,7 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
                     consumer.fill(limit, FILL_TIMEOUT)
                 else:
                     consumer.pump()
-                return consumer.take(limit)
+                return consumer.take(limit, self.options.max_bytes_per_trigger)
             except AmqpConnectorError:
                 if attempt == 2:
                     raise
@@ -129,6 +134,8 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, start: dict):
         start_offset = parse_offset(start, self.options.queue)
+        # Spark asks for the batch after `start` only once the batch ending there completed.
+        self._acknowledge_through(start_offset)
         limit = self.options.max_messages_per_trigger
         if self._available_now_remaining is not None:
             limit = min(limit, self._available_now_remaining)
@@ -158,7 +165,10 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         return iter(())
 
     def commit(self, end: dict) -> None:
-        offset = parse_offset(end, self.options.queue)
+        self._acknowledge_through(parse_offset(end, self.options.queue))
+
+    def _acknowledge_through(self, offset: QueueOffset) -> None:
+        """Acknowledge every batch of this run up to `offset`, which Spark has completed."""
         if offset.run != self.run:
             # A batch of a previous run (the last one before a restart): this reader has
             # no tags for it; the broker requeued its messages when that run stopped.

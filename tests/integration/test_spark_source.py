@@ -118,12 +118,14 @@ class BatchLog:
         return [len(rows) for _, rows in self.calls]
 
 
-def run_available_now(spark, broker, queue, checkpoint, sink, per_trigger=10):
-    query = (spark.readStream.format("amqp")
-             .option("url", amqp_url(broker))
-             .option("queue", queue)
-             .option("maxMessagesPerTrigger", per_trigger)
-             .load()
+def run_available_now(spark, broker, queue, checkpoint, sink, per_trigger=10, **options):
+    reader = (spark.readStream.format("amqp")
+              .option("url", amqp_url(broker))
+              .option("queue", queue)
+              .option("maxMessagesPerTrigger", per_trigger))
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    query = (reader.load()
              .writeStream.foreachBatch(sink)
              .option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True)
@@ -140,8 +142,8 @@ def test_arrow_schema_is_what_spark_derives_from_the_schema():
 
 def test_stream_restarts_are_at_least_once(spark_session, broker, names, tmp_path):
     """No message is lost across a failed batch and two restarts from one checkpoint;
-    what is read twice is exactly the failed batch and each run's last batch, and the
-    second copies are marked redelivered."""
+    what is read twice is exactly the failed batch (each completed run acknowledges its
+    last batch before it stops), and the second copies are marked redelivered."""
     queue = names.queue("spark-alo")
     declare(broker, queue)
     checkpoint = tmp_path / "checkpoint"
@@ -162,8 +164,7 @@ def test_stream_restarts_are_at_least_once(spark_session, broker, names, tmp_pat
     assert second.calls[0] == (1, [])
     assert sorted(second.ids()) == list(range(10, 30))
 
-    # Run 3: new messages, plus run 2's last batch again (its commit only arrives now).
-    wait_for_ready(broker, queue, 10)  # run 2's last batch
+    # Run 3: only new messages (run 2 acknowledged its last batch when it found no more).
     publish_ids(broker, queue, range(30, 40))
     third = BatchLog()
     run_available_now(spark_session, broker, queue, checkpoint, third)
@@ -173,9 +174,9 @@ def test_stream_restarts_are_at_least_once(spark_session, broker, names, tmp_pat
     assert set(seen) == set(range(40)), "a message was lost"
     duplicates = len(seen) - len(set(seen))
     failed_batch = set(first.calls[1][1][i][0] for i in range(10))
-    run2_last = set(i for i, _ in second.calls[-1][1])
-    assert duplicates == len(failed_batch) + len(run2_last) == 20
-    assert {i for i in seen if seen.count(i) > 1} == failed_batch | run2_last
+    assert duplicates == len(failed_batch) == 10
+    assert {i for i in seen if seen.count(i) > 1} == failed_batch
+    assert sorted(third.ids()) == list(range(30, 40))
     # Every second copy is flagged redelivered. (A first copy may be flagged too: the
     # broker sets the flag on any message it delivered before, and a stopped reader can
     # hold prefetched messages it never handed to Spark.)
@@ -185,11 +186,8 @@ def test_stream_restarts_are_at_least_once(spark_session, broker, names, tmp_pat
         assert redelivered or i not in first_seen, i
         first_seen.add(i)
 
-    # And run 3's last batch is back in the queue for the next run.
-    run3_last = {i for i, _ in third.calls[-1][1]}
-    left = drain_exactly(broker, queue, len(run3_last))
-    assert {int(p.message_id) for _, p, _ in left} == run3_last
-    assert all(m.redelivered for m, _, _ in left)
+    # And nothing is left in the queue for the next run.
+    drain_exactly(broker, queue, 0)
 
 
 def test_available_now_reads_what_was_there_in_batches_of_max(spark_session, broker, names,
@@ -209,15 +207,32 @@ def test_available_now_reads_what_was_there_in_batches_of_max(spark_session, bro
     run_available_now(spark_session, broker, queue, tmp_path / "checkpoint", sink)
     assert log.sizes() == [10, 10, 5]
     assert sorted(log.ids()) == list(range(25))
-    # Left in the queue: the 5 late arrivals, and the last batch (unacknowledged at stop).
-    left = drain_exactly(broker, queue, 10)
-    assert {int(p.message_id) for _, p, _ in left} == set(range(100, 105)) | set(range(20, 25))
+    # Left in the queue: only the 5 late arrivals (the last batch was acknowledged).
+    left = drain_exactly(broker, queue, 5)
+    assert {int(p.message_id) for _, p, _ in left} == set(range(100, 105))
 
 
-def test_running_query_acknowledges_on_commit_and_requeues_the_last_batch(
-        spark_session, broker, names, tmp_path):
-    """A query with the default trigger: every batch is acknowledged when Spark plans
-    the next one; after stop() only the last batch comes back to the queue."""
+def test_max_bytes_per_trigger_limits_each_batch_by_body_size(spark_session, broker,
+                                                               names, tmp_path):
+    """maxBytesPerTrigger caps the bodies of a batch (at least one message per batch, even
+    one larger than the cap); maxMessagesPerTrigger still applies."""
+    queue = names.queue("spark-bytes")
+    declare(broker, queue)
+    sizes = [100] * 7 + [500, 100]
+    publish(broker, queue, [(b"x" * size, pika.BasicProperties(message_id=str(i)))
+                            for i, size in enumerate(sizes)])
+    log = BatchLog()
+    run_available_now(spark_session, broker, queue, tmp_path / "checkpoint", log,
+                      per_trigger=2, maxBytesPerTrigger=350)
+    assert log.sizes() == [2, 2, 2, 1, 1, 1]
+    assert log.ids() == list(range(9))
+
+
+def test_running_query_acknowledges_completed_batches(spark_session, broker, names,
+                                                     tmp_path):
+    """A query with the default trigger: every batch is acknowledged when Spark polls
+    for the next one; after stop() at most the last batch (completed an instant before
+    the stop) comes back to the queue."""
     queue = names.queue("spark-run")
     declare(broker, queue)
     log = BatchLog()
@@ -241,8 +256,18 @@ def test_running_query_acknowledges_on_commit_and_requeues_the_last_batch(
     assert sorted(log.ids()) == list(range(total))
     assert max(log.sizes()) <= 10
     last = {i for i, _ in log.calls[-1][1]}
-    left = drain_exactly(broker, queue, len(last))
-    assert {int(p.message_id) for _, p, _ in left} == last
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        # The reader's consumer is gone once its connection closed, which requeued what
+        # it held unacknowledged.
+        assert wait_for_count(channel, queue, 0, field="consumer_count", timeout=WAIT) == 0
+        left = set()
+        while (message := channel.basic_get(queue, auto_ack=True))[0] is not None:
+            left.add(int(message[1].message_id))
+    finally:
+        close_quietly(connection)
+    assert left <= last
 
 
 def test_source_rows_carry_the_message_properties(spark_session, broker, names):

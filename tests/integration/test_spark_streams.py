@@ -20,6 +20,7 @@ import pytest
 
 from pika_helpers import close_quietly, connect, names  # noqa: F401  (names: fixture)
 from spark.amqp.offsets import OffsetError, StreamOffset, parse_stream_offset
+from spark.amqp.stream_client import StreamProbe
 from spark.amqp.stream_queue_reader import StreamRange, share, split_ranges
 from spark_support import spark_session, start_stream_to_parquet  # noqa: F401  (fixture)
 
@@ -28,6 +29,8 @@ pytestmark = pytest.mark.slow   # Spark sessions and queries: tens of seconds
 QUERY_TIMEOUT = 120  # seconds for one availableNow query
 KILL_AFTER_COMMITS = 3
 SUBPROCESS_TIMEOUT = 180  # seconds for the subprocess to commit KILL_AFTER_COMMITS batches
+# How long retention may take to show: it runs from the broker's flush every 0.2 s.
+RETENTION_WAIT = 10.0
 SPARK_SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_support.py")
 
 
@@ -253,3 +256,72 @@ def test_stream_options_are_checked(spark_session, broker, names, tmp_path):
     with pytest.raises(Exception, match="stream queues are read with readStream"):
         (spark_session.read.format("amqp").option("url", url).option("queue", plain)
          .option("startingOffset", "first").load().collect())
+
+
+def declare_short_stream(broker, names) -> str:
+    """A stream that keeps about 10,000 bytes, in segments of 2,000 (Warren's retention
+    deletes whole old segments from its periodic flush after writes)."""
+    stream = names.queue("spark-short")
+    connection = connect(broker)
+    try:
+        connection.channel().queue_declare(stream, durable=True, arguments={
+            "x-queue-type": "stream", "x-max-length-bytes": 10_000,
+            "x-stream-max-segment-size-bytes": 2_000})
+    finally:
+        close_quietly(connection)
+    return stream
+
+
+def wait_for_head_above(broker, stream: str, offset: int) -> int:
+    """Poll the stream's oldest offset until retention removed `offset`; returns it."""
+    probe = StreamProbe(amqp_url(broker), "test retention")
+    try:
+        deadline = time.monotonic() + RETENTION_WAIT
+        while (head := probe.head(stream)) is None or head <= offset:
+            assert time.monotonic() < deadline, f"retention kept offset {offset} ({head})"
+            publish(broker, stream, [])  # (a round trip while the flush runs)
+    finally:
+        probe.close()
+    return head
+
+
+@pytest.mark.warren_only("RabbitMQ 3.10 applies x-max-length-bytes per large segment")
+def test_offsets_removed_by_retention_fail_the_query_unless_told_otherwise(
+        spark_session, broker, names, tmp_path):
+    """failOnDataLoss: offsets the query must read that retention removed fail the
+    batch with an error that names them and the option (default), or are skipped."""
+    stream = declare_short_stream(broker, names)
+    publish(broker, stream, range(600))
+    head = wait_for_head_above(broker, stream, 0)
+    with pytest.raises(Exception, match=r"offsets 0 to \d+ of stream .* were removed by the "
+                                        r"stream's retention.*failOnDataLoss"):
+        run(spark_session, broker, stream, tmp_path, name="fail", starting_offset=0)
+    query = run(spark_session, broker, stream, tmp_path, name="skip", starting_offset=0,
+                failOnDataLoss="false")
+    rows = parquet_rows(spark_session, tmp_path / "skip" / "data")
+    # Retention may have moved on between the probe and the read, never back.
+    first = min(offset for _, offset, _, _ in rows)
+    assert first >= head
+    assert_exactly(rows, stream, range(first, 600))
+    assert sum(input_rows(query)) == 600 - first
+
+
+def test_starting_timestamp_reads_from_the_first_message_at_or_after_it(
+        spark_session, broker, names, tmp_path):
+    """startingTimestamp (milliseconds since the epoch) selects stream mode and starts
+    every stream at its first message published in that second or later (AMQP
+    timestamps, as x-stream-offset takes them, are whole seconds)."""
+    stream = declare_stream(broker, names)
+    publish(broker, stream, range(10))
+    second = int(time.time()) + 1
+    while time.time() < second:  # the next messages must be stamped a second later
+        time.sleep(0.01)
+    publish(broker, stream, range(10, 15))
+    moment = second * 1000 + 999  # any millisecond of that second
+    query = (spark_session.readStream.format("amqp").option("url", amqp_url(broker))
+             .option("queue", stream).option("startingTimestamp", moment).load()
+             .writeStream.format("parquet").option("path", str(tmp_path / "data"))
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(QUERY_TIMEOUT), "availableNow query did not finish"
+    assert_exactly(parquet_rows(spark_session, tmp_path / "data"), stream, range(10, 15))
