@@ -30,6 +30,7 @@ from .record import (FLAG_PERSISTENT, FLAG_REDELIVERED, KIND_ACK, KIND_DELIVERED
                      KIND_MESSAGE, RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, MessageFields,
                      append_marker, append_message, decode_message, decode_segment_header,
                      encode_segment_header, parse_record, scan_segment, with_flags)
+from .seq_index import SeqIndex
 
 log = logging.getLogger("warren.storage")
 
@@ -193,7 +194,7 @@ class QueueFile:
         self._closed = False
         # Flusher side, guarded by _sync_lock; _index is also read by `read` under _lock.
         self._sync_lock = threading.Lock()
-        self._index: dict[int, tuple] = {}          # seq -> (segment, offset, length, flags)
+        self._index = SeqIndex()                    # seq -> (segment, offset, length, flags)
         self._dups: dict[int, list[int]] = {}       # seq -> older segments holding a copy
         self._delivered: set[int] = set()           # live seqs with a delivered mark on disk
         self._segments: dict[int, _Segment] = {}    # by number, ascending
@@ -501,7 +502,7 @@ class QueueFile:
             with self._lock:
                 self._dropped = True
                 self._pending, self._pending_acks, self._pending_delivered = {}, [], {}
-                self._index = {}
+                self._index = SeqIndex()
             self._close_active()
             self._segments = {}
             shutil.rmtree(self.directory, ignore_errors=True)
