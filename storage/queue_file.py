@@ -178,13 +178,15 @@ class _AlikeFields:
 
     def shared(self, fields: MessageFields) -> MessageFields:
         last = self._last
-        if last is not None:
-            fields = fields._replace(
-                exchange=last.exchange if fields.exchange == last.exchange else fields.exchange,
-                routing_key=(last.routing_key if fields.routing_key == last.routing_key
-                             else fields.routing_key),
-                properties=(last.properties if fields.properties == last.properties
-                            else fields.properties))
+        if last is None:
+            self._last = fields
+            return fields
+        exchange, routing_key, properties, body, body_size = fields
+        fields = MessageFields(
+            last.exchange if exchange == last.exchange else exchange,
+            last.routing_key if routing_key == last.routing_key else routing_key,
+            last.properties if properties == last.properties else properties,
+            body, body_size)
         self._last = fields
         return fields
 
