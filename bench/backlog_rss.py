@@ -1,11 +1,13 @@
 """Memory of a broker holding a backlog of queued persistent messages.
 
-    python3 bench/backlog_rss.py --messages 1000000 [--size 16] [--port 5672]
+    python3 bench/backlog_rss.py --messages 1000000 [--size 16] [--port 5672] [--restart]
 
 Without --port it starts Warren itself (fresh data directory); with --port it uses a
 running broker and needs --pid to read its RSS. Publishes the messages to a durable queue
 (the last one with a confirm, so everything is stored), then prints the broker's RSS
-before and after, per message, and the queue's message count.
+before and after, per message, and the queue's message count. With --restart (a broker
+it started), it then kills the broker (SIGKILL) and prints how long a new one on the same
+data directory takes to recover the backlog and listen, its message count and its RSS.
 """
 
 import argparse
@@ -75,6 +77,8 @@ def main() -> int:
     parser.add_argument("--publishers", type=int, default=2)
     parser.add_argument("--port", type=int)
     parser.add_argument("--pid", type=int)
+    parser.add_argument("--restart", action="store_true",
+                        help="then time a restart after kill -9 (with a broker it started)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="warren-rss-") as data_dir:
         broker = None
@@ -95,7 +99,19 @@ def main() -> int:
               f"per message: {(after - before) * 1024 / max(count, 1):,.0f} B")
         if broker is not None:
             broker.kill()
+            if args.restart:
+                restart(data_dir)
     return 0
+
+
+def restart(data_dir: str) -> None:
+    started = time.monotonic()
+    broker = BrokerProcess(data_dir=data_dir).start(timeout=3600)
+    seconds = time.monotonic() - started
+    count = queue_count(broker.port)
+    print(f"restart after kill -9: listening in {seconds:.1f} s, {count:,} messages "
+          f"recovered, RSS {rss_kib(broker.process.pid) / 1024:,.0f} MiB")
+    broker.kill()
 
 
 if __name__ == "__main__":

@@ -24,12 +24,14 @@ import os
 import shutil
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .names import decode_name, encode_name
 from .record import (FLAG_PERSISTENT, FLAG_REDELIVERED, KIND_ACK, KIND_DELIVERED,
                      KIND_MESSAGE, RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, MessageFields,
                      append_marker, append_message, decode_message, decode_segment_header,
                      encode_segment_header, parse_record, scan_segment, with_flags)
+from .seq_index import SeqIndex
 
 log = logging.getLogger("warren.storage")
 
@@ -158,6 +160,37 @@ def _buffered_fields(record: list) -> MessageFields:
                          bytes(body), len(body))
 
 
+def _copies(seq: int, homes: dict, older: dict) -> list[int]:
+    """(recovery) The segments holding a copy of message `seq`, oldest first."""
+    home = homes.get(seq)
+    return [] if home is None else [*older.get(seq, ()), home[0]]
+
+
+class _AlikeFields:
+    """(recovery) Consecutive records alike share their exchange, routing key and
+    property block objects: a deep backlog of similar messages is recovered without a
+    copy of each per message."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self):
+        self._last: MessageFields | None = None
+
+    def shared(self, fields: MessageFields) -> MessageFields:
+        last = self._last
+        if last is None:
+            self._last = fields
+            return fields
+        exchange, routing_key, properties, body, body_size = fields
+        fields = MessageFields(
+            last.exchange if exchange == last.exchange else exchange,
+            last.routing_key if routing_key == last.routing_key else routing_key,
+            last.properties if properties == last.properties else properties,
+            body, body_size)
+        self._last = fields
+        return fields
+
+
 class QueueFile:
     """The append-only, segmented message log of one durable queue.
 
@@ -193,7 +226,7 @@ class QueueFile:
         self._closed = False
         # Flusher side, guarded by _sync_lock; _index is also read by `read` under _lock.
         self._sync_lock = threading.Lock()
-        self._index: dict[int, tuple] = {}          # seq -> (segment, offset, length, flags)
+        self._index = SeqIndex()                    # seq -> (segment, offset, length, flags)
         self._dups: dict[int, list[int]] = {}       # seq -> older segments holding a copy
         self._delivered: set[int] = set()           # live seqs with a delivered mark on disk
         self._segments: dict[int, _Segment] = {}    # by number, ascending
@@ -501,7 +534,7 @@ class QueueFile:
             with self._lock:
                 self._dropped = True
                 self._pending, self._pending_acks, self._pending_delivered = {}, [], {}
-                self._index = {}
+                self._index = SeqIndex()
             self._close_active()
             self._segments = {}
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -807,8 +840,10 @@ class QueueFile:
         numbers = segment_numbers(self.directory)
         self._directory_exists = os.path.isdir(self.directory)
         newest = numbers[-1] if numbers else None
-        copies: dict[int, list] = {}        # seq -> [(segment, offset, length, flags)]
+        homes: dict[int, tuple] = {}        # seq -> (segment, offset, length, flags), newest
+        older: dict[int, list] = {}         # seq -> segments holding older copies
         fields: dict[int, tuple] = {}       # seq -> MessageFields of its newest copy
+        alike = _AlikeFields()
         acked: set[int] = set()
         marked: set[int] = set()
         acks_in: dict[int, list] = {}       # segment -> seqs acked by its records
@@ -854,12 +889,14 @@ class QueueFile:
                     if seq > high:
                         high = seq
                     if record.kind == KIND_MESSAGE:
-                        copies.setdefault(seq, []).append(
-                            (number, record.offset, record.length, record.flags))
+                        previous = homes.get(seq)
+                        if previous is not None:
+                            older.setdefault(seq, []).append(previous[0])
+                        homes[seq] = (number, record.offset, record.length, record.flags)
                         segment.cover(seq)
                         if record.flags & FLAG_PERSISTENT and seq not in acked:
-                            fields[seq] = decode_message(data, record.offset,
-                                                         record.length, load_bodies)
+                            fields[seq] = alike.shared(decode_message(
+                                data, record.offset, record.length, load_bodies))
                     elif record.kind == KIND_ACK:
                         acked.add(seq)
                         fields.pop(seq, None)
@@ -872,34 +909,34 @@ class QueueFile:
             self._segments[number] = segment
 
         messages = []
+        name = lru_cache(maxsize=256)(decode_name)   # one str per name, not per message
         for seq in sorted(fields):
-            home = copies[seq][-1]
+            home = homes[seq]
             number, _offset, length, flags = home
             self._index[seq] = home
             segment = self._segments[number]
             segment.live += 1
             segment.live_bytes += length
-            older = [copy[0] for copy in copies[seq][:-1] if copy[0] != number]
-            if older:
-                self._dups[seq] = older
+            dups = [copy for copy in older.get(seq, ()) if copy != number]
+            if dups:
+                self._dups[seq] = dups
             redelivered = bool(flags & FLAG_REDELIVERED) or seq in marked
             if redelivered:
                 self._delivered.add(seq)
             exchange, routing_key, properties, body, body_size = fields[seq]
-            messages.append(RecoveredMessage(seq, decode_name(exchange),
-                                             decode_name(routing_key), properties, body,
-                                             redelivered, body_size))
+            messages.append(RecoveredMessage(seq, name(exchange), name(routing_key),
+                                             properties, body, redelivered, body_size))
         for number, seqs in acks_in.items():
             segment = self._segments[number]
             for seq in seqs:
-                for copy in copies.get(seq, ()):
-                    self._add_ref(segment, copy[0])
+                for copy in _copies(seq, homes, older):
+                    self._add_ref(segment, copy)
         for number, seqs in marks_in.items():
             segment = self._segments[number]
             for seq in seqs:
                 if seq in self._index:
-                    for copy in copies[seq]:
-                        self._add_ref(segment, copy[0])
+                    for copy in _copies(seq, homes, older):
+                        self._add_ref(segment, copy)
 
         self._high_seq = self._last_seq = self._durable_seq = high
         self._next_segment = (numbers[-1] + 1) if numbers else 1

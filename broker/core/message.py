@@ -47,14 +47,6 @@ class Message:
             self._persistent = delivery_mode(self.properties) == 2
         return self._persistent
 
-    def without_body(self) -> "PagedOutMessage":
-        """A copy whose body was paged out to the queue file (body None)."""
-        assert self.body is not None, "only a message with its body is paged out"
-        copy = PagedOutMessage(self.exchange, self.routing_key, self.properties,
-                               len(self.body))
-        copy._persistent = self._persistent
-        return copy
-
     def with_body(self, body: bytes) -> "Message":
         """A copy with its body read back from the queue file."""
         copy = Message(self.exchange, self.routing_key, self.properties, body)
@@ -150,6 +142,28 @@ class PagedOutMessage(Message):
                  body_size: int):
         super().__init__(exchange, routing_key, properties, None)
         self.body_size = body_size
+
+
+class PagedOutPlaceholders:
+    """Makes the placeholders of paged-out messages. Consecutive ones alike (same
+    exchange, routing key, property block and body size, as in a backlog of similar
+    messages) share one: a deep backlog then costs no Message object per message. Only
+    the last one made is remembered, so distinct messages never accumulate here."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self):
+        self._last: PagedOutMessage | None = None
+
+    def placeholder(self, exchange: str, routing_key: str, properties: bytes,
+                    body_size: int) -> PagedOutMessage:
+        last = self._last
+        if (last is not None and last.body_size == body_size
+                and last.properties == properties and last.routing_key == routing_key
+                and last.exchange == exchange):
+            return last
+        self._last = PagedOutMessage(exchange, routing_key, properties, body_size)
+        return self._last
 
 
 def body_size(message: Message) -> int:

@@ -9,7 +9,7 @@ from .message_store import MEMORY_STORE
 from .ports import QueueStore
 
 from .dead_letter import dead_letter_message
-from .message import Message, PagedOutMessage, QueueEntry, body_size
+from .message import Message, PagedOutPlaceholders, QueueEntry, body_size
 from .policy import classic_queue_settings
 from .queue_base import Consumer, QueueBase
 
@@ -170,11 +170,12 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         Their TTL, if any, counts again from now: publish times are not stored."""
         now = self.vhost.scheduler.clock()
         on_disk = self._paged.on_disk
+        placeholders = PagedOutPlaceholders()
         for record in recovered:
             message = (Message(record.exchange, record.routing_key, record.properties,
                                record.body) if record.body is not None else
-                       PagedOutMessage(record.exchange, record.routing_key,
-                                       record.properties, record.body_size))
+                       placeholders.placeholder(record.exchange, record.routing_key,
+                                                record.properties, record.body_size))
             entry = QueueEntry(message, record.seq, record.redelivered)
             message._persistent = True
             self.held_bytes += _held_size(entry)

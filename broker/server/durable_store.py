@@ -10,6 +10,7 @@ ReadPool's worker threads (`QueueFile.read` is safe beside a running sync or com
 import logging
 from functools import partial
 
+from broker.core.message import PagedOutPlaceholders
 from broker.core.persistence import Persistence
 from broker.core.ports import DropStoreFiles
 from storage.queue_file import QueueFile
@@ -20,7 +21,7 @@ log = logging.getLogger("warren.storage")
 class DurableQueueStore:
     """QueueStore over a QueueFile; transient messages stay in memory only."""
 
-    __slots__ = ("queue_file", "persistence", "store_id", "dropped", "reads")
+    __slots__ = ("queue_file", "persistence", "store_id", "dropped", "reads", "placeholders")
 
     def __init__(self, queue_file: QueueFile, persistence: Persistence, store_id: str,
                  reads):
@@ -29,6 +30,7 @@ class DurableQueueStore:
         self.store_id = store_id
         self.dropped = False
         self.reads = reads      # the ReadPool (or a test's stand-in)
+        self.placeholders = PagedOutPlaceholders()
 
     def append(self, entry) -> None:
         message = entry.message
@@ -52,7 +54,8 @@ class DurableQueueStore:
         write buffer until the next sync, then on disk)."""
         message = entry.message
         if message.persistent and message.body is not None:
-            entry.message = message.without_body()
+            entry.message = self.placeholders.placeholder(
+                message.exchange, message.routing_key, message.properties, len(message.body))
 
     def read_bodies(self, entries: list, on_read) -> None:
         """Read paged-out bodies back in a worker thread; `on_read(entries, bodies)`

@@ -5,6 +5,7 @@ the test runs the pending reads, as the server's worker threads would)."""
 import logging
 
 from pamqp import commands
+from pamqp.header import ContentHeader
 
 from amqp_codec import InboundMethod
 from broker.core.queue import ENTRY_COST
@@ -193,3 +194,33 @@ def test_transient_messages_keep_their_bodies(tmp_path):
     publish(client, 5, mode=1)
     assert all(entry.message.body is not None for entry in queue.ready)
     assert queue.held_bytes == sum(ENTRY_COST + len(e.message.body) for e in queue.ready)
+
+
+def test_paged_messages_keep_their_own_routing_key_and_properties(tmp_path):
+    """Paged-out messages alike share one placeholder: the ones that differ (routing
+    key, a property, the body size) must each come back with their own."""
+    client, queue = paging_client(tmp_path, window=3)
+    client.method(1, commands.Exchange.Declare(exchange="x", exchange_type="direct"))
+    for key in ("a", "b"):
+        client.method(1, commands.Queue.Bind(queue="long", exchange="x", routing_key=key))
+    published = []
+    for index in range(40):
+        key = "a" if index % 7 < 4 else "b"
+        message_id = "same" if index % 5 else f"id-{index}"
+        body = b"x" * (16 if index % 3 else 17)
+        client.publish(1, "x", key, body, properties=commands.Basic.Properties(
+            delivery_mode=2, message_id=message_id))
+        published.append((key, message_id, body))
+    queue.store.sync()
+    frames = client.method(1, commands.Basic.Consume(queue="long", consumer_tag="c",
+                                                     no_ack=True))
+    frames += client.transport.frames()
+    delivered = []
+    for _, frame in frames:
+        if isinstance(frame, commands.Basic.Deliver):
+            delivered.append([frame.routing_key])
+        elif isinstance(frame, ContentHeader):
+            delivered[-1].append(frame.properties.message_id)
+        elif hasattr(frame, "value"):
+            delivered[-1].append(frame.value)
+    assert [tuple(item) for item in delivered] == published

@@ -481,3 +481,22 @@ class QueueFileMachine(RuleBasedStateMachine):
 
 QueueFileMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=50)
 test_queue_file_state_machine = QueueFileMachine.TestCase
+
+
+def test_recovered_messages_keep_their_own_names_and_properties(tmp_path):
+    """Recovery shares the name and property objects of consecutive records alike; the
+    records that differ come back with their own."""
+    queue_file = QueueFile(tmp_path / "q")
+    written = []
+    for seq in range(1, 31):
+        exchange = "" if seq % 4 else "x"
+        routing_key = "a" if seq % 6 < 3 else "b"
+        properties = b"\x10\x00\x02" if seq % 5 else bytes([seq])
+        queue_file.append(seq, exchange, routing_key, properties, b"body")
+        written.append((seq, exchange, routing_key, properties))
+    queue_file.close()
+    for load_bodies in (True, False):
+        _, messages, problems = QueueFile.recover(tmp_path / "q", load_bodies=load_bodies)
+        assert problems == []
+        assert [(m.seq, m.exchange, m.routing_key, m.properties) for m in messages] \
+            == written
