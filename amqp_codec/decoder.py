@@ -298,12 +298,15 @@ class Decoder:
             body = data[next_pos + 7:body_end]
             next_pos = body_end + 1
         try:
-            publish = InboundPublish(channel, *decode_publish(data, pos + 11, end))
+            exchange, routing_key, mandatory, immediate = decode_publish(data, pos + 11, end)
         except _DECODE_ERRORS:
             return 0        # the general path reports it
-        publish.properties = self._shared_properties(data[header_pos + 19:header_end])
-        publish.body = body
-        out.append(publish)
+        raw_properties = data[header_pos + 19:header_end]
+        properties = self._properties_seen.get(raw_properties)
+        if properties is None:
+            properties = self._shared_properties(raw_properties)
+        out.append(InboundPublish(channel, exchange, routing_key, mandatory, immediate,
+                                  properties, body))
         return next_pos
 
     def _method(self, data, start, end, channel, content, out) -> None:
