@@ -177,9 +177,14 @@ def deliver_encoder(frame_max: int):
     # Bodies up to this size go in one body frame, encoded by the common case below.
     one_frame = (min(LARGE_BODY - 1, frame_max - FRAME_OVERHEAD) if frame_max
                  else LARGE_BODY - 1)
+    # The last delivery's content header frame and body frame prefix, and the channel,
+    # properties and body size they were made for: deliveries mostly repeat them.
+    content_of: tuple[int, bytes, int] = (0, b"", 0)
+    content = b""
 
     def encode(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
                exchange: str, routing_key: str, properties: bytes, body) -> bytes | tuple:
+        nonlocal content_of, content
         body_size = len(body)
         if 0 < body_size <= one_frame:
             # The common case in one join (same bytes as the general path); the bytes
@@ -187,13 +192,11 @@ def deliver_encoder(frame_max: int):
             around_tag = _DELIVER_PARTS.get((channel, consumer_tag, exchange, routing_key))
             if around_tag is None:
                 around_tag = _deliver_parts(channel, consumer_tag, exchange, routing_key)
-            return b"".join((
-                around_tag[0], _TAG_AND_BIT.pack(delivery_tag, redelivered), around_tag[1],
-                _HEADER_FRAME.pack(FRAME_END, FRAME_HEADER, channel,
-                                   CONTENT_HEADER_PREFIX_SIZE + len(properties),
-                                   BASIC_CLASS, 0, body_size),
-                properties, _BODY_PREFIX.pack(FRAME_END, FRAME_BODY, channel, body_size),
-                body, FRAME_END_BYTE))
+            if content_of != (channel, properties, body_size):
+                content_of = (channel, properties, body_size)
+                content = _content_frames_to_body(channel, properties, body_size)
+            return b"".join((around_tag[0], _TAG_AND_BIT.pack(delivery_tag, redelivered),
+                             around_tag[1], content, body, FRAME_END_BYTE))
         tag, exchange_b = shortstr(consumer_tag), shortstr(exchange)
         key = shortstr(routing_key)
         size = 13 + len(tag) + len(exchange_b) + len(key)
@@ -202,6 +205,16 @@ def deliver_encoder(frame_max: int):
         return join_with_content(parts, channel, properties, body, frame_max)
 
     return encode
+
+
+def _content_frames_to_body(channel: int, properties: bytes, body_size: int) -> bytes:
+    """The end of a method frame, a content header frame and a body frame's prefix: what
+    goes between a method frame's arguments and a body sent in one frame."""
+    return b"".join((
+        _HEADER_FRAME.pack(FRAME_END, FRAME_HEADER, channel,
+                           CONTENT_HEADER_PREFIX_SIZE + len(properties), BASIC_CLASS, 0,
+                           body_size),
+        properties, _BODY_PREFIX.pack(FRAME_END, FRAME_BODY, channel, body_size)))
 
 
 def _deliver_parts(channel: int, consumer_tag: str, exchange: str,
