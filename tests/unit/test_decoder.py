@@ -301,6 +301,59 @@ def test_frame_max_can_be_lowered_after_tune():
     assert caught.value.reply_code == ReplyCode.FRAME_ERROR
 
 
+# --- a publisher repeating its frames (recognised by comparison, not decoded again) -----
+
+def whole_publish(routing_key: str = "q", raw_properties: bytes = b"\x00\x00",
+                  data: bytes = b"hello", channel: int = 1) -> bytes:
+    return (publish(channel, routing_key=routing_key)
+            + content_header(channel, len(data), raw_properties=raw_properties)
+            + (body(channel, data) if data else b""))    # no body frame for no body
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.sampled_from(["q", "r"]),
+                          st.sampled_from([b"\x00\x00", b"\x10\x00\x02"]),
+                          st.binary(min_size=0, max_size=4)), min_size=1, max_size=12),
+       st.data())
+def test_repeated_publishes_each_decode_to_their_own_fields_and_body(messages, data):
+    """Publishes that repeat the previous one's key, properties and body size, or change
+    one of them, in any split of the stream."""
+    stream = PROTOCOL_HEADER + b"".join(whole_publish(key, raw, body_data)
+                                        for key, raw, body_data in messages)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=4))
+    out = feed_in_chunks(Decoder(), stream, cuts)
+    assert [summary(item) for item in out] == [
+        ("publish", 1, "", key, False, False, raw, body_data)
+        for key, raw, body_data in messages]
+
+
+def test_a_repeated_publish_with_a_bad_body_frame_end_is_a_frame_error():
+    decoder = Decoder()
+    decoder.feed(PROTOCOL_HEADER + whole_publish())
+    with pytest.raises(ProtocolError) as caught:
+        decoder.feed(whole_publish()[:-1] + b"\x00")
+    assert caught.value.reply_code == ReplyCode.FRAME_ERROR
+
+
+def test_a_repeated_publish_is_checked_against_a_lowered_frame_max():
+    decoder = Decoder()
+    large_properties = encode_properties(commands.Basic.Properties(
+        headers={"padding": "x" * 5000}))
+    decoder.feed(PROTOCOL_HEADER + whole_publish(raw_properties=large_properties))
+    decoder.frame_max = 4096
+    with pytest.raises(ProtocolError) as caught:
+        decoder.feed(whole_publish(raw_properties=large_properties))
+    assert caught.value.reply_code == ReplyCode.FRAME_ERROR
+
+
+def test_a_repeated_publish_on_a_channel_awaiting_content_is_unexpected():
+    decoder = Decoder()
+    decoder.feed(PROTOCOL_HEADER + whole_publish() + publish())
+    with pytest.raises(ProtocolError) as caught:
+        decoder.feed(whole_publish())
+    assert caught.value.reply_code == ReplyCode.UNEXPECTED_FRAME
+
+
 @pytest.mark.parametrize("opening, fails_at", [
     (b"AMQP\x01\x01\x08\x00", 7), (b"GET / HTTP/1.1\r\n\r\n", 1),
     (b"AMQP\x00\x00\x09\x02", 8), (b"AMQP\x00\x00\x08\x00", 7),

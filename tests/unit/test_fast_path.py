@@ -17,7 +17,7 @@ from amqp_codec import (
     encode_properties, encode_return,
 )
 from amqp_codec.fast_path import (
-    LARGE_BODY, decode_ack, decode_get, decode_publish, shortstr,
+    LARGE_BODY, decode_ack, decode_get, decode_publish, deliver_encoder, shortstr,
 )
 from amqp_codec.properties import delivery_mode
 
@@ -124,6 +124,22 @@ def test_encode_deliver_matches_pamqp(channel, consumer_tag, delivery_tag, redel
     expected = frame.marshal(method, channel) + pamqp_content(channel, raw, body, frame_max)
     assert joined(encode_deliver(channel, consumer_tag, delivery_tag, redelivered,
                                  exchange, routing_key, raw, body, frame_max)) == expected
+
+
+@given(st.sampled_from([0, 4096]),
+       st.lists(st.tuples(st.sampled_from([1, 2]), st.sampled_from(["k", "other"]),
+                          st.sampled_from([b"\x00\x00", b"\x10\x00\x02"]),
+                          st.binary(max_size=3)), min_size=1, max_size=10))
+def test_one_encoder_matches_pamqp_for_each_of_a_run_of_deliveries(frame_max, deliveries):
+    """A connection's encoder reuses what consecutive deliveries share (the content
+    header while channel, properties and body size repeat); each one is still exact."""
+    encode = deliver_encoder(frame_max)
+    for tag, (channel, routing_key, raw, body) in enumerate(deliveries, start=1):
+        method = commands.Basic.Deliver("ctag", tag, False, "", routing_key)
+        expected = (frame.marshal(method, channel)
+                    + pamqp_content(channel, raw, body, frame_max))
+        assert joined(encode(channel, "ctag", tag, False, "", routing_key, raw,
+                             body)) == expected
 
 
 @given(channels, delivery_tags, st.booleans(), exchange_names, shortstrs,
