@@ -263,13 +263,6 @@ class Decoder:
         content = self._content
         length = len(data)
         while length - pos >= 7:
-            repeated = self._repeated
-            if (repeated is not None and data.startswith(repeated.frames, pos)
-                    and repeated.limit == limit and repeated.body_limit == body_limit):
-                whole = self._repeated_publish(data, pos, repeated, out)
-                if whole:
-                    pos = whole
-                    continue
             frame_type, channel, size = _FRAME_PREFIX.unpack_from(data, pos)
             end = pos + 7 + size                         # offset of the frame end octet
             if end >= length or size > limit:
@@ -281,7 +274,13 @@ class Decoder:
             if frame_type == FRAME_BODY:
                 self._body(data, pos + 7, end, channel, content, out)
             elif frame_type == FRAME_METHOD:
-                whole = self._whole_publish(data, pos, end, channel, limit, body_limit, out)
+                repeated = self._repeated
+                if (repeated is not None and data.startswith(repeated.frames, pos)
+                        and repeated.limit == limit and repeated.body_limit == body_limit):
+                    whole = self._repeated_publish(data, pos, repeated, out)
+                else:
+                    whole = self._whole_publish(data, pos, end, channel, limit, body_limit,
+                                                out)
                 if whole:
                     pos = whole
                     continue
