@@ -128,30 +128,6 @@ class _Content:
         self.chunks: list | None = []
 
 
-class _RepeatedPublish:
-    """The frames of the last whole publish up to its body (method frame, content header,
-    body frame prefix) and what they decode to. A publisher mostly sends the next
-    message with the same arguments, properties and body size: it is then recognised by
-    comparing bytes instead of decoding them again. `limit` and `body_limit` are the
-    frame and body limits the frames were checked against."""
-
-    __slots__ = ("frames", "channel", "exchange", "routing_key", "mandatory", "immediate",
-                 "properties", "body_size", "limit", "body_limit")
-
-    def __init__(self, frames: bytes, publish: InboundPublish, body_size: int, limit: int,
-                 body_limit: int):
-        self.frames = frames
-        self.channel = publish.channel
-        self.exchange = publish.exchange
-        self.routing_key = publish.routing_key
-        self.mandatory = publish.mandatory
-        self.immediate = publish.immediate
-        self.properties = publish.properties
-        self.body_size = body_size
-        self.limit = limit
-        self.body_limit = body_limit
-
-
 class Decoder:
     """Bytes in, complete commands out, for one connection (server side).
 
@@ -167,7 +143,6 @@ class Decoder:
         self._content: dict[int, _Content] = {}
         # Publishers mostly repeat the same properties: queued messages share one copy.
         self._properties_seen: dict[bytes, bytes] = {}
-        self._repeated: _RepeatedPublish | None = None   # the last whole publish's frames
 
     @property
     def awaiting_content(self) -> bool:
@@ -274,13 +249,8 @@ class Decoder:
             if frame_type == FRAME_BODY:
                 self._body(data, pos + 7, end, channel, content, out)
             elif frame_type == FRAME_METHOD:
-                repeated = self._repeated
-                if (repeated is not None and data.startswith(repeated.frames, pos)
-                        and repeated.limit == limit and repeated.body_limit == body_limit):
-                    whole = self._repeated_publish(data, pos, repeated, out)
-                else:
-                    whole = self._whole_publish(data, pos, end, channel, limit, body_limit,
-                                                out)
+                whole = self._whole_publish(data, pos, end, channel, limit, body_limit,
+                                            out)
                 if whole:
                     pos = whole
                     continue
@@ -335,28 +305,9 @@ class Decoder:
         properties = self._properties_seen.get(raw_properties)
         if properties is None:
             properties = self._shared_properties(raw_properties)
-        publish = InboundPublish(channel, exchange, routing_key, mandatory, immediate,
-                                 properties, body)
-        out.append(publish)
-        if body_size:
-            self._repeated = _RepeatedPublish(data[pos:header_end + 8], publish, body_size,
-                                              limit, body_limit)
+        out.append(InboundPublish(channel, exchange, routing_key, mandatory, immediate,
+                                  properties, body))
         return next_pos
-
-    def _repeated_publish(self, data, pos, repeated: _RepeatedPublish, out) -> int:
-        """A publish whose frames up to its body are those of `repeated` (which starts
-        at `pos` in `data`): only the body and its frame end are left to check. Returns
-        where the next frame starts, or 0 to let the general path decode it."""
-        body_start = pos + len(repeated.frames)
-        body_end = body_start + repeated.body_size
-        if (body_end >= len(data) or data[body_end] != FRAME_END
-                or repeated.channel in self._content):
-            return 0
-        out.append(InboundPublish(repeated.channel, repeated.exchange,
-                                  repeated.routing_key, repeated.mandatory,
-                                  repeated.immediate, repeated.properties,
-                                  data[body_start:body_end]))
-        return body_end + 1
 
     def _method(self, data, start, end, channel, content, out) -> None:
         """A method frame: Basic.Publish opens content, anything else is complete."""
