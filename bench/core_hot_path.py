@@ -2,6 +2,7 @@
 deliver to a consumer and encode Basic.Deliver, in one process, on batches of messages.
 
     python3 bench/core_hot_path.py [--size 16] [--batch 100] [--batches 3000] [--manual-ack]
+                                   [--distinct-ids]
 
 Prints the best of five rounds in microseconds per message. This is the Python work a
 message costs Warren before any system call; docs/benchmarks.md quotes it.
@@ -53,12 +54,19 @@ def open_connection(broker: Broker) -> Connection:
     return connection
 
 
-def publish_frames(queue: str, size: int, count: int) -> bytes:
-    properties = commands.Basic.Properties(content_type="application/octet-stream")
-    one = (frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
-           + frame.marshal(header.ContentHeader(0, size, properties), 1)
-           + frame.marshal(pamqp_body.ContentBody(b"x" * size), 1))
-    return one * count
+def publish_frames(queue: str, size: int, count: int, distinct_ids: bool) -> bytes:
+    """`count` publishes; alike, or each with a message id of its own (as publishers that
+    set message_id send them: the decoder then cannot reuse the last one's frames)."""
+    publishes = []
+    for number in range(1 if not distinct_ids else count):
+        properties = commands.Basic.Properties(
+            content_type="application/octet-stream",
+            message_id=f"{number:08d}" if distinct_ids else None)
+        publishes.append(
+            frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
+            + frame.marshal(header.ContentHeader(0, size, properties), 1)
+            + frame.marshal(pamqp_body.ContentBody(b"x" * size), 1))
+    return b"".join(publishes) if distinct_ids else publishes[0] * count
 
 
 def main() -> int:
@@ -70,6 +78,8 @@ def main() -> int:
                         help="queue name = routing key (default: like PerfTest's)")
     parser.add_argument("--manual-ack", action="store_true",
                         help="the consumer acks each delivery (prefetch 0)")
+    parser.add_argument("--distinct-ids", action="store_true",
+                        help="each message of a batch has its own message_id")
     args = parser.parse_args()
     broker = Broker()
     publisher = open_connection(broker)
@@ -77,7 +87,7 @@ def main() -> int:
     publisher.handle(InboundMethod(1, commands.Queue.Declare(queue=args.queue)))
     consumer.handle(InboundMethod(1, commands.Basic.Consume(
         queue=args.queue, consumer_tag="bench", no_ack=not args.manual_ack)))
-    data = publish_frames(args.queue, args.size, args.batch)
+    data = publish_frames(args.queue, args.size, args.batch, args.distinct_ids)
     framer = publisher.framer      # as the server feeds it what it reads
     framer.feed(PROTOCOL_HEADER)
     best = float("inf")
@@ -93,7 +103,8 @@ def main() -> int:
                 consumer.handle(InboundMethod(1, commands.Basic.Ack(tag, multiple=True)))
         elapsed = time.perf_counter() - started
         best = min(best, elapsed / (args.batches * args.batch))
-    mode = "manual ack" if args.manual_ack else "auto-ack"
+    mode = ("manual ack" if args.manual_ack else "auto-ack") + (
+        ", distinct message ids" if args.distinct_ids else "")
     print(f"{best * 1e6:.2f} us per message ({args.size} B, {mode}, batches of "
           f"{args.batch}: decode, route, deliver, encode)")
     return 0
