@@ -142,14 +142,23 @@ class Connection:
             return
         channel_number = item.channel
         try:
-            if type(item) is InboundPublish:
-                self._publish(item)
+            if type(item) is InboundPublish:   # the hot path: its steps inline
+                self.has_published = True
+                channel = self.channels.get(channel_number)
+                if channel is None:
+                    self._publish_without_channel(channel_number)
+                elif channel.confirming:
+                    self._publish_confirmed(channel, item)
+                else:
+                    channel.publish(item)
             elif channel_number == 0:
                 if type(item) is not InboundHeartbeat:
                     self._connection_method(item.method)
             else:
                 self._channel_method(channel_number, item.method)
         except ChannelError as error:
+            if type(item) is InboundPublish:
+                error.class_id, error.method_id = BASIC_PUBLISH
             self._close_channel(channel_number, error)
         except ConnectionFailure as error:
             self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
@@ -641,28 +650,22 @@ class Connection:
             # the client's Close-Ok for our Close arrives
             self.send_method(number, commands.Channel.CloseOk())
 
-    def _publish(self, item: InboundPublish) -> None:
-        self.has_published = True
-        number = item.channel
-        channel = self.channels.get(number)
-        if channel is None:
-            if number in self.closing_channels:
-                return
-            self._check_channel_count()
-            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
-                                    *BASIC_PUBLISH)
-        try:
-            if channel.confirming:    # the confirm waits for what the publish wrote
-                persistence = self.broker.persistence
-                writes = persistence.writes
-                channel.publish(item)
-                if persistence.writes != writes:
-                    self.needs_sync = True
-            else:
-                channel.publish(item)
-        except ChannelError as error:
-            error.class_id, error.method_id = BASIC_PUBLISH
-            raise
+    def _publish_without_channel(self, number: int) -> None:
+        """A publish on a channel that is not open: ignored while the channel closes,
+        else a connection error (channel_max exceeded, or 504)."""
+        if number in self.closing_channels:
+            return
+        self._check_channel_count()
+        raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
+                                *BASIC_PUBLISH)
+
+    def _publish_confirmed(self, channel: Channel, item: InboundPublish) -> None:
+        """A publish in confirm mode: the confirm waits for what the publish wrote."""
+        persistence = self.broker.persistence
+        writes = persistence.writes
+        channel.publish(item)
+        if persistence.writes != writes:
+            self.needs_sync = True
 
     def close_channel(self, number: int, error: ChannelError) -> None:
         """Close a channel for a reason of the broker's own (a consumer timeout)."""
