@@ -5,7 +5,9 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 import uuid
+from typing import Callable
 
 from broker.core.access_control import AccessControl, TopicPermission, User
 from broker.core.broker import Broker
@@ -50,8 +52,11 @@ def delayed_store_generation(name: str) -> int:
 class DurableStorage:
     """Owns the MetadataStore and the queue-file directories of one data directory."""
 
-    def __init__(self, data_dir: str, metadata_url: str | None = None):
+    def __init__(self, data_dir: str, metadata_url: str | None = None,
+                 wall_clock: Callable[[], float] = time.time):
         self.reads = ReadPool()     # paged-out bodies and stream records are read there
+        # seconds since the epoch: streams stamp messages and judge max-age with it
+        self.wall_clock = wall_clock
         self.queues_dir = os.path.join(data_dir, QUEUES_DIRECTORY)
         os.makedirs(self.queues_dir, exist_ok=True)
         self.delayed_dir = os.path.join(data_dir, DELAYED_DIRECTORY)
@@ -76,8 +81,9 @@ class DurableStorage:
                          retention: StreamRetention) -> DurableStreamStore:
         store_id = uuid.uuid4().hex
         log_ = StreamLog(os.path.join(self.queues_dir, store_id),
-                         **log_settings(retention))
-        return DurableStreamStore(log_, self.persistence, store_id, self.reads)
+                         **log_settings(retention), clock=self.wall_clock)
+        return DurableStreamStore(log_, self.persistence, store_id, self.reads,
+                                  clock=self.wall_clock)
 
     def new_delayed_store(self, vhost: str, exchange: str,
                           durable: bool) -> DurableDelayedStore:
@@ -291,8 +297,10 @@ class DurableStorage:
 
     def _restore_stream(self, vhost, record, directory: str) -> None:
         retention = StreamRetention.from_arguments(record.arguments)
-        log_, problems = StreamLog.recover(directory, **log_settings(retention))
-        store = DurableStreamStore(log_, self.persistence, record.id, self.reads)
+        log_, problems = StreamLog.recover(directory, **log_settings(retention),
+                                           clock=self.wall_clock)
+        store = DurableStreamStore(log_, self.persistence, record.id, self.reads,
+                                   clock=self.wall_clock)
         vhost.restore_stream(record.name, record.arguments, store)
         log.info("event=stream_recovered vhost=%s queue=%s first_offset=%d "
                  "next_offset=%d problems=%d", vhost.name, record.name,

@@ -6,6 +6,8 @@ own, with the test hooks switched on."""
 import json
 import logging
 import os
+import time
+
 import trio
 
 from broker import __version__
@@ -45,7 +47,8 @@ class Node:
         _fill_connection_caps(settings.limits)
         os.makedirs(settings.data_dir, exist_ok=True)
         self.virtual_clock = VirtualClock() if testing else None
-        self.storage = DurableStorage(settings.data_dir, settings.metadata_url)
+        wall_clock = self.virtual_clock.wall_time if self.virtual_clock else time.time
+        self.storage = DurableStorage(settings.data_dir, settings.metadata_url, wall_clock)
         self.broker = Broker(settings.limits, persistence=self.storage.persistence,
                              version=__version__, loopback_users=settings.loopback_users)
         if self.virtual_clock is not None:

@@ -102,7 +102,7 @@ class ExternalBroker:
                           {"password": password, "tags": TEST_USER_TAGS})
             self._request("PUT", f"/api/permissions/{_quoted(vhost)}/{_quoted(user)}",
                           {"configure": ".*", "write": ".*", "read": ".*"})
-        except BaseException:
+        except Exception:
             remove()      # what was made before the failure
             raise
         return TestVhost(self.host, self.port, vhost, user, password, remove=remove,

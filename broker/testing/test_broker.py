@@ -4,6 +4,7 @@ subprocess, with the test hooks on. `new_vhost()` gives each test its own vhost 
 """
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -17,6 +18,8 @@ from broker.config import ServeSettings
 
 from .control_client import ControlClient
 from .test_vhost import TestVhost
+
+log = logging.getLogger("warren.testing")
 
 THREAD, SUBPROCESS = "thread", "subprocess"
 MODES = (THREAD, SUBPROCESS)
@@ -76,7 +79,7 @@ class TestBroker:
                                    previous.management_port if previous else None)
         try:
             self._listening = self._runner.start()
-        except BaseException:
+        except Exception:   # a failed start cleans up; an interrupted one is for stop()
             self._runner = None
             raise
         return self
@@ -169,7 +172,7 @@ class _ThreadRunner:
         settings.management.port = ((management_port or "auto") if management else 0)
         self.node = Node(settings, testing=True)
         self._started = threading.Event()
-        self._error: BaseException | None = None
+        self._error: Exception | None = None
         self.node.server.on_listening = lambda server: self._started.set()
         self._thread = threading.Thread(target=self._run, name="warren-test-broker",
                                         daemon=True)
@@ -190,7 +193,9 @@ class _ThreadRunner:
 
         try:
             run_until_stopped(self.node)
-        except BaseException as error:   # reported by start(), or lost after a stop
+        except Exception as error:   # the thread's end: reported by start(), or logged
+            if self._started.is_set():
+                log.error("event=test_broker_failed", exc_info=error)
             self._error = error
             self._started.set()
 

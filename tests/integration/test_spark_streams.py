@@ -18,6 +18,7 @@ import time
 import pika
 import pytest
 
+from broker.testing.control_client import ControlClient
 from pika_helpers import close_quietly, connect, names  # noqa: F401  (names: fixture)
 from spark.amqp.offsets import OffsetError, StreamOffset, parse_stream_offset
 from spark.amqp.stream_client import StreamProbe
@@ -306,6 +307,8 @@ def test_offsets_removed_by_retention_fail_the_query_unless_told_otherwise(
     assert sum(input_rows(query)) == 600 - first
 
 
+@pytest.mark.warren_only("moves the test broker's clock (virtual time) between two "
+                         "publishes instead of waiting for the next second")
 def test_starting_timestamp_reads_from_the_first_message_at_or_after_it(
         spark_session, broker, names, tmp_path):
     """startingTimestamp (milliseconds since the epoch) selects stream mode and starts
@@ -313,9 +316,10 @@ def test_starting_timestamp_reads_from_the_first_message_at_or_after_it(
     timestamps, as x-stream-offset takes them, are whole seconds)."""
     stream = declare_stream(broker, names)
     publish(broker, stream, range(10))
-    second = int(time.time()) + 1
-    while time.time() < second:  # the next messages must be stamped a second later
-        time.sleep(0.01)
+    control = ControlClient(broker.control_socket)
+    stamped_by = time.time() + control.call("test.advance", seconds=0)   # broker time
+    control.call("test.advance", seconds=2)   # the next messages: two seconds later
+    second = int(stamped_by) + 1
     publish(broker, stream, range(10, 15))
     moment = second * 1000 + 999  # any millisecond of that second
     query = (spark_session.readStream.format("amqp").option("url", amqp_url(broker))

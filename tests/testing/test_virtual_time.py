@@ -1,10 +1,13 @@
 """Virtual time with pika: `warren.advance(seconds)` makes TTLs, queue expiry, delayed
-messages, consumer timeouts and the broker's heartbeat checks fall due at once. Nothing
+messages, consumer timeouts, stream timestamps and the broker's heartbeat checks fall
+due at once. Nothing
 here waits for real time to pass.
 
 The test's own connections turn heartbeats off: an advance longer than twice a
 connection's heartbeat interval drops it (which the heartbeat test relies on)."""
 
+import datetime
+import time
 from urllib.parse import quote
 
 import pika
@@ -158,3 +161,28 @@ def test_advancing_by_a_negative_time_is_refused(warren):
         warren.advance(-5)
     assert str(refused.value) == ("cannot advance time by -5 seconds: time only moves "
                                   "forward; pass a finite number of seconds >= 0")
+
+
+def test_stream_publish_timestamps_follow_the_broker_clock(warren, channel):
+    """A stream stamps each message with the broker's wall clock, which advance moves:
+    a consumer starting from a moment between two advances gets only what came after."""
+    channel.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
+    channel.confirm_delivery()
+    channel.basic_publish("", "events", b"before")
+    moment = time.time() + warren.advance(0) + 60   # a minute after "before", broker time
+    warren.advance(120)
+    channel.basic_publish("", "events", b"after")
+    channel.basic_qos(prefetch_count=10)
+    start = datetime.datetime.fromtimestamp(moment, datetime.timezone.utc)
+    bodies = []
+    for method, _properties, body in channel.consume(
+            "events", arguments={"x-stream-offset": start},
+            inactivity_timeout=DELIVERY_WAIT):
+        if method is None:
+            break
+        channel.basic_ack(method.delivery_tag)
+        bodies.append(body)
+        if body == b"after":
+            break
+    channel.cancel()
+    assert bodies == [b"after"]

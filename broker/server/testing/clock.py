@@ -2,7 +2,8 @@
 
 One `VirtualClock` is trio's clock (timers of the transports: heartbeats, handshake
 and close timeouts), the core scheduler's monotonic clock (message TTL, queue expiry,
-consumer timeouts) and its wall clock (due times of delayed messages). It runs at real
+consumer timeouts) and its wall clock (due times of delayed messages; the streams'
+publish timestamps and max-age retention). It runs at real
 speed; `advance(seconds)` (the operation "test.advance") adds the same offset to all
 three, so whatever fell due fires at once."""
 
@@ -14,7 +15,6 @@ from typing import TYPE_CHECKING
 import trio
 import trio.testing
 
-# the module, not its names: hooks imports this module to collect OPERATIONS
 from .refusal import TestHookError
 
 if TYPE_CHECKING:
