@@ -15,7 +15,7 @@ import urllib.request
 import uuid
 from typing import Any
 
-from .test_vhost import TestVhost
+from .test_vhost import TestVhost, amqp_url, quoted
 
 MANAGEMENT_PORT = 15672      # RabbitMQ's management plugin's default port
 HTTP_TIMEOUT = 30.0          # seconds for one management API request
@@ -50,8 +50,7 @@ class ExternalBroker:
     @property
     def url(self) -> str:
         """The default vhost as the administrator."""
-        return (f"amqp://{_quoted(self.user)}:{_quoted(self.password)}@{self.host}:"
-                f"{self.port}/%2F")
+        return amqp_url(self.host, self.port, "/", self.user, self.password)
 
     @property
     def description(self) -> str:
@@ -93,14 +92,14 @@ class ExternalBroker:
         password = uuid.uuid4().hex
 
         def remove() -> None:
-            self._delete(f"/api/vhosts/{_quoted(vhost)}")
-            self._delete(f"/api/users/{_quoted(user)}")
+            self._delete(f"/api/vhosts/{quoted(vhost)}")
+            self._delete(f"/api/users/{quoted(user)}")
 
         try:
-            self._request("PUT", f"/api/vhosts/{_quoted(vhost)}", {})
-            self._request("PUT", f"/api/users/{_quoted(user)}",
+            self._request("PUT", f"/api/vhosts/{quoted(vhost)}", {})
+            self._request("PUT", f"/api/users/{quoted(user)}",
                           {"password": password, "tags": TEST_USER_TAGS})
-            self._request("PUT", f"/api/permissions/{_quoted(vhost)}/{_quoted(user)}",
+            self._request("PUT", f"/api/permissions/{quoted(vhost)}/{quoted(user)}",
                           {"configure": ".*", "write": ".*", "read": ".*"})
         except Exception:
             remove()      # what was made before the failure
@@ -133,7 +132,3 @@ class ExternalBroker:
             return json.loads(text)
         except json.JSONDecodeError:
             raise ManagementUnavailable(f"{method} {path} did not answer JSON") from None
-
-
-def _quoted(text: str) -> str:
-    return urllib.parse.quote(text, safe="")

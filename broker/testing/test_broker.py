@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from broker.config import ServeSettings
 
 from .control_client import ControlClient
-from .test_vhost import TestVhost
+from .test_vhost import TestVhost, amqp_url
 
 log = logging.getLogger("warren.testing")
 
@@ -144,7 +144,7 @@ class TestBroker:
     @property
     def url(self) -> str:
         """The default vhost as guest (guest may log in from loopback only)."""
-        return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+        return amqp_url(self.host, self.port, "/", "guest", "guest")
 
     @property
     def control(self) -> ControlClient:

@@ -61,8 +61,7 @@ class TestVhost(Inspection, Waits, Faults, VirtualTime, Cleanliness):
     @property
     def url(self) -> str:
         """amqp://user:password@host:port/vhost, the vhost percent-encoded."""
-        return (f"amqp://{_quoted(self.user)}:{_quoted(self.password)}@{self.host}:"
-                f"{self.port}/{_quoted(self.vhost)}")
+        return amqp_url(self.host, self.port, self.vhost, self.user, self.password)
 
     @property
     def aio_pika_url(self) -> str:
@@ -109,5 +108,13 @@ class TestVhost(Inspection, Waits, Faults, VirtualTime, Cleanliness):
         return f"<TestVhost {self.vhost!r} as {self.user!r} on {self.host}:{self.port}>"
 
 
-def _quoted(text: str) -> str:
+def amqp_url(host: str, port: int, vhost: str, user: str, password: str) -> str:
+    """amqp://user:password@host:port/vhost, user, password and vhost percent-encoded
+    (the default vhost "/" is %2F: a bare "/" path means the empty vhost to some
+    clients, the Java client among them)."""
+    return f"amqp://{quoted(user)}:{quoted(password)}@{host}:{port}/{quoted(vhost)}"
+
+
+def quoted(text: str) -> str:
+    """A name as one URL path segment or user-info part ("/" is %2F)."""
     return urllib.parse.quote(text, safe="")
