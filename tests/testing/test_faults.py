@@ -280,6 +280,26 @@ def test_short_consumer_timeout_closes_the_channel_with_406(warren):
     connection.close()
 
 
+def test_the_consumer_timeout_is_put_back_when_the_vhost_is_removed(warren_broker):
+    shortened = warren_broker.new_vhost()
+    shortened.set_consumer_timeout(1000)
+    shortened.remove()
+    warren = warren_broker.new_vhost()
+    try:
+        connection = connect(warren, heartbeat=0)   # an advance must not drop it
+        channel = connection.channel()
+        queue = declare_queue(channel)
+        channel.basic_publish("", queue, b"held")
+        channel.basic_consume(queue, lambda *delivery: None)
+        warren.wait_for_consumer(queue)
+        warren.advance(10)   # ten times the shortened timeout; the usual one is 30 min
+        assert warren.queue(queue).unacked == 1
+        assert channel.queue_declare(queue, passive=True)   # the channel is still open
+        connection.close()
+    finally:
+        warren.remove()
+
+
 def test_set_consumer_timeout_refuses_zero(warren):
     with pytest.raises(BrokerRefused, match="milliseconds must be more than 0, not 0"):
         warren.set_consumer_timeout(0)

@@ -8,7 +8,6 @@ test's sandbox is removed."""
 
 import logging
 import math
-import weakref
 from typing import TYPE_CHECKING
 
 from amqp_codec.reply_codes import ReplyCode
@@ -17,7 +16,6 @@ from broker.core.publish_faults import PublishFaults
 from .refusal import TestHookError
 
 if TYPE_CHECKING:
-    from broker.core.broker import Broker
     from broker.core.vhost import VirtualHost
 
     from ..transport import SocketTransport
@@ -27,9 +25,6 @@ log = logging.getLogger("warren.testing")
 
 ALARMS = ("memory", "disk")
 CLOSED_BY_TEST = "CONNECTION_FORCED - closed by a test (close_connection)"
-# The broker's own consumer timeout, while a test has set another one
-_usual_consumer_timeout: "weakref.WeakKeyDictionary[Broker, int]" = (
-    weakref.WeakKeyDictionary())
 
 
 # -- publishes and confirms ------------------------------------------------------------
@@ -159,7 +154,8 @@ def set_consumer_timeout(hooks: "TestHooks", vhost: str, milliseconds: int) -> N
     if milliseconds <= 0:
         raise TestHookError(f"milliseconds must be more than 0, not {milliseconds}")
     config = hooks.broker.config
-    _usual_consumer_timeout.setdefault(hooks.broker, config.consumer_timeout)
+    if hooks.usual_consumer_timeout is None:
+        hooks.usual_consumer_timeout = config.consumer_timeout
     config.consumer_timeout = milliseconds
     log.info("event=fault_consumer_timeout milliseconds=%d", milliseconds)
 
@@ -169,9 +165,9 @@ def reset_broker_faults(hooks: "TestHooks") -> None:
     timeout."""
     for kind in hooks.server.alarm.forced:
         hooks.server.alarm.force(kind, False)
-    usual = _usual_consumer_timeout.pop(hooks.broker, None)
-    if usual is not None:
-        hooks.broker.config.consumer_timeout = usual
+    if hooks.usual_consumer_timeout is not None:
+        hooks.broker.config.consumer_timeout = hooks.usual_consumer_timeout
+        hooks.usual_consumer_timeout = None
 
 
 OPERATIONS = {

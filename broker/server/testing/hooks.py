@@ -31,6 +31,9 @@ class TestHooks:
         self.broker = server.broker
         self.committer = server.committer
         self.admin = Administration(server.broker)
+        self.pending_waits = waits.PendingWaits()   # re-checked while any is pending
+        # the broker's own consumer timeout while a test has set another one
+        self.usual_consumer_timeout: int | None = None
         self.operations: dict[str, Callable[..., Any]] = {}
         for module in OPERATION_MODULES:
             self.operations.update(module.OPERATIONS)

@@ -9,7 +9,6 @@ nothing for it. Counts are cumulative for the vhost (a fresh vhost per test)."""
 
 import time
 from typing import TYPE_CHECKING, Callable
-from weakref import WeakKeyDictionary
 
 import trio
 
@@ -60,7 +59,6 @@ class PendingWaits(trio.abc.Instrument):
                 pass   # trio dropped it already (it raised; trio logged why)
 
 
-_PENDING: "WeakKeyDictionary[TestHooks, PendingWaits]" = WeakKeyDictionary()
 
 
 async def wait_until(hooks: "TestHooks", holds: Callable[[], bool], seconds: float,
@@ -74,9 +72,7 @@ async def wait_until(hooks: "TestHooks", holds: Callable[[], bool], seconds: flo
     if holds():
         return
     deadline = time.monotonic() + seconds
-    pending = _PENDING.get(hooks)
-    if pending is None:
-        pending = _PENDING[hooks] = PendingWaits()
+    pending = hooks.pending_waits
     waiter = Waiter(holds)
     pending.add(waiter)
     try:
