@@ -17,6 +17,7 @@ difference that goes away fails too.
 
 import re
 import struct
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable
@@ -62,6 +63,7 @@ class Session:
     token: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
     transcript: list = field(default_factory=list)
     clients: list = field(default_factory=list)
+    started: int = field(default_factory=lambda: int(time.time()))
 
     def name(self, local: str) -> str:
         """A queue or exchange name unique to this play (normalised in the transcript)."""
@@ -81,8 +83,17 @@ class Session:
         if isinstance(value, dict):
             return {key: self._normalise(item) for key, item in value.items()}
         if isinstance(value, (list, tuple)):
+            if self._stamped_during_the_play(value):
+                return [*self._normalise(value[:-1]), "<during the play>"]
             return [self._normalise(item) for item in value]
         return value
+
+    def _stamped_during_the_play(self, typed: list | tuple) -> bool:
+        """A typed field or array item ([name,] 'T', seconds) holding a time between the
+        play's start and now: the brokers stamp it (x-death's time) and two plays need not
+        fall in the same second."""
+        return len(typed) >= 2 and typed[-2] == "T" and isinstance(typed[-1], int) \
+            and self.started <= typed[-1] <= time.time()
 
     # -- raw frames ---------------------------------------------------------------
 
