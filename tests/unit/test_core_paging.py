@@ -38,7 +38,7 @@ def test_bodies_beyond_the_window_are_not_kept_in_memory(tmp_path):
     client, queue = paging_client(tmp_path, window=10)
     publish(client, 50)
     queue.store.sync()
-    in_memory = [entry.message.body is not None for entry in queue.ready]
+    in_memory = [entry.message.body is not None for entry in queue.ready_entries()]
     assert in_memory == [True] * 10 + [False] * 40
 
 

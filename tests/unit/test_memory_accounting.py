@@ -18,7 +18,7 @@ def cost(entry) -> int:
 
 def true_cost(client, queue) -> int:
     """What the queue's messages cost, counted from scratch."""
-    held = sum(cost(entry) for entry in queue.ready)
+    held = sum(cost(entry) for entry in queue.ready_entries())
     for channel in client.connection.channels.values():
         held += sum(cost(d.entry) for d in channel.unacked.values() if d.queue is queue)
     return held
