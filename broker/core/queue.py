@@ -32,9 +32,13 @@ READ_AHEAD = 1024
 FLOW_BACKLOG = 10_000
 FLOW_RESUME = FLOW_BACKLOG // 2   # ... until the backlog is back under this
 # The memory alarm's accounting charges each message a queue holds (ready or unacked) its
-# body, while in memory, plus this much for its bookkeeping (a queued 16-byte message
-# measured about 370 bytes of resident memory: docs/benchmarks.md).
-ENTRY_COST = 400
+# body, while in memory, plus this much for its bookkeeping: its Message, QueueEntry,
+# property block, seq and deque slot (220 bytes, bench/queued_memory.py) ...
+ENTRY_COST = 220
+# ... or this much for a message kept in a PagedRun behind the page window: its seq,
+# placeholder reference and queue file index entry (42 bytes, bench/queued_memory.py).
+RUN_ENTRY_COST = 42
+_RUN_SAVING = ENTRY_COST - RUN_ENTRY_COST
 
 
 class HeadOnDisk(Exception):
@@ -98,8 +102,8 @@ class PagedOut:
     path.
     """
 
-    __slots__ = ("on_disk", "on_disk_count", "reading", "waiters", "dead_letters",
-                 "dead_letter_reads")
+    __slots__ = ("on_disk", "on_disk_count", "run_count", "reading", "waiters",
+                 "dead_letters", "dead_letter_reads")
 
     def __init__(self):
         # The tail: ready messages behind those in `Queue.ready`, in order, as runs of
@@ -108,6 +112,7 @@ class PagedOut:
         # queued here, every later one is too, until the read-ahead moved them all.
         self.on_disk: deque[QueueEntry | PagedRun] = deque()
         self.on_disk_count = 0                      # the messages in the tail
+        self.run_count = 0                          # ... of which in runs
         self.reading: dict[int, QueueEntry] = {}    # ready, being read, by seq
         self.waiters: list = []                     # Basic.Get calls (HeadOnDisk)
         # Dead-lettering waits for the bodies of paged-out messages, in order:
@@ -115,18 +120,20 @@ class PagedOut:
         self.dead_letters: deque = deque()
         self.dead_letter_reads: dict[int, QueueEntry] = {}
 
-    def append(self, entry: QueueEntry) -> None:
-        """Queue `entry` at the end of the tail."""
+    def append(self, entry: QueueEntry) -> bool:
+        """Queue `entry` at the end of the tail; whether it went into a run."""
         tail = self.on_disk
         self.on_disk_count += 1
         if not _fits_a_run(entry):
             tail.append(entry)
-            return
+            return False
         last = tail[-1] if tail else None
         if type(last) is not PagedRun or last.full():
             last = PagedRun()
             tail.append(last)
         last.append(entry)
+        self.run_count += 1
+        return True
 
     def popleft(self) -> QueueEntry:
         """The tail's first message (made an entry), which leaves it."""
@@ -136,6 +143,7 @@ class PagedOut:
         if not isinstance(head, PagedRun):
             tail.popleft()
             return head
+        self.run_count -= 1
         entry = head.popleft()
         if not head:
             tail.popleft()
@@ -152,6 +160,7 @@ class PagedOut:
     def clear(self) -> None:
         self.on_disk.clear()
         self.on_disk_count = 0
+        self.run_count = 0
 
 
 class Queue(QueueBase[QueueEntry, Consumer]):
@@ -197,6 +206,11 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if self._may_expire:
             self.expire(self.vhost.scheduler.clock())
         return self.backlog
+
+    @property
+    def bookkeeping_bytes(self) -> int:
+        """What held_bytes charges the ready messages beyond their bodies in memory."""
+        return ENTRY_COST * self.backlog - _RUN_SAVING * self._paged.run_count
 
     @property
     def backlog(self) -> int:
@@ -265,15 +279,28 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if entry.message.body is None:
             self.held_bytes -= size
         if entry.message.body is None or self._paged.on_disk:
-            self._paged.append(entry)
+            self._to_tail(entry)
         else:
             self.ready.append(entry)
+
+    def _to_tail(self, entry: QueueEntry) -> None:
+        if self._paged.append(entry):
+            self.held_bytes -= _RUN_SAVING      # charged RUN_ENTRY_COST while in a run
+
+    def _from_tail(self) -> QueueEntry:
+        """The tail's first message, which leaves it (charged ENTRY_COST again)."""
+        paged = self._paged
+        runs = paged.run_count
+        entry = paged.popleft()
+        if paged.run_count != runs:
+            self.held_bytes += _RUN_SAVING
+        return entry
 
     def _place_restored(self, entry: QueueEntry) -> None:
         """A recovered message, in seq order: a paged-out one goes to the tail (and
         every one after it)."""
         if entry.message.body is None or self._paged.on_disk:
-            self._paged.append(entry)
+            self._to_tail(entry)
         else:
             self.ready.append(entry)
 
@@ -333,7 +360,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         while (ready or paged.on_disk) and (
                 len(ready) + paged.on_disk_count > limit
                 or (byte_limit is not None and self.ready_bytes > byte_limit)):
-            entry = ready.popleft() if ready else paged.popleft()
+            entry = ready.popleft() if ready else self._from_tail()
             if byte_limit is not None:
                 self.ready_bytes -= body_size(entry.message)
             dropped.append(entry)
@@ -494,7 +521,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         while on_disk and len(ready) <= READ_AHEAD:
             batch = []
             for _ in range(min(READ_BATCH, paged.on_disk_count)):
-                entry = paged.popleft()
+                entry = self._from_tail()
                 ready.append(entry)
                 if entry.message.body is None:
                     reading[entry.seq] = entry
@@ -695,7 +722,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         elif entries[0].seq > ready[-1].seq:    # queued anew (a quorum queue's returns)
             if self._paged.on_disk:
                 for entry in entries:
-                    self._paged.append(entry)
+                    self._to_tail(entry)
             else:
                 ready.extend(entries)
         else:
@@ -717,6 +744,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         for entry in self._tail():
             self.held_bytes -= _held_size(entry)
             self.store.settle(entry)
+        self.held_bytes += _RUN_SAVING * self._paged.run_count
         self.ready.clear()
         self.ready_bytes = 0
         self._paged.clear()
