@@ -10,7 +10,7 @@ from .message_store import MEMORY_STORE
 from .ports import QueueStore
 
 from .dead_letter import dead_letter_message
-from .message import Message, PagedOutMessage, PagedOutPlaceholders, QueueEntry, body_size
+from .message import Message, PagedOutPlaceholders, QueueEntry, body_size
 from .policy import classic_queue_settings
 from .queue_base import Consumer, QueueBase
 
@@ -35,8 +35,10 @@ FLOW_RESUME = FLOW_BACKLOG // 2   # ... until the backlog is back under this
 # body, while in memory, plus this much for its bookkeeping: its Message, QueueEntry,
 # property block, seq and deque slot (220 bytes, bench/queued_memory.py) ...
 ENTRY_COST = 220
-# ... or this much for a message kept in a PagedRun behind the page window: its seq,
-# placeholder reference and queue file index entry (42 bytes, bench/queued_memory.py).
+# ... or this much for a paged-out message kept in a TailRun behind the page window: its
+# seq, placeholder reference and queue file index entry (42 bytes,
+# bench/queued_memory.py). A run's message kept in memory is charged ENTRY_COST (its
+# Message object, about 100 bytes with the run's share, is overcharged).
 RUN_ENTRY_COST = 42
 _RUN_SAVING = ENTRY_COST - RUN_ENTRY_COST
 
@@ -50,20 +52,21 @@ class HeadOnDisk(Exception):
         self.queue = queue
 
 
-RUN_LENGTH = 4096   # paged-out messages one PagedRun holds at most
+RUN_LENGTH = 4096   # paged-out messages one TailRun holds at most
 
 
-class PagedRun:
-    """Consecutive paged-out messages queued behind the page window, kept as a seq and
-    a (shared) placeholder each rather than a QueueEntry and its seq int (16 bytes a
-    message instead of 104). They become QueueEntry objects when their bodies are read
-    back (`popleft`), from the head; a run is never redelivered nor expires."""
+class TailRun:
+    """Consecutive messages queued behind the page window, kept as a seq and a message
+    each rather than a QueueEntry and its seq int (16 bytes a message instead of 104):
+    mostly paged-out ones, whose message is a placeholder shared by alike neighbours.
+    They become QueueEntry objects when the read-ahead moves them into `ready`
+    (`popleft`), from the head; a run's messages are never redelivered nor expire."""
 
     __slots__ = ("seqs", "messages", "first")
 
     def __init__(self):
         self.seqs = array("q")
-        self.messages: list[PagedOutMessage] = []
+        self.messages: list[Message] = []
         self.first = 0      # the messages before this one left the run
 
     def __len__(self) -> int:
@@ -74,7 +77,7 @@ class PagedRun:
 
     def append(self, entry: QueueEntry) -> None:
         self.seqs.append(entry.seq)
-        self.messages.append(entry.message)    # type: ignore[arg-type]
+        self.messages.append(entry.message)
 
     def popleft(self) -> QueueEntry:
         first = self.first
@@ -88,9 +91,8 @@ class PagedRun:
 
 
 def _fits_a_run(entry: QueueEntry) -> bool:
-    """A paged-out message with nothing of its own to remember besides its seq."""
-    return (entry.message.body is None and not entry.redelivered
-            and entry.expires_at is None)
+    """A message with nothing of its own to remember besides its seq."""
+    return not entry.redelivered and entry.expires_at is None
 
 
 class PagedOut:
@@ -103,35 +105,41 @@ class PagedOut:
     """
 
     __slots__ = ("on_disk", "on_disk_count", "run_count", "reading", "waiters",
-                 "dead_letters", "dead_letter_reads")
+                 "dead_letters", "dead_letter_reads", "last_properties")
 
     def __init__(self):
-        # The tail: ready messages behind those in `Queue.ready`, in order, as runs of
-        # paged-out messages and, between them, QueueEntry objects (messages kept in
-        # memory, or paged out but redelivered or with an expiry). Once a message was
-        # queued here, every later one is too, until the read-ahead moved them all.
-        self.on_disk: deque[QueueEntry | PagedRun] = deque()
+        # The tail: ready messages behind those in `Queue.ready` (beyond the page
+        # window), in order, as runs and, between them, QueueEntry objects (redelivered
+        # messages, messages with an expiry). Once a message was queued here, every
+        # later one is too, until the read-ahead moved them all.
+        self.on_disk: deque[QueueEntry | TailRun] = deque()
         self.on_disk_count = 0                      # the messages in the tail
-        self.run_count = 0                          # ... of which in runs
+        self.run_count = 0              # ... of which paged out and in runs
         self.reading: dict[int, QueueEntry] = {}    # ready, being read, by seq
         self.waiters: list = []                     # Basic.Get calls (HeadOnDisk)
         # Dead-lettering waits for the bodies of paged-out messages, in order:
         # (entry, reason, time), and the seqs of those being read.
         self.dead_letters: deque = deque()
         self.dead_letter_reads: dict[int, QueueEntry] = {}
+        # The property block of the last message queued beyond the window, which the
+        # next one shares when equal (Queue._queue_beyond_window).
+        self.last_properties = b""
 
     def append(self, entry: QueueEntry) -> bool:
-        """Queue `entry` at the end of the tail; whether it went into a run."""
+        """Queue `entry` at the end of the tail; whether it went into a run paged out
+        (then held_bytes charges it RUN_ENTRY_COST)."""
         tail = self.on_disk
         self.on_disk_count += 1
         if not _fits_a_run(entry):
             tail.append(entry)
             return False
         last = tail[-1] if tail else None
-        if type(last) is not PagedRun or last.full():
-            last = PagedRun()
+        if type(last) is not TailRun or last.full():
+            last = TailRun()
             tail.append(last)
         last.append(entry)
+        if entry.message.body is not None:
+            return False
         self.run_count += 1
         return True
 
@@ -140,11 +148,12 @@ class PagedOut:
         tail = self.on_disk
         self.on_disk_count -= 1
         head = tail[0]
-        if not isinstance(head, PagedRun):
+        if not isinstance(head, TailRun):
             tail.popleft()
             return head
-        self.run_count -= 1
         entry = head.popleft()
+        if entry.message.body is None:
+            self.run_count -= 1
         if not head:
             tail.popleft()
         return entry
@@ -152,7 +161,7 @@ class PagedOut:
     def entries(self):
         """The tail's messages in order, as entries (made for the occasion in runs)."""
         for chunk in self.on_disk:
-            if type(chunk) is PagedRun:
+            if type(chunk) is TailRun:
                 yield from chunk.entries()
             else:
                 yield chunk
@@ -273,15 +282,20 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         return True
 
     def _queue_beyond_window(self, entry: QueueEntry, size: int) -> None:
-        """A message beyond the page window: its body stays only on disk when the store
-        can page it out; it goes to the tail after those already there."""
+        """A message beyond the page window goes to the tail; its body stays only on
+        disk when the store can page it out. A message
+        kept in memory shares the property block of the one before when they are equal
+        (36 bytes less a message in a deep backlog of alike transient messages)."""
+        message = entry.message
+        paged = self._paged
+        if message.properties == paged.last_properties:
+            message.properties = paged.last_properties
+        else:
+            paged.last_properties = message.properties
         self.store.page_out(entry)
         if entry.message.body is None:
             self.held_bytes -= size
-        if entry.message.body is None or self._paged.on_disk:
-            self._to_tail(entry)
-        else:
-            self.ready.append(entry)
+        self._to_tail(entry)
 
     def _to_tail(self, entry: QueueEntry) -> None:
         if self._paged.append(entry):

@@ -193,8 +193,9 @@ def test_unreadable_bodies_cost_only_their_messages(tmp_path, caplog):
 def test_transient_messages_keep_their_bodies(tmp_path):
     client, queue = paging_client(tmp_path, window=2)
     publish(client, 5, mode=1)
-    assert all(entry.message.body is not None for entry in queue.ready)
-    assert queue.held_bytes == sum(ENTRY_COST + len(e.message.body) for e in queue.ready)
+    entries = list(queue.ready_entries())
+    assert len(entries) == 5 and all(entry.message.body is not None for entry in entries)
+    assert queue.held_bytes == sum(ENTRY_COST + len(e.message.body) for e in entries)
 
 
 def test_paged_messages_keep_their_own_routing_key_and_properties(tmp_path):
@@ -317,3 +318,19 @@ def test_a_recovered_backlog_keeps_its_order_and_redelivered_flags(tmp_path):
             client.reads.run()
     assert [entry.message.body for entry in entries] == expected(range(8))
     assert [entry.redelivered for entry in entries] == [True] * 3 + [False] * 5
+
+
+def test_a_deep_transient_backlog_beyond_the_window_keeps_order_and_accounting():
+    """A queue without a queue file keeps the messages beyond its window in memory, in
+    runs: they come out in order, and the accounting drains to nothing."""
+    client = Client()
+    client.open_channel()
+    client.declare_queue(1, "plain")
+    queue = client.broker.vhosts["/"].queues["plain"]
+    queue.page_window = 5
+    publish(client, 3000, mode=1, queue="plain")
+    assert (len(queue.ready), queue.message_count) == (5, 3000)
+    got = deliveries(client.method(1, commands.Basic.Consume(
+        queue="plain", consumer_tag="c", no_ack=True)))
+    assert [body for _, body in got] == expected(range(3000))
+    assert queue.message_count == 0 and queue.held_bytes == 0
