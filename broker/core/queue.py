@@ -379,8 +379,6 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                 self.ready_bytes -= body_size(entry.message)
             dropped.append(entry)
         self.discard(dropped, "maxlen")
-        if dropped and paged.on_disk:
-            self._read_ahead()
 
     def apply_policy(self, definition: dict) -> None:
         """The policy in force changed (broker/core/policy.py): take the settings it
@@ -598,17 +596,23 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         """Drop (or dead-letter) expired messages at the head, as RabbitMQ does:
         a message with its own shorter TTL behind a longer-lived one waits its turn."""
         ready = self.ready
-        if not ready and self._paged.on_disk:
-            self._read_ahead()      # the head is in the tail (just recovered)
         expired = []
         while ready and ready[0].expires_at is not None and ready[0].expires_at < now:
             expired.append(ready.popleft())
+        if not ready and self._paged.on_disk:
+            self._expire_tail(now, expired)
         if expired:
             if self.max_length_bytes is not None:
                 self.ready_bytes -= sum(body_size(entry.message) for entry in expired)
             self.discard(expired, "expired")
-            if self._paged.on_disk:
-                self._read_ahead()
+
+    def _expire_tail(self, now: float, expired: list[QueueEntry]) -> None:
+        """`ready` is empty (just recovered, or all expired): the expired messages at
+        the head of the tail join `expired`."""
+        head = self._head()
+        while head is not None and head.expires_at is not None and head.expires_at < now:
+            expired.append(self._from_tail())
+            head = self._head()
 
     def _arm_expiry(self) -> None:
         """Make sure a timer fires when the head message expires."""
@@ -635,6 +639,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         self._expiry_timer = None
         if not self.deleted:
             self.expire(self.vhost.scheduler.clock())
+            if not self.ready and self._paged.on_disk:
+                self._read_ahead()      # what follows the expired ones, into `ready`
             self._arm_expiry()
 
     def discard(self, entries: list[QueueEntry], reason: str) -> None:

@@ -334,3 +334,21 @@ def test_a_deep_transient_backlog_beyond_the_window_keeps_order_and_accounting()
         queue="plain", consumer_tag="c", no_ack=True)))
     assert [body for _, body in got] == expected(range(3000))
     assert queue.message_count == 0 and queue.held_bytes == 0
+
+
+def test_recovered_messages_with_a_ttl_expire_from_the_tail(tmp_path):
+    """After a restart every message is behind the window, none read yet: those whose
+    TTL ran out still leave the queue on time."""
+    clock = FakeClock()
+    client, queue = paging_client(tmp_path, window=2, clock=clock)
+    publish(client, 5)
+    queue.store.sync()
+    _file, recovered, _problems = QueueFile.recover(str(tmp_path / "long"),
+                                                    load_bodies=False)
+    restored = Queue(queue.vhost, "again", True, None, False, {"x-message-ttl": 1000},
+                     queue.store)
+    restored.restore(recovered)
+    assert restored.message_count == 5
+    clock.now += 2
+    client.broker.scheduler.run_due()
+    assert restored.message_count == 0 and restored.held_bytes == 0
