@@ -358,7 +358,7 @@ class Connection:
         queues = self._throttled_by
         if queues:
             for queue in list(queues):
-                if queue.deleted or not queue.consumers or len(queue.ready) <= FLOW_RESUME:
+                if queue.deleted or not queue.consumers or queue.backlog <= FLOW_RESUME:
                     queues.discard(queue)
         return bool(queues)
 

@@ -3,7 +3,8 @@ message priority first, FIFO within a priority, as RabbitMQ 3.10's classic queue
 
 A `PriorityQueue` is a classic `Queue` whose ready messages (and paged-out ones) are
 kept in a `PriorityReady` instead of a deque: one deque per priority, read highest
-first. `PriorityReady` offers the deque operations the classic queue's code uses, so
+first. Its paged-out messages stay QueueEntry objects in `ready` (their order needs
+each one's priority), not in the classic queue's tail. `PriorityReady` offers the deque operations the classic queue's code uses, so
 TTL, length limits, dead-lettering, paging, Basic.Get and purge apply unchanged, in
 delivery order: expiry and drop-head take the next message to be delivered, as
 RabbitMQ's priority queue does. Plain classic queues never see this module.
@@ -159,11 +160,39 @@ class PriorityQueue(Queue):
         for entry in entries:
             ready.put_back(entry)     # type: ignore[attr-defined]
 
-    def _read_ahead(self) -> None:
-        """As Queue._read_ahead, in delivery order: read the next paged-out bodies
-        while at most READ_AHEAD ready messages come before the first on disk."""
+    def _queue_beyond_window(self, entry: QueueEntry, size: int) -> None:
+        """Every message goes to `ready`; one beyond the page window drops its body
+        when the store can page it out (`on_disk` lists those, in delivery order)."""
+        ready = self.ready
+        ready.append(entry)
+        if len(ready) > self.page_window:
+            self.store.page_out(entry)
+            if entry.message.body is None:
+                self.held_bytes -= size
+                self._paged.on_disk.append(entry)
+
+    def _place_restored(self, entry: QueueEntry) -> None:
+        self.ready.append(entry)
+        if entry.message.body is None:
+            self._paged.on_disk.append(entry)
+
+    def _tail(self):
+        return ()      # every ready message is in `ready`
+
+    def _leaves_ready(self, entry: QueueEntry) -> bool:
+        """As Queue._leaves_ready; one not asked for yet leaves `on_disk` too."""
         paged = self._paged
-        on_disk = paged.on_disk
+        if paged.reading.pop(entry.seq, None) is not None:
+            return True
+        paged.on_disk.remove(entry)
+        return False
+
+    def _read_ahead(self) -> bool:
+        """As Queue._read_ahead, in delivery order: read the next paged-out bodies
+        while at most READ_AHEAD ready messages come before the first on disk. Those
+        are in `ready` already: never a message in memory brought to an empty one."""
+        paged = self._paged
+        on_disk: PriorityReady = paged.on_disk   # type: ignore[assignment]
         ready = self.ready
         reading = paged.reading
         while on_disk and ready.within(on_disk[0], READ_AHEAD):  # type: ignore[attr-defined]
@@ -171,3 +200,4 @@ class PriorityQueue(Queue):
             for entry in batch:
                 reading[entry.seq] = entry
             self.store.read_bodies(batch, self._bodies_read)
+        return False

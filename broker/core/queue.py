@@ -2,6 +2,7 @@
 
 import datetime
 import logging
+from array import array
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -31,9 +32,15 @@ READ_AHEAD = 1024
 FLOW_BACKLOG = 10_000
 FLOW_RESUME = FLOW_BACKLOG // 2   # ... until the backlog is back under this
 # The memory alarm's accounting charges each message a queue holds (ready or unacked) its
-# body, while in memory, plus this much for its bookkeeping (a queued 16-byte message
-# measured about 370 bytes of resident memory: docs/benchmarks.md).
-ENTRY_COST = 400
+# body, while in memory, plus this much for its bookkeeping: its Message, QueueEntry,
+# property block, seq and deque slot (220 bytes, bench/queued_memory.py) ...
+ENTRY_COST = 220
+# ... or this much for a paged-out message kept in a TailRun behind the page window: its
+# seq, placeholder reference and queue file index entry (42 bytes,
+# bench/queued_memory.py). A run's message kept in memory is charged ENTRY_COST (its
+# Message object, about 100 bytes with the run's share, is overcharged).
+RUN_ENTRY_COST = 42
+_RUN_SAVING = ENTRY_COST - RUN_ENTRY_COST
 
 
 class HeadOnDisk(Exception):
@@ -45,23 +52,124 @@ class HeadOnDisk(Exception):
         self.queue = queue
 
 
-class PagedOut:
-    """A queue's messages whose bodies are on disk only, and the reads of them.
+RUN_LENGTH = 4096   # paged-out messages one TailRun holds at most
 
-    One attribute of the queue rather than five: CPython 3.11 looks attributes up more
-    slowly on objects with more than about 30 of them, and a queue's are on the hot path.
-    """
 
-    __slots__ = ("on_disk", "reading", "waiters", "dead_letters", "dead_letter_reads")
+class TailRun:
+    """Consecutive messages queued behind the page window, kept as a seq and a message
+    each rather than a QueueEntry and its seq int (16 bytes a message instead of 104):
+    mostly paged-out ones, whose message is a placeholder shared by alike neighbours.
+    They become QueueEntry objects when the read-ahead moves them into `ready`
+    (`popleft`), from the head; a run's messages are never redelivered nor expire."""
+
+    __slots__ = ("seqs", "messages", "first")
 
     def __init__(self):
-        self.on_disk: deque[QueueEntry] = deque()   # ready, not asked for yet, in order
+        self.seqs = array("q")
+        self.messages: list[Message] = []
+        self.first = 0      # the messages before this one left the run
+
+    def __len__(self) -> int:
+        return len(self.seqs) - self.first
+
+    def full(self) -> bool:
+        return len(self.seqs) >= RUN_LENGTH
+
+    def append(self, entry: QueueEntry) -> None:
+        self.seqs.append(entry.seq)
+        self.messages.append(entry.message)
+
+    def popleft(self) -> QueueEntry:
+        first = self.first
+        self.first = first + 1
+        return QueueEntry(self.messages[first], self.seqs[first])
+
+    def entries(self):
+        """The messages left, as QueueEntry objects made for the occasion (peek)."""
+        for index in range(self.first, len(self.seqs)):
+            yield QueueEntry(self.messages[index], self.seqs[index])
+
+
+def _fits_a_run(entry: QueueEntry) -> bool:
+    """A message with nothing of its own to remember besides its seq."""
+    return not entry.redelivered and entry.expires_at is None
+
+
+class PagedOut:
+    """A queue's ready messages queued behind the page window (the tail), and the reads
+    of paged-out bodies.
+
+    One attribute of the queue rather than several: CPython 3.11 looks attributes up
+    more slowly on objects with more than about 30 of them, and a queue's are on the hot
+    path.
+    """
+
+    __slots__ = ("on_disk", "on_disk_count", "run_count", "reading", "waiters",
+                 "dead_letters", "dead_letter_reads", "last_properties")
+
+    def __init__(self):
+        # The tail: ready messages behind those in `Queue.ready` (beyond the page
+        # window), in order, as runs and, between them, QueueEntry objects (redelivered
+        # messages, messages with an expiry). Once a message was queued here, every
+        # later one is too, until the read-ahead moved them all.
+        self.on_disk: deque[QueueEntry | TailRun] = deque()
+        self.on_disk_count = 0                      # the messages in the tail
+        self.run_count = 0              # ... of which paged out and in runs
         self.reading: dict[int, QueueEntry] = {}    # ready, being read, by seq
         self.waiters: list = []                     # Basic.Get calls (HeadOnDisk)
         # Dead-lettering waits for the bodies of paged-out messages, in order:
         # (entry, reason, time), and the seqs of those being read.
         self.dead_letters: deque = deque()
         self.dead_letter_reads: dict[int, QueueEntry] = {}
+        # The property block of the last message queued beyond the window, which the
+        # next one shares when equal (Queue._queue_beyond_window).
+        self.last_properties = b""
+
+    def append(self, entry: QueueEntry) -> bool:
+        """Queue `entry` at the end of the tail; whether it went into a run paged out
+        (then held_bytes charges it RUN_ENTRY_COST)."""
+        tail = self.on_disk
+        self.on_disk_count += 1
+        if not _fits_a_run(entry):
+            tail.append(entry)
+            return False
+        last = tail[-1] if tail else None
+        if type(last) is not TailRun or last.full():
+            last = TailRun()
+            tail.append(last)
+        last.append(entry)
+        if entry.message.body is not None:
+            return False
+        self.run_count += 1
+        return True
+
+    def popleft(self) -> QueueEntry:
+        """The tail's first message (made an entry), which leaves it."""
+        tail = self.on_disk
+        self.on_disk_count -= 1
+        head = tail[0]
+        if not isinstance(head, TailRun):
+            tail.popleft()
+            return head
+        entry = head.popleft()
+        if entry.message.body is None:
+            self.run_count -= 1
+        if not head:
+            tail.popleft()
+        return entry
+
+    def entries(self):
+        """The tail's messages in order, as entries (made for the occasion in runs)."""
+        for chunk in self.on_disk:
+            if type(chunk) is TailRun:
+                yield from chunk.entries()
+            else:
+                yield chunk
+
+    def clear(self) -> None:
+        self.on_disk.clear()
+        self.on_disk_count = 0
+        self.run_count = 0
 
 
 class Queue(QueueBase[QueueEntry, Consumer]):
@@ -106,7 +214,17 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         Expired messages at the head are removed first."""
         if self._may_expire:
             self.expire(self.vhost.scheduler.clock())
-        return len(self.ready)
+        return self.backlog
+
+    @property
+    def bookkeeping_bytes(self) -> int:
+        """What held_bytes charges the ready messages beyond their bodies in memory."""
+        return ENTRY_COST * self.backlog - _RUN_SAVING * self._paged.run_count
+
+    @property
+    def backlog(self) -> int:
+        """The ready messages: in `ready` and behind the page window."""
+        return len(self.ready) + self._paged.on_disk_count
 
     @property
     def published(self) -> int:
@@ -146,14 +264,12 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                     return True
                 except Exception as error:   # queued below instead
                     _delivery_failed(consumer, error)
-        ready.append(entry)
+        if len(ready) < self.page_window and not self._paged.on_disk:
+            ready.append(entry)
+        else:
+            self._queue_beyond_window(entry, size)
         if byte_limit is not None:
             self.ready_bytes += size
-        if len(ready) > self.page_window:
-            self.store.page_out(entry)
-            if entry.message.body is None:
-                self.held_bytes -= size
-                self._paged.on_disk.append(entry)
         if limited:
             self._drop_overflow()
         if self.consumers:
@@ -161,16 +277,52 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if entry.expires_at is not None:
             self._may_expire = True
             self._arm_expiry()
-        if publisher is not None and len(ready) > FLOW_BACKLOG and self.consumers_stalled():
+        if publisher is not None and self.backlog > FLOW_BACKLOG and self.consumers_stalled():
             publisher.throttle(self)
         return True
+
+    def _queue_beyond_window(self, entry: QueueEntry, size: int) -> None:
+        """A message beyond the page window goes to the tail; its body stays only on
+        disk when the store can page it out. A message
+        kept in memory shares the property block of the one before when they are equal
+        (36 bytes less a message in a deep backlog of alike transient messages)."""
+        message = entry.message
+        paged = self._paged
+        if message.properties == paged.last_properties:
+            message.properties = paged.last_properties
+        else:
+            paged.last_properties = message.properties
+        self.store.page_out(entry)
+        if entry.message.body is None:
+            self.held_bytes -= size
+        self._to_tail(entry)
+
+    def _to_tail(self, entry: QueueEntry) -> None:
+        if self._paged.append(entry):
+            self.held_bytes -= _RUN_SAVING      # charged RUN_ENTRY_COST while in a run
+
+    def _from_tail(self) -> QueueEntry:
+        """The tail's first message, which leaves it (charged ENTRY_COST again)."""
+        paged = self._paged
+        runs = paged.run_count
+        entry = paged.popleft()
+        if paged.run_count != runs:
+            self.held_bytes += _RUN_SAVING
+        return entry
+
+    def _place_restored(self, entry: QueueEntry) -> None:
+        """A recovered message, in seq order: a paged-out one goes to the tail (and
+        every one after it)."""
+        if entry.message.body is None or self._paged.on_disk:
+            self._to_tail(entry)
+        else:
+            self.ready.append(entry)
 
     def restore(self, recovered) -> None:
         """Load messages recovered from the queue file (in seq order). A record without
         a body (recovered with load_bodies=False) is read back before it is delivered.
         Their TTL, if any, counts again from now: publish times are not stored."""
         now = self.vhost.scheduler.clock()
-        on_disk = self._paged.on_disk
         placeholders = PagedOutPlaceholders()
         for record in recovered:
             message = (Message(record.exchange, record.routing_key, record.properties,
@@ -183,9 +335,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             if self.message_ttl is not None or message.has_expiration():
                 entry.expires_at = self._expiry(message, now)
                 self._may_expire = True
-            self.ready.append(entry)
-            if record.body is None:
-                on_disk.append(entry)
+            self._place_restored(entry)
         # Seqs continue after the last one the store ever had, acked ones included (the
         # queue file refuses a seq it has seen).
         self._next_seq = self.store.last_seq
@@ -206,7 +356,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         limit (x-overflow reject-publish and reject-publish-dlx refuse it)."""
         limit = self.max_length
         byte_limit = self.max_length_bytes
-        return ((limit is not None and len(self.ready) >= limit)
+        return ((limit is not None and self.backlog >= limit)
                 or (byte_limit is not None and self.ready_bytes + size > byte_limit))
 
     def _drop_overflow(self) -> None:
@@ -215,14 +365,16 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if self.overflow != "drop-head":
             return
         ready = self.ready
+        paged = self._paged
         limit = self.max_length
         byte_limit = self.max_length_bytes
         if limit is None:
-            limit = len(ready)
+            limit = self.backlog
         dropped = []
-        while ready and (len(ready) > limit
-                         or (byte_limit is not None and self.ready_bytes > byte_limit)):
-            entry = ready.popleft()
+        while (ready or paged.on_disk) and (
+                len(ready) + paged.on_disk_count > limit
+                or (byte_limit is not None and self.ready_bytes > byte_limit)):
+            entry = ready.popleft() if ready else self._from_tail()
             if byte_limit is not None:
                 self.ready_bytes -= body_size(entry.message)
             dropped.append(entry)
@@ -255,7 +407,19 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     def _count_ready_bytes(self) -> None:
         """Under a byte limit, count the bodies of the ready messages from scratch."""
         self.ready_bytes = (0 if self.max_length_bytes is None else
-                            sum(body_size(entry.message) for entry in self.ready))
+                            sum(body_size(entry.message) for entry in self.ready)
+                            + sum(body_size(entry.message) for entry in self._tail()))
+
+    def _tail(self):
+        """The ready messages behind those in `ready`, in order (entries made for the
+        occasion where they are kept in runs)."""
+        return self._paged.entries()
+
+    def ready_entries(self):
+        """Every ready message in order (the inspection's peek); those paged out have
+        no body."""
+        yield from self.ready
+        yield from self._tail()
 
     def _set_expires(self, expires: int | None) -> None:
         """x-expires as a policy changed it: an unused queue's idle time counts from
@@ -274,27 +438,28 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         counts_bytes = self.max_length_bytes is not None
         if self._may_expire:
             self.expire(self.vhost.scheduler.clock() if now is None else now)
-        while ready and consumers:
-            if self._may_expire and ready[0].expires_at is not None:
-                self.expire(self.vhost.scheduler.clock() if now is None else now)
-                if not ready:
-                    return
-            if ready[0].message.body is None:
-                break       # being read: the store calls back when it is in memory
-            consumer = self._next_consumer()
-            if consumer is None:
-                break
-            entry = ready.popleft()
-            try:
-                consumer.channel.deliver(consumer, entry)
-            except Exception as error:
-                ready.appendleft(entry)
-                _delivery_failed(consumer, error)
-                continue
-            if counts_bytes:
-                self.ready_bytes -= body_size(entry.message)
-        if self._paged.on_disk:
-            self._read_ahead()
+        while True:
+            while ready and consumers:
+                if self._may_expire and ready[0].expires_at is not None:
+                    self.expire(self.vhost.scheduler.clock() if now is None else now)
+                    if not ready:
+                        break
+                if ready[0].message.body is None:
+                    break       # being read: the store calls back when it is in memory
+                consumer = self._next_consumer()
+                if consumer is None:
+                    break
+                entry = ready.popleft()
+                try:
+                    consumer.channel.deliver(consumer, entry)
+                except Exception as error:
+                    ready.appendleft(entry)
+                    _delivery_failed(consumer, error)
+                    continue
+                if counts_bytes:
+                    self.ready_bytes -= body_size(entry.message)
+            if not (self._paged.on_disk and self._read_ahead() and consumers):
+                return
 
     def _next_consumer(self) -> Consumer | None:
         """The consumer to serve next: round-robin among those that can take a message,
@@ -339,7 +504,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.expire(self.vhost.scheduler.clock())
         ready = self.ready
         if not ready:
-            return None
+            if not self._paged.on_disk:
+                return None
+            self._read_ahead()
         if ready[0].message.body is None:
             self._read_ahead()
             raise HeadOnDisk(self)
@@ -354,19 +521,26 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         """Call `callback()` when the next read of bodies finished (HeadOnDisk)."""
         self._paged.waiters.append(callback)
 
-    def _read_ahead(self) -> None:
-        """Ask the store for the next paged-out bodies while fewer than READ_AHEAD ready
-        messages (in memory or being read) precede the first one still on disk."""
+    def _read_ahead(self) -> bool:
+        """While `ready` has at most READ_AHEAD messages (in memory or being read),
+        move the tail's next ones into it, asking the store for the bodies of those
+        paged out. Whether that brought a message in memory to an empty `ready`."""
         paged = self._paged
         on_disk = paged.on_disk
         ready = self.ready
         reading = paged.reading
-        while on_disk and (len(ready) <= READ_AHEAD
-                           or ready[READ_AHEAD].seq >= on_disk[0].seq):
-            batch = [on_disk.popleft() for _ in range(min(READ_BATCH, len(on_disk)))]
-            for entry in batch:
-                reading[entry.seq] = entry
-            self.store.read_bodies(batch, self._bodies_read)
+        was_empty = not ready
+        while on_disk and len(ready) <= READ_AHEAD:
+            batch = []
+            for _ in range(min(READ_BATCH, paged.on_disk_count)):
+                entry = self._from_tail()
+                ready.append(entry)
+                if entry.message.body is None:
+                    reading[entry.seq] = entry
+                    batch.append(entry)
+            if batch:
+                self.store.read_bodies(batch, self._bodies_read)
+        return was_empty and bool(ready) and ready[0].message.body is not None
 
     def _bodies_read(self, entries: list[QueueEntry], bodies: list) -> None:
         """The store read paged-out bodies (on the event loop). Entries that left the
@@ -415,16 +589,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     def _leaves_ready(self, entry: QueueEntry) -> bool:
         """A paged-out entry left the ready queue from its head (expired, over the
         length limit): its body is no longer needed for a delivery. Whether a read of
-        it is in flight."""
-        paged = self._paged
-        if paged.reading.pop(entry.seq, None) is not None:
-            return True
-        on_disk = paged.on_disk
-        if on_disk and on_disk[0] is entry:
-            on_disk.popleft()
-        else:
-            on_disk.remove(entry)
-        return False
+        it is in flight (it is not when it came straight from the tail)."""
+        return self._paged.reading.pop(entry.seq, None) is not None
 
     def expire(self, now: float) -> None:
         """Drop (or dead-letter) expired messages at the head, as RabbitMQ does:
@@ -433,17 +599,27 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         expired = []
         while ready and ready[0].expires_at is not None and ready[0].expires_at < now:
             expired.append(ready.popleft())
+        if not ready and self._paged.on_disk:
+            self._expire_tail(now, expired)
         if expired:
             if self.max_length_bytes is not None:
                 self.ready_bytes -= sum(body_size(entry.message) for entry in expired)
             self.discard(expired, "expired")
 
+    def _expire_tail(self, now: float, expired: list[QueueEntry]) -> None:
+        """`ready` is empty (just recovered, or all expired): the expired messages at
+        the head of the tail join `expired`."""
+        head = self._head()
+        while head is not None and head.expires_at is not None and head.expires_at < now:
+            expired.append(self._from_tail())
+            head = self._head()
+
     def _arm_expiry(self) -> None:
         """Make sure a timer fires when the head message expires."""
-        ready = self.ready
-        if not ready or ready[0].expires_at is None or self.deleted:
+        head = self._head()
+        if head is None or head.expires_at is None or self.deleted:
             return
-        when = ready[0].expires_at
+        when = head.expires_at
         timer = self._expiry_timer
         if timer is not None and not timer.cancelled and timer.when <= when:
             return
@@ -451,10 +627,20 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             timer.cancel()
         self._expiry_timer = self.vhost.scheduler.call_at(when, self._expiry_due)
 
+    def _head(self) -> QueueEntry | None:
+        """The first ready message, in `ready` or else the tail's when it is an entry
+        (a run's messages have no expiry)."""
+        if self.ready:
+            return self.ready[0]
+        tail = self._paged.on_disk
+        return tail[0] if tail and isinstance(tail[0], QueueEntry) else None
+
     def _expiry_due(self) -> None:
         self._expiry_timer = None
         if not self.deleted:
             self.expire(self.vhost.scheduler.clock())
+            if not self.ready and self._paged.on_disk:
+                self._read_ahead()      # what follows the expired ones, into `ready`
             self._arm_expiry()
 
     def discard(self, entries: list[QueueEntry], reason: str) -> None:
@@ -554,7 +740,11 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if not ready or entries[-1].seq < ready[0].seq:
             ready.extendleft(reversed(entries))
         elif entries[0].seq > ready[-1].seq:    # queued anew (a quorum queue's returns)
-            ready.extend(entries)
+            if self._paged.on_disk:
+                for entry in entries:
+                    self._to_tail(entry)
+            else:
+                ready.extend(entries)
         else:
             for entry in entries:
                 ready.insert(_insertion_point(ready, entry.seq), entry)
@@ -567,13 +757,17 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.store.settle(entry)
 
     def purge(self) -> int:
-        count = len(self.ready)
+        count = self.backlog
         for entry in self.ready:
             self.held_bytes -= _held_size(entry)
             self.store.settle(entry)
+        for entry in self._tail():
+            self.held_bytes -= _held_size(entry)
+            self.store.settle(entry)
+        self.held_bytes += _RUN_SAVING * self._paged.run_count
         self.ready.clear()
         self.ready_bytes = 0
-        self._paged.on_disk.clear()
+        self._paged.clear()
         self._paged.reading.clear()    # reads in flight are dropped when they come back
         return count
 

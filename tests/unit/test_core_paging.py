@@ -8,7 +8,8 @@ from pamqp import commands
 from pamqp.header import ContentHeader
 
 from amqp_codec import InboundMethod
-from broker.core.queue import ENTRY_COST
+from broker.core.queue import ENTRY_COST, HeadOnDisk, Queue
+from storage.queue_file import QueueFile
 from core_harness import Client, ManualReads, deliveries, kinds, paging_client
 
 
@@ -38,7 +39,7 @@ def test_bodies_beyond_the_window_are_not_kept_in_memory(tmp_path):
     client, queue = paging_client(tmp_path, window=10)
     publish(client, 50)
     queue.store.sync()
-    in_memory = [entry.message.body is not None for entry in queue.ready]
+    in_memory = [entry.message.body is not None for entry in queue.ready_entries()]
     assert in_memory == [True] * 10 + [False] * 40
 
 
@@ -192,8 +193,9 @@ def test_unreadable_bodies_cost_only_their_messages(tmp_path, caplog):
 def test_transient_messages_keep_their_bodies(tmp_path):
     client, queue = paging_client(tmp_path, window=2)
     publish(client, 5, mode=1)
-    assert all(entry.message.body is not None for entry in queue.ready)
-    assert queue.held_bytes == sum(ENTRY_COST + len(e.message.body) for e in queue.ready)
+    entries = list(queue.ready_entries())
+    assert len(entries) == 5 and all(entry.message.body is not None for entry in entries)
+    assert queue.held_bytes == sum(ENTRY_COST + len(e.message.body) for e in entries)
 
 
 def test_paged_messages_keep_their_own_routing_key_and_properties(tmp_path):
@@ -224,3 +226,129 @@ def test_paged_messages_keep_their_own_routing_key_and_properties(tmp_path):
         elif hasattr(frame, "value"):
             delivered[-1].append(frame.value)
     assert [tuple(item) for item in delivered] == published
+
+
+def test_a_deep_backlog_keeps_only_the_window_as_entries(tmp_path):
+    """Beyond the window, messages are kept as runs of seqs, not one QueueEntry each;
+    the counts and the delivery order are those of every message."""
+    client, queue = paging_client(tmp_path, window=10)
+    publish(client, 5000)
+    queue.store.sync()
+    assert (len(queue.ready), queue.message_count) == (10, 5000)
+    got = deliveries(client.method(1, commands.Basic.Consume(
+        queue="long", consumer_tag="c", no_ack=True)))
+    got += deliveries(client.transport.frames())
+    assert [body for _, body in got] == expected(range(5000))
+    assert queue.message_count == 0 and queue.held_bytes == 0
+
+
+def test_transient_messages_behind_a_paged_backlog_keep_their_place(tmp_path):
+    client, queue = paging_client(tmp_path, window=3)
+    publish(client, 5)
+    publish(client, 3, mode=1, start=5)     # transient: kept in memory, behind the run
+    publish(client, 4, start=8)
+    publish(client, 2, mode=1, start=12)
+    queue.store.sync()
+    assert queue.message_count == 14
+    got = deliveries(client.method(1, commands.Basic.Consume(
+        queue="long", consumer_tag="c", no_ack=True)))
+    got += deliveries(client.transport.frames())
+    got += deliveries(client.publish(1, "", "long", b"body-14"))   # nothing ahead now
+    assert [body for _, body in got] == expected(range(15))
+
+
+def test_drop_head_reaches_into_the_paged_backlog_and_dead_letters_in_order(tmp_path):
+    client, queue = paging_client(tmp_path, window=0,
+                                  arguments={"x-max-length": 3,
+                                             "x-dead-letter-exchange": "",
+                                             "x-dead-letter-routing-key": "dead"})
+    client.declare_queue(1, "dead")
+    publish(client, 10)
+    queue.store.sync()
+    assert queue.message_count == 3
+    dead = client.broker.vhosts["/"].queues["dead"]
+    assert [entry.message.body for entry in dead.ready] == expected(range(7))
+    got = deliveries(client.method(1, commands.Basic.Consume(
+        queue="long", consumer_tag="c", no_ack=True)))
+    got += deliveries(client.transport.frames())
+    assert [body for _, body in got] == expected(range(7, 10))
+    assert queue.held_bytes == 0
+
+
+def test_a_purge_counts_and_drops_the_paged_backlog(tmp_path):
+    client, queue = paging_client(tmp_path, window=4)
+    publish(client, 100)
+    (_, purge_ok), = client.method(1, commands.Queue.Purge(queue="long"))
+    assert purge_ok.message_count == 100
+    assert queue.message_count == 0 and queue.held_bytes == 0
+    publish(client, 2, start=100)
+    assert bodies(client.method(1, commands.Basic.Get(queue="long", no_ack=True))) == \
+        [b"body-100"]
+
+
+def test_the_ready_messages_listed_in_order_include_the_paged_backlog(tmp_path):
+    """What the inspection's peek reads: every ready message in order, with no body
+    for those paged out."""
+    client, queue = paging_client(tmp_path, window=2)
+    publish(client, 4)
+    publish(client, 1, mode=1, start=4)
+    listed = [(entry.seq, entry.message.body) for entry in queue.ready_entries()]
+    assert listed == [(1, b"body-0"), (2, b"body-1"), (3, None), (4, None),
+                      (5, b"body-4")]
+
+
+def test_a_recovered_backlog_keeps_its_order_and_redelivered_flags(tmp_path):
+    client, queue = paging_client(tmp_path, window=2)
+    publish(client, 8)
+    client.method(1, commands.Basic.Qos(prefetch_count=3))
+    client.method(1, commands.Basic.Consume(queue="long", consumer_tag="c"))
+    queue.store.sync()      # three delivered, unacked: redelivered after a restart
+    _file, recovered, problems = QueueFile.recover(str(tmp_path / "long"),
+                                                   load_bodies=False)
+    assert problems == []
+    restored = Queue(queue.vhost, "again", True, None, False, {}, queue.store)
+    restored.page_window = 2
+    restored.restore(recovered)
+    assert restored.message_count == 8
+    entries = []
+    while restored.message_count:
+        try:
+            entries.append(restored.take())
+        except HeadOnDisk:
+            client.reads.run()
+    assert [entry.message.body for entry in entries] == expected(range(8))
+    assert [entry.redelivered for entry in entries] == [True] * 3 + [False] * 5
+
+
+def test_a_deep_transient_backlog_beyond_the_window_keeps_order_and_accounting():
+    """A queue without a queue file keeps the messages beyond its window in memory, in
+    runs: they come out in order, and the accounting drains to nothing."""
+    client = Client()
+    client.open_channel()
+    client.declare_queue(1, "plain")
+    queue = client.broker.vhosts["/"].queues["plain"]
+    queue.page_window = 5
+    publish(client, 3000, mode=1, queue="plain")
+    assert (len(queue.ready), queue.message_count) == (5, 3000)
+    got = deliveries(client.method(1, commands.Basic.Consume(
+        queue="plain", consumer_tag="c", no_ack=True)))
+    assert [body for _, body in got] == expected(range(3000))
+    assert queue.message_count == 0 and queue.held_bytes == 0
+
+
+def test_recovered_messages_with_a_ttl_expire_from_the_tail(tmp_path):
+    """After a restart every message is behind the window, none read yet: those whose
+    TTL ran out still leave the queue on time."""
+    clock = FakeClock()
+    client, queue = paging_client(tmp_path, window=2, clock=clock)
+    publish(client, 5)
+    queue.store.sync()
+    _file, recovered, _problems = QueueFile.recover(str(tmp_path / "long"),
+                                                    load_bodies=False)
+    restored = Queue(queue.vhost, "again", True, None, False, {"x-message-ttl": 1000},
+                     queue.store)
+    restored.restore(recovered)
+    assert restored.message_count == 5
+    clock.now += 2
+    client.broker.scheduler.run_due()
+    assert restored.message_count == 0 and restored.held_bytes == 0

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from broker.core.exchange import Exchange
 from broker.core.policy import merged_definition
 from broker.core.quorum_queue import QuorumQueue
+from broker.core.queue import ENTRY_COST, Queue
 from broker.core.queue_base import QueueBase
 from broker.core.stream_queue import StreamQueue
 from broker.core.vhost import VirtualHost
@@ -31,7 +32,6 @@ DEFAULT_EXCHANGE_ALIAS = "amq.default"   # the default exchange's name in paths
 # Queue views built between two turns of the event loop: a list of 10,000 queues
 # leaves the AMQP connections waiting for one chunk at a time, not for all of them
 VIEWS_PER_TURN = 500
-ENTRY_COST = 400   # broker/core/queue.py charges each held message this much bookkeeping
 _GARBAGE_COLLECTION = {"fullsweep_after": 0, "max_heap_size": 0, "min_bin_vheap_size": 0,
                        "min_heap_size": 0, "minor_gcs": 0}
 
@@ -127,8 +127,8 @@ class QueueViews:
         unacked = self.unacked.get(queue, 0)
         unacked_bytes = self.unacked_bytes.get(queue, 0)
         rates = self.sampler.rates(queue)
-        held = 0 if isinstance(queue, StreamQueue) else queue.held_bytes
-        message_bytes = max(held - ENTRY_COST * (ready + unacked), unacked_bytes)
+        held = queue.held_bytes - queue.bookkeeping_bytes if isinstance(queue, Queue) else 0
+        message_bytes = max(held - ENTRY_COST * unacked, unacked_bytes)
         consumers = queue.consumer_count
         view = {
             "arguments": plain(queue.arguments), "auto_delete": queue.auto_delete,

@@ -122,7 +122,7 @@ def peek(hooks: "TestHooks", vhost: str, queue: str, count: int = 10) -> list:
                        "stream (read it with a consumer)")
     found.message_count   # drops expired messages at the head first
     answer: list[dict] = []
-    for entry in ready:
+    for entry in found.ready_entries():
         if len(answer) >= min(count, MAX_ITEMS):
             break
         answer.append({**message_json(entry.message), "redelivered": entry.redelivered})
