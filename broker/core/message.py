@@ -9,11 +9,11 @@ from amqp_codec.properties import delivery_mode
 from amqp_codec.wire_ids import EXPIRATION_FLAG, HEADERS_FLAG, REPLY_TO_FLAG, USER_ID_FLAG
 
 # The flags are tested in the property block's first two bytes, one byte at a time.
-_EXPIRATION_BIT = EXPIRATION_FLAG >> 8   # in the first (high) byte
+EXPIRATION_BIT = EXPIRATION_FLAG >> 8    # in the first (high) byte (Queue.enqueue tests it)
 _REPLY_TO_BIT = REPLY_TO_FLAG >> 8       # in the first byte
 _HEADERS_BIT = HEADERS_FLAG >> 8         # in the first byte
 _USER_ID_BIT = USER_ID_FLAG              # in the second (low) byte
-_CHECKED_HIGH_BITS = _EXPIRATION_BIT | _REPLY_TO_BIT | _HEADERS_BIT   # needs_checks
+_CHECKED_HIGH_BITS = EXPIRATION_BIT | _REPLY_TO_BIT | _HEADERS_BIT   # needs_checks
 _EXPIRATION = re.compile(r"\+?[0-9]+", re.ASCII)
 
 
@@ -89,7 +89,7 @@ class Message:
 
     def has_expiration(self) -> bool:
         properties = self.properties
-        return len(properties) >= 2 and bool(properties[0] & _EXPIRATION_BIT)
+        return len(properties) >= 2 and bool(properties[0] & EXPIRATION_BIT)
 
     def expiration_ms(self) -> int | None:
         """The per-message TTL in milliseconds, or None; ValueError when it is not a
