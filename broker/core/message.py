@@ -9,11 +9,12 @@ from amqp_codec.properties import delivery_mode
 from amqp_codec.wire_ids import EXPIRATION_FLAG, HEADERS_FLAG, REPLY_TO_FLAG, USER_ID_FLAG
 
 # The flags are tested in the property block's first two bytes, one byte at a time.
-_EXPIRATION_BIT = EXPIRATION_FLAG >> 8   # in the first (high) byte
+EXPIRATION_BIT = EXPIRATION_FLAG >> 8    # in the first (high) byte (Queue.enqueue tests it)
 _REPLY_TO_BIT = REPLY_TO_FLAG >> 8       # in the first byte
 _HEADERS_BIT = HEADERS_FLAG >> 8         # in the first byte
-_USER_ID_BIT = USER_ID_FLAG              # in the second (low) byte
-_CHECKED_HIGH_BITS = _EXPIRATION_BIT | _REPLY_TO_BIT | _HEADERS_BIT   # needs_checks
+USER_ID_BIT = USER_ID_FLAG               # in the second (low) byte
+# Channel.publish: a message with any of these set needs a look (user_id in the low byte)
+CHECKED_HIGH_BITS = EXPIRATION_BIT | _REPLY_TO_BIT | _HEADERS_BIT
 _EXPIRATION = re.compile(r"\+?[0-9]+", re.ASCII)
 
 
@@ -64,13 +65,6 @@ class Message:
         copy._persistent = self._persistent
         return copy
 
-    def needs_checks(self) -> bool:
-        """Whether user_id, expiration, reply_to or headers (for CC and BCC) is set (each
-        needs a look on publish); one test for the common case of none."""
-        properties = self.properties
-        return len(properties) >= 2 and bool(properties[0] & _CHECKED_HIGH_BITS
-                                             or properties[1] & _USER_ID_BIT)
-
     def may_name_recipients(self) -> bool:
         """Whether a CC or BCC header may be present: headers are set and "CC" occurs
         in the property block (a scan of raw bytes, no decoding)."""
@@ -81,7 +75,7 @@ class Message:
     def has_user_id(self) -> bool:
         """Whether the user_id property is present (bit 4 of the property flags)."""
         properties = self.properties
-        return len(properties) >= 2 and bool(properties[1] & _USER_ID_BIT)
+        return len(properties) >= 2 and bool(properties[1] & USER_ID_BIT)
 
     def has_reply_to(self) -> bool:
         properties = self.properties
@@ -89,7 +83,7 @@ class Message:
 
     def has_expiration(self) -> bool:
         properties = self.properties
-        return len(properties) >= 2 and bool(properties[0] & _EXPIRATION_BIT)
+        return len(properties) >= 2 and bool(properties[0] & EXPIRATION_BIT)
 
     def expiration_ms(self) -> int | None:
         """The per-message TTL in milliseconds, or None; ValueError when it is not a
