@@ -53,6 +53,11 @@ log = logging.getLogger("warren.spark")
 
 # availableNow: how long one read may wait for messages the broker said were ready.
 FILL_TIMEOUT = 30.0
+# The first batch of a reader takes at most this many messages: Spark's first batch in a
+# session costs seconds whatever its size (code generation, first Python workers), and
+# a full batch adds the time to receive and convert maxMessagesPerTrigger rows before
+# any row is committed. The next batches take the full maxMessagesPerTrigger.
+FIRST_BATCH_MESSAGES = 1_000
 
 
 class _PendingBatch:
@@ -76,6 +81,7 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         self._consumers = {}  # queue -> QueueConsumer
         self._pending = {}  # seq -> _PendingBatch, in ascending seq order
         self._last_seq = 0
+        self._batches_read = 0
         self._available_now_remaining = None  # queue -> count, by prepareForTriggerAvailableNow
 
     # Pickling: the reader is constructed in the driver and sent to Python workers; a
@@ -138,11 +144,14 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _take(self) -> dict:
         """The next batch's deliveries, by queue (queues without any left out): at most
-        maxMessagesPerTrigger in all, shared evenly between the queues (what one leaves
-        unused goes to the next ones), and at most maxBytesPerTrigger of bodies; with
-        availableNow, at most what is left of each queue's target."""
+        maxMessagesPerTrigger in all (the first batch: FIRST_BATCH_MESSAGES), shared
+        evenly between the queues (what one leaves unused goes to the next ones), and at
+        most maxBytesPerTrigger of bodies; with availableNow, at most what is left of
+        each queue's target."""
         remaining = self._available_now_remaining
         left = self.options.max_messages_per_trigger
+        if not self._batches_read:
+            left = min(left, FIRST_BATCH_MESSAGES)
         budget = self.options.max_bytes_per_trigger
         queues = self.options.queues
         taken = {}
@@ -175,6 +184,7 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
             return iter(()), start
         seq = max(start_offset.seq, self._last_seq) + 1
         self._last_seq = seq
+        self._batches_read += 1
         self._pending[seq] = _PendingBatch(
             {queue: (self._consumers[queue], deliveries[-1].tag)
              for queue, deliveries in taken.items()},
