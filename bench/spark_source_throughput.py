@@ -1,33 +1,39 @@
-"""Throughput of the amqp PySpark source next to a raw pika consumer on the same machine.
+"""Throughput of the amqp PySpark source and writer next to raw pika on the same machine.
 
-Measures, on one queue filled with --messages messages of --size bytes each:
+Scenarios (--scenarios, comma-separated, run in the order given):
 
-1. raw pika: one BlockingConnection consumer, manual acks, the prefetch the source uses
-   (2 x --max-per-trigger), one multiple-ack per --max-per-trigger messages;
-2. the stream source: ``readStream.format("amqp")`` with trigger(availableNow=True) and
-   maxMessagesPerTrigger=--max-per-trigger into the no-op sink (``format("noop")``);
-3. the batch source: ``read.format("amqp")`` into the no-op sink.
+queue: --messages messages of --size bytes spread over --queues plain queues;
+  1. raw pika: one BlockingConnection consumer per queue, each in a process of its own,
+     all at once; manual acks, the prefetch the source uses (2 x --max-per-trigger), one
+     multiple-ack per --max-per-trigger messages;
+  2. the stream source: ``readStream.format("amqp")`` over all the queues
+     (queue=a,b,...) with trigger(availableNow=True) and
+     maxMessagesPerTrigger=--max-per-trigger into the no-op sink (``format("noop")``);
+  3. the batch source: ``read.format("amqp")`` of the first queue into the no-op sink.
+stream: the same messages spread over --streams stream queues (x-queue-type=stream);
+  4. raw pika: one consumer per stream (a process each, all at once) from offset
+     "first", prefetch --stream-prefetch, a multiple ack every half prefetch;
+  5. the stream-queue source: startingOffset=first, trigger(availableNow=True),
+     maxMessagesPerTrigger=--stream-max-per-trigger and
+     maxMessagesPerPartition=--stream-max-per-partition into the no-op sink; the
+     partitions of a batch are read in parallel by the executors (--master).
+writer: 6. raw pika publishing --messages persistent messages with publisher confirms,
+  at most 1000 unconfirmed (what the writer does), next to 7.
+  ``df.write.format("amqp")`` of as many rows (cached first) in --writer-partitions tasks.
+latency: a plain queue of --latency-messages messages read by an availableNow query
+  twice: the session's first query (cold; put latency first in --scenarios) and again
+  (warm). Prints when the first batch was done and Spark's durationMs of its phases.
 
-and, on one stream queue (x-queue-type=stream) filled with the same messages:
-
-4. raw pika: one consumer from offset "first", prefetch --stream-prefetch, a multiple
-   ack every half prefetch, until the last offset arrived;
-5. the stream-queue source (exactly-once offset ranges): ``readStream.format("amqp")``
-   with startingOffset=first, trigger(availableNow=True),
-   maxMessagesPerTrigger=--stream-max-per-trigger and
-   maxMessagesPerPartition=--stream-max-per-partition into the no-op sink; the
-   partitions of a batch are read in parallel by the executors (--master).
-
-The queue is refilled before each run. SparkSession start-up is not timed. Stream
+Queues are refilled before each run. SparkSession start-up is not timed. Stream
 figures: "wall" is rows / time from query start to its end; "in batches" leaves out
 the time between batches; "batches 2..n" also leaves out the first batch (Spark's
 warm-up); "first batch" is the time from the query's start to the end of its first
-batch with rows. The batch figure is rows / time of the read-and-write job. --scenarios
-chooses queue, stream or both (default).
+batch with rows. The batch figure is rows / time of the read-and-write job.
 
     python3 bench/spark_source_throughput.py --start-warren            # a fresh Warren
     python3 bench/spark_source_throughput.py --port 5673               # RabbitMQ
-    python3 bench/spark_source_throughput.py --url amqp://u:p@host:5672/%2F
+    python3 bench/spark_source_throughput.py --start-warren --master 'local[4]' \
+        --queues 4 --streams 4 --stream-max-per-partition 100000 --scenarios queue,stream
 
 Needs pika and pyspark[sql] (see docs/spark.md). Prints a table (and a JSON line with
 --json).

@@ -258,6 +258,21 @@ def test_available_now_reads_what_was_there_in_batches_of_max(spark_session, bro
     assert {int(p.message_id) for _, p, _ in left} == set(range(100, 105))
 
 
+def test_first_batch_takes_at_most_a_thousand_messages(spark_session, broker, names,
+                                                       tmp_path):
+    """A query's first batch is cut at 1,000 messages (so that its rows are committed
+    sooner); the next ones take maxMessagesPerTrigger."""
+    queue = names.queue("spark-first")
+    declare(broker, queue)
+    publish_ids(broker, queue, range(2500))
+    log = BatchLog()
+    run_available_now(spark_session, broker, queue, tmp_path / "checkpoint", log,
+                      per_trigger=1500)
+    assert log.sizes() == [1000, 1500]
+    assert log.ids() == list(range(2500))
+    drain_exactly(broker, queue, 0)
+
+
 def test_max_bytes_per_trigger_limits_each_batch_by_body_size(spark_session, broker,
                                                                names, tmp_path):
     """maxBytesPerTrigger caps the bodies of a batch (at least one message per batch, even
