@@ -45,7 +45,7 @@ from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from .connection import AmqpConnectorError, QueueConsumer
-from .messages import to_record_batches
+from .messages import to_record_batches, warm_up_arrow_in_background
 from .offsets import QueueOffset, parse_offset
 from .options import StreamReadOptions, redact_url
 
@@ -101,6 +101,8 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
                        if b.tags.get(queue, (None,))[0] is consumer)
             log.warning("event=amqp_reconnect queue=%r unacknowledged_requeued=%d", queue, lost)
             consumer.close()
+        if not self._consumers:
+            warm_up_arrow_in_background()
         consumer = QueueConsumer(self.options.url, queue, self.options.prefetch,
                                  purpose=f"stream reader of {queue}")
         consumer.start()
