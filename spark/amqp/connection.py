@@ -243,25 +243,26 @@ class QueueConsumer:
                 return
             self.wait(min(0.05, remaining))
 
-    def take(self, limit: int, max_bytes: int | None = None) -> list:
+    def take(self, limit: int, max_bytes: int | None = None,
+             at_least_one: bool = True) -> list:
         """Up to `limit` buffered deliveries, oldest first, with bodies of at most
-        `max_bytes` in all (but at least one delivery); they stay unacknowledged."""
+        `max_bytes` in all (but, if `at_least_one`, at least one delivery, so that a
+        larger message still gets through); they stay unacknowledged."""
         with self.amqp.lock:
             count = min(limit, len(self.buffer))
             if max_bytes is not None:
-                count = self._count_within(count, max_bytes)
+                count = self._count_within(count, max_bytes, at_least_one)
             deliveries = [self.buffer.popleft() for _ in range(count)]
             self.taken.extend(d.tag for d in deliveries)
             return deliveries
 
-    def _count_within(self, limit: int, max_bytes: int) -> int:
-        """How many of the first `limit` buffered deliveries fit in `max_bytes` of bodies
-        (at least one, so that a larger message still gets through)."""
+    def _count_within(self, limit: int, max_bytes: int, at_least_one: bool) -> int:
+        """How many of the first `limit` buffered deliveries fit in `max_bytes` of bodies."""
         total = 0
         for count, delivery in enumerate(itertools.islice(self.buffer, limit)):
             total += len(delivery.body)
             if total > max_bytes:
-                return max(count, 1)
+                return max(count, 1) if at_least_one else count
         return limit
 
     def ack_through(self, tag: int) -> None:

@@ -10,6 +10,7 @@ string) and optional property columns into publish arguments.
 """
 
 import json
+import threading
 from collections import namedtuple
 from datetime import date, datetime
 from decimal import Decimal
@@ -119,6 +120,15 @@ def _record_batch(deliveries, queue: str) -> pa.RecordBatch:
                redelivered, [queue] * len(offsets), offsets]
     arrays = [pa.array(column, type=field.type) for column, field in zip(columns, ARROW_SCHEMA)]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def warm_up_arrow_in_background() -> None:
+    """Make pyarrow's first ``pa.array`` call now, in a thread of its own: that call
+    imports pandas (0.2-0.4 s), which would otherwise delay a query's first batch. A
+    reader starts it when it connects, so that it overlaps with the connection's round
+    trips and Spark's planning."""
+    threading.Thread(target=pa.array, args=([],), kwargs={"type": pa.binary()},
+                     daemon=True, name="warren-spark arrow warm-up").start()
 
 
 def to_record_batches(deliveries, queue: str) -> list:

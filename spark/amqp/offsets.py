@@ -7,6 +7,7 @@ address messages; it names a micro-batch of one reader instance:
 
     {"version": 1, "kind": "queue", "queue": "events", "run": "<uuid4 hex>", "seq": 42}
 
+``queue`` names the queue (several plain queues: their names joined by commas, ``"a,b,c"``).
 ``run`` identifies the reader instance (a new one every time a query starts), ``seq``
 numbers its batches, continuing from the start offset Spark hands it so that sequence
 numbers keep growing across restarts. Only the reader of the same ``run`` holds the

@@ -168,10 +168,15 @@ class StreamReadOptions:
     """Options of ``spark.readStream.format("amqp")``."""
 
     url: str
-    queue: str
+    queues: tuple  # the queue option, split at commas: one consumer each
     max_messages_per_trigger: int
-    prefetch: int  # 0: no limit
+    prefetch: int  # 0: no limit; per queue
     max_bytes_per_trigger: int | None = None  # body bytes; None: no limit
+
+    @property
+    def queue(self) -> str:
+        """The queues as one name (the offsets' ``queue``): a single queue's own name."""
+        return ",".join(self.queues)
 
     @classmethod
     def parse(cls, options) -> "StreamReadOptions":
@@ -191,7 +196,7 @@ class StreamReadOptions:
                 f"({limit}), or 0 for no limit: a batch's messages are acknowledged only "
                 f"when Spark plans the next batch, so the broker must be allowed to deliver "
                 f"more than one batch")
-        return cls(_url(options), _queue(options), limit, prefetch,
+        return cls(_url(options), _queue_names(options, "queues"), limit, prefetch,
                    _int_option(options, "maxBytesPerTrigger", None, 1))
 
 
@@ -226,15 +231,17 @@ def _starting_offset(options):
     return value
 
 
-def _streams(options) -> tuple:
-    streams = tuple(name.strip() for name in _queue(options).split(","))
-    if not all(streams):
+def _queue_names(options, what: str) -> tuple:
+    """The queue option split at commas; `what` names them in errors ("streams")."""
+    names = tuple(name.strip() for name in _queue(options).split(","))
+    if not all(names):
         raise AmqpOptionError(
-            f"option queue names stream queues separated by commas; got an empty name in "
+            f"option queue names {what} separated by commas; got an empty name in "
             f"{_get(options, 'queue')!r}")
-    if len(set(streams)) != len(streams):
-        raise AmqpOptionError(f"option queue names a stream twice: {_get(options, 'queue')!r}")
-    return streams
+    if len(set(names)) != len(names):
+        raise AmqpOptionError(f"option queue names one of its {what} twice: "
+                              f"{_get(options, 'queue')!r}")
+    return names
 
 
 @dataclass(frozen=True)
@@ -257,7 +264,7 @@ class StreamQueueReadOptions:
                               "maxmessagesperpartition", "prefetch", "failondataloss",
                               "startingtimestamp"}, "stream-queue-read")
         return cls(
-            _url(options), _streams(options), _starting_offset(options),
+            _url(options), _queue_names(options, "streams"), _starting_offset(options),
             _int_option(options, "maxMessagesPerTrigger",
                         DEFAULT_STREAM_MAX_MESSAGES_PER_TRIGGER, 1),
             _int_option(options, "maxMessagesPerPartition",

@@ -190,6 +190,52 @@ def test_stream_restarts_are_at_least_once(spark_session, broker, names, tmp_pat
     drain_exactly(broker, queue, 0)
 
 
+def test_several_queues_are_read_at_least_once_with_one_consumer_each(
+        spark_session, broker, names, tmp_path):
+    """queue=a,b,c reads three queues: a batch takes an even share of
+    maxMessagesPerTrigger from each (the queue column says which), each queue's
+    deliveries are acknowledged on its own connection only when Spark completed the
+    batch, so a failed batch comes back in every queue and nothing is lost."""
+    queues = [names.queue(f"spark-multi-{n}") for n in "abc"]
+    ids = {queues[0]: range(0, 12), queues[1]: range(12, 24), queues[2]: range(24, 30)}
+    for queue in queues:
+        declare(broker, queue)
+        publish_ids(broker, queue, ids[queue])
+    source_of = {i: queue for queue, numbers in ids.items() for i in numbers}
+    checkpoint = tmp_path / "checkpoint"
+    rows = []
+
+    def recording(fail_on=None):
+        def sink(batch, batch_id):
+            found = [(batch_id, int(r.message_id), r.queue)
+                     for r in batch.select("message_id", "queue").collect()]
+            rows.extend(found)
+            if batch_id == fail_on:
+                raise RuntimeError(f"injected failure in batch {batch_id}")
+        return sink
+
+    with pytest.raises(StreamingQueryException, match="injected failure in batch 1"):
+        run_available_now(spark_session, broker, ",".join(queues), checkpoint,
+                          recording(fail_on=1), per_trigger=12)
+    first_batch = [(i, queue) for batch_id, i, queue in rows if batch_id == 0]
+    assert sorted(first_batch) == [(i, source_of[i]) for i in (0, 1, 2, 3, 12, 13, 14, 15,
+                                                               24, 25, 26, 27)]
+    failed = {i for batch_id, i, _ in rows if batch_id == 1}
+    # Batch 0 was acknowledged in each queue; the failed batch 1 is back in all three.
+    for queue, left in zip(queues, (8, 8, 2)):
+        wait_for_ready(broker, queue, left)
+
+    run_available_now(spark_session, broker, ",".join(queues), checkpoint, recording(),
+                      per_trigger=12)
+    seen = [i for _, i, _ in rows]
+    assert set(seen) == set(range(30)), "a message was lost"
+    assert {i for i in seen if seen.count(i) > 1} == failed
+    assert len(seen) == 30 + len(failed)
+    assert all(queue == source_of[i] for _, i, queue in rows)
+    for queue in queues:
+        drain_exactly(broker, queue, 0)
+
+
 def test_available_now_reads_what_was_there_in_batches_of_max(spark_session, broker, names,
                                                                tmp_path):
     """availableNow reads the 25 messages ready at the start in batches of
@@ -210,6 +256,21 @@ def test_available_now_reads_what_was_there_in_batches_of_max(spark_session, bro
     # Left in the queue: only the 5 late arrivals (the last batch was acknowledged).
     left = drain_exactly(broker, queue, 5)
     assert {int(p.message_id) for _, p, _ in left} == set(range(100, 105))
+
+
+def test_first_batch_takes_at_most_a_thousand_messages(spark_session, broker, names,
+                                                       tmp_path):
+    """A query's first batch is cut at 1,000 messages (so that its rows are committed
+    sooner); the next ones take maxMessagesPerTrigger."""
+    queue = names.queue("spark-first")
+    declare(broker, queue)
+    publish_ids(broker, queue, range(2500))
+    log = BatchLog()
+    run_available_now(spark_session, broker, queue, tmp_path / "checkpoint", log,
+                      per_trigger=1500)
+    assert log.sizes() == [1000, 1500]
+    assert log.ids() == list(range(2500))
+    drain_exactly(broker, queue, 0)
 
 
 def test_max_bytes_per_trigger_limits_each_batch_by_body_size(spark_session, broker,
