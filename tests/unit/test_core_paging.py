@@ -8,7 +8,7 @@ from pamqp import commands
 from pamqp.header import ContentHeader
 
 from amqp_codec import InboundMethod
-from broker.core.queue import ENTRY_COST, HeadOnDisk, Queue
+from broker.core.queue import ENTRY_COST, READ_AHEAD, HeadOnDisk, Queue
 from storage.queue_file import QueueFile
 from core_harness import Client, ManualReads, deliveries, kinds, paging_client
 
@@ -352,3 +352,22 @@ def test_recovered_messages_with_a_ttl_expire_from_the_tail(tmp_path):
     clock.now += 2
     client.broker.scheduler.run_due()
     assert restored.message_count == 0 and restored.held_bytes == 0
+
+
+def test_messages_requeued_one_by_one_go_back_ahead_of_the_paged_backlog(tmp_path):
+    """Rejected one at a time, each requeued message goes back to its place in publish
+    order, ahead of the messages still queued beyond the window."""
+    reads = ManualReads()
+    client, queue = paging_client(tmp_path, window=3, reads=reads)
+    publish(client, READ_AHEAD + 100)    # a tail the read-ahead leaves
+    queue.store.sync()
+    for _ in range(3):
+        client.method(1, commands.Basic.Get(queue="long"))
+    for tag in (1, 2, 3):
+        client.method(1, commands.Basic.Reject(delivery_tag=tag, requeue=True))
+    got = deliveries(client.method(1, commands.Basic.Consume(
+        queue="long", consumer_tag="c", no_ack=True)))
+    reads.run()
+    got += deliveries(client.transport.frames())
+    assert [body for _, body in got] == expected(range(READ_AHEAD + 100))
+    assert [deliver.redelivered for deliver, _ in got] == [True] * 3 + [False] * (READ_AHEAD + 97)
