@@ -5,10 +5,9 @@ A `PriorityQueue` is a classic `Queue` whose ready messages (and paged-out ones)
 kept in a `PriorityReady` instead of a deque: one deque per priority, read highest
 first. Its paged-out messages stay QueueEntry objects in `ready` (their order needs
 each one's priority), not in the classic queue's tail. `PriorityReady` offers the deque
-operations the classic queue's code uses, so
-TTL, length limits, dead-lettering, paging, Basic.Get and purge apply unchanged, in
-delivery order: expiry and drop-head take the next message to be delivered, as
-RabbitMQ's priority queue does. Plain classic queues never see this module.
+operations the classic queue's code uses, so TTL, length limits, dead-lettering,
+paging, Basic.Get and purge apply unchanged, in delivery order: expiry and drop-head
+take the next message to be delivered, as RabbitMQ's priority queue does. Plain classic queues never see this module.
 """
 
 from collections import deque
