@@ -286,9 +286,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
 
     def _queue_beyond_window(self, entry: QueueEntry, size: int) -> None:
         """A message beyond the page window goes to the tail; its body stays only on
-        disk when the store can page it out. A message
-        kept in memory shares the property block of the one before when they are equal
-        (36 bytes less a message in a deep backlog of alike transient messages)."""
+        disk when the store can page it out. A message kept in memory shares the
+        property block of the one before when they are equal (36 bytes less a message
+        in a deep backlog of alike transient messages)."""
         message = entry.message
         paged = self._paged
         if message.properties == paged.last_properties:
