@@ -30,6 +30,9 @@ class DiscardingTransport:
     def write(self, data) -> None:
         pass
 
+    def flush(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

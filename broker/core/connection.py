@@ -250,6 +250,7 @@ class Connection:
         while held and held[0][0] is not None and held[0][0] <= writes:
             for data in held.popleft()[1]:
                 self.transport.write(data)
+        self.transport.flush()
         if held:
             return True
         if self._close_when_released:
@@ -275,6 +276,7 @@ class Connection:
             for data in segment[1]:
                 if data:
                     self.transport.write(data)
+        self.transport.flush()
         for channel in refused:
             log.info("event=durable_reply_refused peer=%s channel=%d reason=%r",
                      self.peer, channel.number, reason)
