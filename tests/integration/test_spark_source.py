@@ -436,6 +436,12 @@ def test_refused_publishes_fail_the_write(spark_session, broker, names):
          .option("exchange", "amq.direct").option("routingKey", names.queue("nobody"))
          .option("mandatory", "true").save())
 
+    # The writer declares nothing: a missing exchange closes the channel (404).
+    with pytest.raises(Exception, match="closed the channel.*404"):
+        (frame.write.format("amqp").mode("append").option("url", amqp_url(broker))
+         .option("exchange", names.queue("no-such-exchange")).option("routingKey", full)
+         .save())
+
 
 def test_invalid_options_are_rejected_before_reading(spark_session, broker, names, tmp_path):
     queue = names.queue("spark-opts")
