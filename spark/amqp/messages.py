@@ -1,6 +1,6 @@
 """AMQP messages <-> Spark rows: the source's schema and the writer's columns.
 
-Read side: each delivered message becomes one row of ``SCHEMA``. Rows are handed to Spark
+Read side: each delivered message becomes one row of ``SCHEMA`` (schema.py). Rows are handed to Spark
 as ``pyarrow.RecordBatch`` objects built column by column (Spark passes record batches
 through without converting row by row), so ``ARROW_SCHEMA`` must equal what Spark derives
 from ``SCHEMA``.
@@ -23,25 +23,9 @@ import pika
 import pika.frame
 import pika.spec
 import pyarrow as pa
-from pyspark.sql.types import (
-    BinaryType, BooleanType, ByteType, IntegerType, LongType, MapType, ShortType,
-    StringType, StructField, StructType, TimestampType,
-)
+from pyspark.sql.types import StructType
 
-SCHEMA = StructType([
-    StructField("body", BinaryType()),
-    StructField("routing_key", StringType()),
-    StructField("exchange", StringType()),
-    StructField("content_type", StringType()),
-    StructField("headers", MapType(StringType(), StringType())),
-    StructField("message_id", StringType()),
-    StructField("correlation_id", StringType()),
-    StructField("timestamp", TimestampType()),
-    StructField("delivery_mode", IntegerType()),
-    StructField("redelivered", BooleanType()),
-    StructField("queue", StringType()),
-    StructField("offset", LongType()),
-])
+from .schema import WRITER_COLUMNS
 
 ARROW_SCHEMA = pa.schema([
     ("body", pa.binary()),
@@ -65,14 +49,6 @@ ARROW_BATCH_ROWS = 10_000
 # queues the offset from the x-stream-offset header, None for plain queues).
 Delivery = namedtuple("Delivery", "tag exchange routing_key redelivered properties body offset",
                       defaults=(None,))
-
-
-def check_read_schema(schema) -> None:
-    """The source produces SCHEMA only; a user-specified schema must be exactly that."""
-    if schema is not None and schema != SCHEMA:
-        raise ValueError(
-            "the amqp source has a fixed schema; do not pass a different one with "
-            f".schema(...). Expected {SCHEMA.simpleString()}, got {schema.simpleString()}")
 
 
 def _json_default(value):
@@ -147,14 +123,6 @@ def to_record_batches(deliveries, queue: str) -> list:
 # ---------------------------------------------------------------------------------------
 # Write side
 
-_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
-_HEADER_VALUE_TYPES = (StringType, BooleanType) + _INTEGRAL
-# Columns of the source's schema that mean nothing to a publish; a DataFrame read from a
-# queue can be written back unchanged, and these are ignored (not used as the target).
-IGNORED_COLUMNS = ("exchange", "redelivered", "queue", "offset")
-WRITER_COLUMNS = ("body", "routing_key", "headers", "content_type", "message_id",
-                  "correlation_id", "timestamp", "delivery_mode")
-
 # AMQP 0-9-1 framing (section 2.3.5, 4.2.3): type, channel, payload size, payload, end.
 FRAME_HEADER, FRAME_BODY = 2, 3
 FRAME_END = b"\xce"
@@ -163,52 +131,6 @@ BASIC_CLASS = 60
 HEADER_PREFIX_SIZE = 12  # content header: class (2) + weight (2) + body size (8)
 _FRAME_START = struct.Struct(">BHI")
 _HEADER_START = struct.Struct(">BHIHHQ")
-
-
-def _type_ok(column: str, data_type) -> bool:
-    if column == "body":
-        return isinstance(data_type, (BinaryType, StringType))
-    if column == "headers":
-        return (isinstance(data_type, MapType) and isinstance(data_type.keyType, StringType)
-                and isinstance(data_type.valueType, _HEADER_VALUE_TYPES))
-    if column == "timestamp":
-        return isinstance(data_type, (TimestampType,) + _INTEGRAL)
-    if column == "delivery_mode":
-        return isinstance(data_type, _INTEGRAL)
-    return isinstance(data_type, StringType)
-
-
-_EXPECTED_TYPES = {
-    "body": "binary or string",
-    "headers": "map<string, string|boolean|integer type>",
-    "timestamp": "timestamp (or integer seconds since the epoch)",
-    "delivery_mode": "integer (1 transient, 2 persistent)",
-}
-
-
-def check_write_schema(schema: StructType, default_routing_key) -> None:
-    """Reject, in the driver, a DataFrame the writer could not publish."""
-    names = schema.fieldNames()
-    if "body" not in names:
-        raise ValueError(
-            f"the amqp writer needs a column named body (binary or string); "
-            f"the DataFrame has {names}")
-    for field in schema.fields:
-        if field.name in IGNORED_COLUMNS:
-            continue
-        if field.name not in WRITER_COLUMNS:
-            raise ValueError(
-                f"the amqp writer does not know column {field.name!r}; it uses "
-                f"{', '.join(WRITER_COLUMNS)} (and ignores {', '.join(IGNORED_COLUMNS)}). "
-                f"Drop or rename the column, or put it in headers")
-        if not _type_ok(field.name, field.dataType):
-            expected = _EXPECTED_TYPES.get(field.name, "string")
-            raise ValueError(
-                f"column {field.name} must be {expected}, got {field.dataType.simpleString()}")
-    if "routing_key" not in names and default_routing_key is None:
-        raise ValueError(
-            "no routing key: set option routingKey or add a routing_key column "
-            "(option routingKey is used for rows whose routing_key is null)")
 
 
 class MessageEncoder:

@@ -22,7 +22,8 @@ from pyspark.sql.types import (
 from pika_helpers import (  # noqa: F401  (names: fixture)
     close_quietly, connect, names, wait_for_count, wait_until,
 )
-from spark.amqp.messages import ARROW_SCHEMA, SCHEMA
+from spark.amqp.messages import ARROW_SCHEMA
+from spark.amqp.schema import SCHEMA
 from spark.examples.pipeline import parse_args, start_pipeline
 from spark_support import (  # noqa: F401  (spark_session: fixture)
     assert_example_pipeline_published, example_pipeline_bodies,
