@@ -371,7 +371,7 @@ def run_stream_scenario(args, url: str, streams: list, results: dict, spark_fact
 def run_writer_scenario(args, url: str, queue: str, results: dict, spark_factory) -> None:
     """Raw pika publishing with confirms (window 1000, like the writer) next to
     df.write.format("amqp") of the same number of rows, in --writer-partitions tasks."""
-    from spark.amqp.writer import CONFIRM_WINDOW
+    from spark.amqp.publisher import CONFIRM_WINDOW
 
     declare(url, [queue])
     results["writer_raw_pika_msg_s"] = raw_pika_confirmed_publish(
