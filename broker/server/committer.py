@@ -94,8 +94,8 @@ class GroupCommitter:
                 return
 
     async def _commit(self) -> bool:
-        """One commit of everything pending; False if it failed. A running commit is never abandoned, even when the caller is
-        cancelled."""
+        """One commit of everything pending; False if it failed. A running commit is
+        never abandoned, even when the caller is cancelled."""
         finished = self._start_commit()
         with trio.CancelScope(shield=True):
             await finished.wait()
