@@ -109,7 +109,8 @@ class Channel:
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
         """Send `entry` to `consumer`. The frames are encoded before any state changes,
-        so when encoding raises, the message is still the queue's."""
+        so when encoding raises, the message is still the queue's. A no-ack delivery
+        is the queue's to settle (Queue.settle) once this returns."""
         tag = self.next_delivery_tag
         message = entry.message
         connection = self.connection
@@ -117,13 +118,12 @@ class Channel:
             self.number, consumer.tag, tag, entry.redelivered, message.exchange,
             message.routing_key, message.properties, message.body)
         self.next_delivery_tag = tag + 1
-        queue = consumer.queue
         if entry.redelivered:
             self.counts.redeliver += 1
         if consumer.no_ack:
             self.counts.deliver_no_ack += 1
-            queue.settle(entry)
         else:
+            queue = consumer.queue
             consumer.unacked += 1
             self.unacked[tag] = Delivery(tag, queue, entry, consumer)
             if self.ack_watch is None:
