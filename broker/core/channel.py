@@ -273,7 +273,17 @@ class Channel:
             delay = delay_ms(message)
             if delay:
                 return self._hold(exchange, message, mandatory, delay)
-        queues = self.vhost.route(exchange, message, self._holds)
+        # VirtualHost.route's common case inline (one call fewer per message, ~500
+        # instructions): an exchange bound to queues only, no CC/BCC keys, and a
+        # destination found or no alternate exchange to try.
+        if message.extra_routing_keys or exchange.exchange_bindings:
+            queues = self.vhost.route(exchange, message, self._holds)
+        else:
+            queues = exchange.route(message)
+            if queues:
+                queues = tuple(queues)    # a copy: enqueueing may unbind
+            elif exchange.alternate is not None:
+                queues = self.vhost.route(exchange, message, self._holds)
         # A direct reply is looked for only among what the default exchange routed
         # nowhere: no queue is named under amq.* (a reserved prefix), and the default
         # exchange has no alternate; the test costs ~900 instructions per message.
