@@ -281,7 +281,8 @@ class Channel:
         else:
             queues = exchange.route(message)
             if queues:
-                queues = tuple(queues)    # a copy: enqueueing may unbind
+                if type(queues) is not tuple:   # a direct exchange's is one already
+                    queues = tuple(queues)    # a copy: enqueueing may unbind
             elif exchange.alternate is not None:
                 queues = self.vhost.route(exchange, message, self._holds)
         # A direct reply is looked for only among what the default exchange routed
