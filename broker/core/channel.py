@@ -189,15 +189,17 @@ class Channel:
         if self.transaction is not None:
             self.transaction.publishes.append((exchange, message, command.mandatory))
             return
+        if not self.confirming:
+            self._route(exchange, message, command.mandatory)
+            return
         faults = self.vhost.faults
-        if faults is not None and self.confirming and faults.refuses_publish():
+        if faults is not None and faults.refuses_publish():
             accepted = False   # a test broker's injected fault (publish_faults.py)
         else:
             accepted = self._route(exchange, message, command.mandatory)
-        if self.confirming:
-            if not accepted:
-                self.nacked_seqs.append(self.published)
-            self.connection.confirms_pending(self)
+        if not accepted:
+            self.nacked_seqs.append(self.published)
+        self.connection.confirms_pending(self)
 
     def _publish_target(self, command) -> Exchange:
         """The exchange a publish goes to, after RabbitMQ's checks in its order: write
