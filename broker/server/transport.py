@@ -277,15 +277,13 @@ class SocketTransport:
             self.write(PROTOCOL_HEADER)
             return False
         except ProtocolError as error:
-            for item in error.decoded:
-                connection.handle(item)
+            connection.handle_all(error.decoded)
             self._protocol_error(error)
             return False
         if not self._started and self.framer.header_received:
             self._started = True
             connection.start()
-        for item in items:
-            connection.handle(item)
+        connection.handle_all(items)
         connection.end_of_batch()
         return True
 
