@@ -134,10 +134,16 @@ class Decoder:
     """Bytes in, complete commands out, for one connection (server side).
 
     A ProtocolHeaderMismatch or ProtocolError is final: close the connection after it.
+
+    `publish_type` is the class publishes are made as: InboundPublish, or a class of the
+    caller's with the same constructor and attributes (a broker's message class, so
+    that the broker builds one object per message instead of two).
     """
 
-    def __init__(self, frame_max: int = DEFAULT_FRAME_MAX, max_body_size: int = MAX_BODY_SIZE):
+    def __init__(self, frame_max: int = DEFAULT_FRAME_MAX, max_body_size: int = MAX_BODY_SIZE,
+                 publish_type: type = InboundPublish):
         self.frame_max = frame_max
+        self.publish_type = publish_type
         self.max_body_size = max_body_size   # larger bodies are dropped, not buffered
         self._header_seen = 0           # bytes of the protocol header received so far
         self._header_bytes = b""
@@ -313,8 +319,8 @@ class Decoder:
         properties = self._properties_seen.get(raw_properties)
         if properties is None:
             properties = self._shared_properties(raw_properties)
-        out.append(InboundPublish(channel, exchange, routing_key, mandatory, immediate,
-                                  properties, body))
+        out.append(self.publish_type(channel, exchange, routing_key, mandatory, immediate,
+                                     properties, body))
         return next_pos
 
     def _method(self, data, start, end, channel, content, out) -> None:
@@ -325,7 +331,8 @@ class Decoder:
             raise ProtocolError(FRAME_ERROR, "method frame shorter than 4 bytes", channel)
         index = _METHOD_INDEX.unpack_from(data, start)[0]
         if index == PUBLISH_INDEX:
-            content[channel] = _Content(_publish(data, start + 4, end, channel))
+            content[channel] = _Content(_publish(self.publish_type, data, start + 4, end,
+                                                 channel))
         elif index == ACK_INDEX:
             out.append(InboundMethod(channel, _decode_or_raise(decode_ack, data, start, end,
                                                                 channel, index)))
@@ -399,13 +406,14 @@ class Decoder:
         out.append(state.publish)
 
 
-def _publish(data: bytes, start: int, end: int, channel: int) -> InboundPublish:
-    """Decode Basic.Publish arguments (fast path) into an InboundPublish awaiting content."""
+def _publish(publish_type: type, data: bytes, start: int, end: int,
+             channel: int) -> InboundPublish:
+    """Decode Basic.Publish arguments (fast path) into a publish awaiting content."""
     if channel == 0:
         raise ProtocolError(ReplyCode.CHANNEL_ERROR, "unexpected method in connection "
                             "state running", 0, *BASIC_PUBLISH)
     try:
-        return InboundPublish(channel, *decode_publish(data, start, end))
+        return publish_type(channel, *decode_publish(data, start, end))
     except _DECODE_ERRORS as exc:
         raise _cannot_decode("Basic.Publish", exc, channel, PUBLISH_INDEX) from exc
 

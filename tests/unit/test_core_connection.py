@@ -1,14 +1,15 @@
 """Channel 0: negotiation, vhost and authentication checks, close handshakes."""
 
 import pytest
-from pamqp import commands
+from pamqp import body as pamqp_body, commands, frame, header
 
 from broker.core.broker import Broker
 from broker.core.certificate_login import TlsPeer
 from broker.core.connection import Connection
-from amqp_codec import InboundMethod, InboundPublish, encode_properties
+from amqp_codec import PROTOCOL_HEADER, InboundMethod, InboundPublish, encode_properties
+from broker.core.message import PublishedMessage
 
-from core_harness import Client, RecordingTransport, close_code, kinds
+from core_harness import Client, RecordingTransport, close_code, deliveries, kinds
 
 
 def negotiate(broker, response="\0guest\0guest", capabilities=None, vhost="/",
@@ -234,3 +235,29 @@ def test_a_connection_error_in_a_read_ends_the_handling_of_the_rest_of_it():
     client.end_batch()
     assert close_code(client.transport.methods()) == 540
     assert queued_bodies(client) == [b"1"]
+
+
+def test_a_publish_read_from_the_wire_is_delivered_as_published():
+    """The decoder makes a publish as the broker's message (PublishedMessage): the
+    queue holds that object, and the consumer gets the publisher's properties and body."""
+    publisher = Client()
+    consumer = Client(publisher.broker)
+    publisher.open_channel()
+    consumer.open_channel()
+    publisher.declare_queue(1, "q")
+    properties = commands.Basic.Properties(message_id="m1", delivery_mode=2)
+    framer = publisher.connection.framer
+    framer.feed(PROTOCOL_HEADER)
+    publisher.connection.handle_all(framer.feed(
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), 1)
+        + frame.marshal(header.ContentHeader(0, 5, properties), 1)
+        + frame.marshal(pamqp_body.ContentBody(b"hello"), 1)))
+    publisher.end_batch()
+    [entry] = publisher.broker.vhosts["/"].queues["q"].ready
+    assert type(entry.message) is PublishedMessage and entry.message.persistent
+    frames = consumer.method(1, commands.Basic.Consume(queue="q", no_ack=True))
+    [(deliver, content)] = deliveries(frames)
+    [content_header] = [f for _, f in frames if isinstance(f, header.ContentHeader)]
+    assert (deliver.routing_key, content) == ("q", b"hello")
+    assert (content_header.properties.message_id,
+            content_header.properties.delivery_mode) == ("m1", 2)
