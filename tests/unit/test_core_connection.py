@@ -6,8 +6,9 @@ from pamqp import body as pamqp_body, commands, frame, header
 from broker.core.broker import Broker
 from broker.core.certificate_login import TlsPeer
 from broker.core.connection import Connection
-from amqp_codec import PROTOCOL_HEADER, InboundMethod, InboundPublish, encode_properties
-from broker.core.message import PublishedMessage
+from amqp_codec import (PROTOCOL_HEADER, Framer, InboundMethod, InboundPublish,
+                        encode_properties)
+from broker.core.message import Message, PublishedMessage
 
 from core_harness import Client, RecordingTransport, close_code, deliveries, kinds
 
@@ -261,3 +262,21 @@ def test_a_publish_read_from_the_wire_is_delivered_as_published():
     assert (deliver.routing_key, content) == ("q", b"hello")
     assert (content_header.properties.message_id,
             content_header.properties.delivery_mode) == ("m1", 2)
+
+
+def test_a_message_decodes_its_properties_on_use_and_again_after_forgetting_them():
+    """Messages the decoder made (no constructor call) and messages made by copying
+    answer `persistent` and `decoded_properties` alike, before and after forget."""
+    raw = encode_properties(commands.Basic.Properties(delivery_mode=2, priority=3))
+    framer = Framer(publish_type=PublishedMessage)
+    framer.feed(PROTOCOL_HEADER)
+    [decoded] = framer.feed(
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), 1)
+        + frame.marshal(header.ContentHeader(0, 2, commands.Basic.Properties(
+            delivery_mode=2, priority=3)), 1)
+        + frame.marshal(pamqp_body.ContentBody(b"hi"), 1))
+    for message in (decoded, Message("", "q", raw, b"hi"), decoded.with_body(b"hi")):
+        message.forget_decoded()   # nothing decoded yet: nothing to forget
+        assert message.persistent and message.decoded_properties.priority == 3
+        message.forget_decoded()
+        assert message.decoded_properties.priority == 3
