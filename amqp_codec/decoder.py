@@ -140,7 +140,8 @@ class Decoder:
     caller's with the same constructor and attributes (a broker's message class, so
     that the broker builds one object per message instead of two). A publish whose
     frames arrive whole in one read is made without calling the constructor: the
-    class must need nothing set but those attributes.
+    class must need nothing set but those attributes. A publish whose body is dropped
+    (above max_body_size) is always made as an InboundPublish.
     """
 
     def __init__(self, frame_max: int = DEFAULT_FRAME_MAX, max_body_size: int = MAX_BODY_SIZE,
@@ -371,6 +372,11 @@ class Decoder:
         publish = state.publish
         publish.properties = self._shared_properties(data[start + 12:end])
         if body_size > self.max_body_size:
+            # always an InboundPublish (a publish_type need not hold body_size)
+            state.publish = InboundPublish(channel, publish.exchange, publish.routing_key,
+                                           publish.mandatory, publish.immediate,
+                                           publish.properties)
+            publish = state.publish
             publish.body = None
             publish.body_size = body_size
             state.chunks = None

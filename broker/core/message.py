@@ -128,14 +128,13 @@ class PublishedMessage(Message):
     with Basic.Publish's arguments, as an amqp_codec.InboundPublish, so that the channel
     routes this object itself instead of copying it into a Message (one object fewer
     to build per message: ~2,000 callgrind instructions, bench/core_hot_path.py).
+    A publish whose body the decoder dropped (above max_body_size) is an InboundPublish
+    instead."""
 
-    `body` is None, and `body_size` set, when the decoder dropped a body above its
-    max_body_size."""
-
-    __slots__ = ("channel", "mandatory", "immediate", "body_size")
+    __slots__ = ("channel", "mandatory", "immediate")
 
     def __init__(self, channel: int, exchange: str, routing_key: str, mandatory: bool,
-                 immediate: bool, properties: bytes = b"", body: bytes | None = b""):
+                 immediate: bool, properties: bytes = b"", body: bytes = b""):
         self.channel = channel
         self.exchange = exchange
         self.routing_key = routing_key

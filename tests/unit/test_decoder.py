@@ -165,7 +165,7 @@ class CallersPublish:
     """A caller's own publish class: InboundPublish's constructor and attributes."""
 
     __slots__ = ("channel", "exchange", "routing_key", "mandatory", "immediate",
-                 "properties", "body", "body_size")
+                 "properties", "body")
 
     def __init__(self, channel, exchange, routing_key, mandatory, immediate,
                  properties=b"", body=b""):
@@ -192,6 +192,15 @@ def test_publishes_are_made_as_the_callers_publish_type():
                  for item in decoder.feed(bytes([byte]))]
         assert [type(item) for item in items] == [CallersPublish]
         assert (items[0].properties, items[0].body) == (raw, b"hello")
+
+
+def test_a_dropped_body_comes_as_an_inbound_publish_whatever_the_publish_type():
+    decoder = Decoder(max_body_size=4, publish_type=CallersPublish)
+    [item] = decoder.feed(PROTOCOL_HEADER + publish(3, "ex", "rk") + content_header(3, 5)
+                          + body(3))
+    assert type(item) is InboundPublish
+    assert (item.channel, item.exchange, item.routing_key, item.body, item.body_size) == (
+        3, "ex", "rk", None, 5)
 
 
 def test_zero_size_body_completes_at_the_header():
