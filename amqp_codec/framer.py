@@ -14,7 +14,7 @@ other content encoders pass frame_max on to theirs.
 """
 
 from .constants import DEFAULT_FRAME_MAX
-from .decoder import MAX_BODY_SIZE, Decoder
+from .decoder import MAX_BODY_SIZE, Decoder, InboundPublish
 from .encoder import (
     encode_basic_ack, encode_basic_nack, encode_connection_start, encode_get_ok,
     encode_method, encode_queue_declare_ok, encode_return,
@@ -26,8 +26,8 @@ class Framer:
     """Bytes in, commands out, and commands in, bytes out, for one connection."""
 
     def __init__(self, frame_max: int = DEFAULT_FRAME_MAX,
-                 max_body_size: int = MAX_BODY_SIZE):
-        self._decoder = Decoder(frame_max, max_body_size)
+                 max_body_size: int = MAX_BODY_SIZE, publish_type: type = InboundPublish):
+        self._decoder = Decoder(frame_max, max_body_size, publish_type)   # see Decoder
         # Decoder.feed(data) -> every complete command in the stream so far; raises
         # ProtocolHeaderMismatch or ProtocolError (final: close the connection).
         self.feed = self._decoder.feed

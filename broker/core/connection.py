@@ -36,6 +36,7 @@ from .certificate_login import EXTERNAL, TlsPeer, offered_mechanisms
 from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
+from .message import PublishedMessage
 from .ports import Transport
 from .queue import FLOW_RESUME, HeadOnDisk
 
@@ -70,7 +71,8 @@ class Connection:
         self.client_properties: dict = {}
         self.capabilities: dict = {}
         self.channel_max = broker.config.channel_max
-        self.framer = Framer(broker.config.frame_max, broker.config.max_message_size)
+        self.framer = Framer(broker.config.frame_max, broker.config.max_message_size,
+                             PublishedMessage)
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()
@@ -151,8 +153,10 @@ class Connection:
                 deferred += items
                 return
             channel_number = item.channel
+            kind = type(item)
             try:
-                if type(item) is InboundPublish:   # the hot path: its steps inline
+                # the hot path, a decoded publish (or one made as InboundPublish): inline
+                if kind is PublishedMessage or kind is InboundPublish:
                     self.has_published = True
                     channel = self.channels.get(channel_number)
                     if channel is None:
@@ -162,12 +166,12 @@ class Connection:
                     else:
                         channel.publish(item)
                 elif channel_number == 0:
-                    if type(item) is not InboundHeartbeat:
+                    if kind is not InboundHeartbeat:
                         self._connection_method(item.method)
                 else:
                     self._channel_method(channel_number, item.method)
             except ChannelError as error:
-                if type(item) is InboundPublish:
+                if kind is PublishedMessage or kind is InboundPublish:
                     error.class_id, error.method_id = BASIC_PUBLISH
                 self._close_channel(channel_number, error)
             except ConnectionFailure as error:

@@ -1,14 +1,16 @@
 """Channel 0: negotiation, vhost and authentication checks, close handshakes."""
 
 import pytest
-from pamqp import commands
+from pamqp import body as pamqp_body, commands, frame, header
 
 from broker.core.broker import Broker
 from broker.core.certificate_login import TlsPeer
 from broker.core.connection import Connection
-from amqp_codec import InboundMethod, InboundPublish, encode_properties
+from amqp_codec import (PROTOCOL_HEADER, Framer, InboundMethod, InboundPublish,
+                        encode_properties)
+from broker.core.message import Message, PublishedMessage
 
-from core_harness import Client, RecordingTransport, close_code, kinds
+from core_harness import Client, RecordingTransport, close_code, deliveries, kinds
 
 
 def negotiate(broker, response="\0guest\0guest", capabilities=None, vhost="/",
@@ -234,3 +236,47 @@ def test_a_connection_error_in_a_read_ends_the_handling_of_the_rest_of_it():
     client.end_batch()
     assert close_code(client.transport.methods()) == 540
     assert queued_bodies(client) == [b"1"]
+
+
+def test_a_publish_read_from_the_wire_is_delivered_as_published():
+    """The decoder makes a publish as the broker's message (PublishedMessage): the
+    queue holds that object, and the consumer gets the publisher's properties and body."""
+    publisher = Client()
+    consumer = Client(publisher.broker)
+    publisher.open_channel()
+    consumer.open_channel()
+    publisher.declare_queue(1, "q")
+    properties = commands.Basic.Properties(message_id="m1", delivery_mode=2)
+    framer = publisher.connection.framer
+    framer.feed(PROTOCOL_HEADER)
+    publisher.connection.handle_all(framer.feed(
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), 1)
+        + frame.marshal(header.ContentHeader(0, 5, properties), 1)
+        + frame.marshal(pamqp_body.ContentBody(b"hello"), 1)))
+    publisher.end_batch()
+    [entry] = publisher.broker.vhosts["/"].queues["q"].ready
+    assert type(entry.message) is PublishedMessage and entry.message.persistent
+    frames = consumer.method(1, commands.Basic.Consume(queue="q", no_ack=True))
+    [(deliver, content)] = deliveries(frames)
+    [content_header] = [f for _, f in frames if isinstance(f, header.ContentHeader)]
+    assert (deliver.routing_key, content) == ("q", b"hello")
+    assert (content_header.properties.message_id,
+            content_header.properties.delivery_mode) == ("m1", 2)
+
+
+def test_a_message_decodes_its_properties_on_use_and_again_after_forgetting_them():
+    """Messages the decoder made (no constructor call) and messages made by copying
+    answer `persistent` and `decoded_properties` alike, before and after forget."""
+    raw = encode_properties(commands.Basic.Properties(delivery_mode=2, priority=3))
+    framer = Framer(publish_type=PublishedMessage)
+    framer.feed(PROTOCOL_HEADER)
+    [decoded] = framer.feed(
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), 1)
+        + frame.marshal(header.ContentHeader(0, 2, commands.Basic.Properties(
+            delivery_mode=2, priority=3)), 1)
+        + frame.marshal(pamqp_body.ContentBody(b"hi"), 1))
+    for message in (decoded, Message("", "q", raw, b"hi"), decoded.with_body(b"hi")):
+        message.forget_decoded()   # nothing decoded yet: nothing to forget
+        assert message.persistent and message.decoded_properties.priority == 3
+        message.forget_decoded()
+        assert message.decoded_properties.priority == 3

@@ -161,6 +161,48 @@ def test_publish_fields_and_raw_properties():
     assert summary(item) == ("publish", 7, "ex", "rk", True, False, raw, b"hello world")
 
 
+class CallersPublish:
+    """A caller's own publish class: InboundPublish's constructor and attributes."""
+
+    __slots__ = ("channel", "exchange", "routing_key", "mandatory", "immediate",
+                 "properties", "body")
+
+    def __init__(self, channel, exchange, routing_key, mandatory, immediate,
+                 properties=b"", body=b""):
+        self.channel, self.exchange, self.routing_key = channel, exchange, routing_key
+        self.mandatory, self.immediate = mandatory, immediate
+        self.properties, self.body = properties, body
+
+
+def test_publishes_are_made_as_the_callers_publish_type():
+    raw = encode_properties(commands.Basic.Properties(message_id="m1"))
+    whole = publish(3, "ex", "rk") + content_header(3, 5, raw_properties=raw) + body(3)
+    split = publish(3, "ex", "rk") + content_header(3, 5, raw_properties=raw) + body(
+        3, b"he") + body(3, b"llo")
+    for stream in (whole, split):
+        decoder = Decoder(publish_type=CallersPublish)
+        [item] = decoder.feed(PROTOCOL_HEADER + stream)
+        assert type(item) is CallersPublish
+        assert (item.channel, item.exchange, item.routing_key, item.mandatory,
+                item.immediate, item.properties, item.body) == (
+            3, "ex", "rk", False, False, raw, b"hello")
+        # one byte at a time takes the general path, which makes the same
+        decoder = Decoder(publish_type=CallersPublish)
+        items = [item for byte in PROTOCOL_HEADER + stream
+                 for item in decoder.feed(bytes([byte]))]
+        assert [type(item) for item in items] == [CallersPublish]
+        assert (items[0].properties, items[0].body) == (raw, b"hello")
+
+
+def test_a_dropped_body_comes_as_an_inbound_publish_whatever_the_publish_type():
+    decoder = Decoder(max_body_size=4, publish_type=CallersPublish)
+    [item] = decoder.feed(PROTOCOL_HEADER + publish(3, "ex", "rk") + content_header(3, 5)
+                          + body(3))
+    assert type(item) is InboundPublish
+    assert (item.channel, item.exchange, item.routing_key, item.body, item.body_size) == (
+        3, "ex", "rk", None, 5)
+
+
 def test_zero_size_body_completes_at_the_header():
     out = Decoder().feed(PROTOCOL_HEADER + publish() + content_header(body_size=0))
     assert summary(out[0])[-1] == b""
