@@ -25,12 +25,10 @@ class Message:
     it, forwarded untouched to consumers; it is decoded only when a feature needs a field.
     """
 
-    # `_decoded` and `_persistent` are left unset until first asked for (the decoder
-    # makes a PublishedMessage without calling its constructor).
+    # `_decoded` and `_persistent` are None until first asked for. The decoder makes a
+    # PublishedMessage without calling its constructor: Channel.publish sets them then.
     __slots__ = ("exchange", "routing_key", "properties", "body", "_decoded",
                  "_persistent")
-    _decoded: commands.Basic.Properties
-    _persistent: bool
 
     # The routing keys a CC or BCC header added (a SenderRoutedMessage's slot); a class
     # attribute here, so that a message without them costs nothing to make.
@@ -42,15 +40,16 @@ class Message:
         self.routing_key = routing_key
         self.properties = properties
         self.body = body   # None while paged out to the queue file
+        self._decoded: commands.Basic.Properties | None = None
+        self._persistent: bool | None = None
 
     @property
     def persistent(self) -> bool:
         """delivery_mode 2: kept across restarts when in a durable queue."""
-        try:
-            return self._persistent
-        except AttributeError:
+        persistent = self._persistent
+        if persistent is None:
             persistent = self._persistent = delivery_mode(self.properties) == 2
-            return persistent
+        return persistent
 
     def with_body(self, body: bytes) -> "Message":
         """A copy with its body read back from the queue file."""
@@ -104,19 +103,15 @@ class Message:
 
     def forget_decoded(self) -> None:
         """Drop the decoded properties (a message held long keeps only its raw ones)."""
-        try:
-            del self._decoded
-        except AttributeError:
-            pass    # not decoded
+        self._decoded = None
 
     @property
     def decoded_properties(self) -> commands.Basic.Properties:
         """The pamqp Basic.Properties of this message, decoded once on first use."""
-        try:
-            return self._decoded
-        except AttributeError:
+        decoded = self._decoded
+        if decoded is None:
             decoded = self._decoded = decode_properties(self.properties)
-            return decoded
+        return decoded
 
     @property
     def headers(self) -> dict:
@@ -142,6 +137,8 @@ class PublishedMessage(Message):
         self.immediate = immediate
         self.properties = properties
         self.body = body
+        self._decoded = None
+        self._persistent = None
 
 
 class SenderRoutedMessage(Message):

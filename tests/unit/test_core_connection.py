@@ -265,16 +265,23 @@ def test_a_publish_read_from_the_wire_is_delivered_as_published():
 
 
 def test_a_message_decodes_its_properties_on_use_and_again_after_forgetting_them():
-    """Messages the decoder made (no constructor call) and messages made by copying
-    answer `persistent` and `decoded_properties` alike, before and after forget."""
-    raw = encode_properties(commands.Basic.Properties(delivery_mode=2, priority=3))
-    framer = Framer(publish_type=PublishedMessage)
+    """A message the decoder made (no constructor call; the channel completes it) and
+    messages made by copying answer `persistent` and `decoded_properties` alike, before
+    and after forget."""
+    properties = commands.Basic.Properties(delivery_mode=2, priority=3)
+    raw = encode_properties(properties)
+    publisher = Client()
+    publisher.open_channel()
+    publisher.declare_queue(1, "q")
+    framer = publisher.connection.framer
     framer.feed(PROTOCOL_HEADER)
-    [decoded] = framer.feed(
+    publisher.connection.handle_all(framer.feed(
         frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), 1)
-        + frame.marshal(header.ContentHeader(0, 2, commands.Basic.Properties(
-            delivery_mode=2, priority=3)), 1)
-        + frame.marshal(pamqp_body.ContentBody(b"hi"), 1))
+        + frame.marshal(header.ContentHeader(0, 2, properties), 1)
+        + frame.marshal(pamqp_body.ContentBody(b"hi"), 1)))
+    [entry] = publisher.broker.vhosts["/"].queues["q"].ready
+    decoded = entry.message
+    assert type(decoded) is PublishedMessage
     for message in (decoded, Message("", "q", raw, b"hi"), decoded.with_body(b"hi")):
         message.forget_decoded()   # nothing decoded yet: nothing to forget
         assert message.persistent and message.decoded_properties.priority == 3
