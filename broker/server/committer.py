@@ -31,6 +31,7 @@ class GroupCommitter:
         self._maintain_stores = maintain_stores  # blocking: list[store] -> unfinished
         self._synced_since_maintenance: dict = {}
         self._take_request()
+        persistence.on_commit_request = self._commit_asked
         self._committing = False
         self._maintaining = False           # one blocking storage job at a time
         self._finished = _CommitDone()      # set when the running commit ends
@@ -47,7 +48,6 @@ class GroupCommitter:
     def _take_request(self) -> None:
         """Start listening for the next commit request."""
         self._commit_requested = trio.Event()
-        self.persistence.on_commit_request = self._commit_asked
 
     def _commit_asked(self) -> None:
         """A commit is asked for (on the event loop, by the connection that waits for
