@@ -31,6 +31,7 @@ class GroupCommitter:
         self._maintain_stores = maintain_stores  # blocking: list[store] -> unfinished
         self._synced_since_maintenance: dict = {}
         self._take_request()
+        persistence.on_commit_request = self._commit_asked
         self._committing = False
         self._maintaining = False           # one blocking storage job at a time
         self._finished = _CommitDone()      # set when the running commit ends
@@ -47,7 +48,17 @@ class GroupCommitter:
     def _take_request(self) -> None:
         """Start listening for the next commit request."""
         self._commit_requested = trio.Event()
-        self.persistence.on_commit_request = self._commit_requested.set
+
+    def _commit_asked(self) -> None:
+        """A commit is asked for (on the event loop, by the connection that waits for
+        it). When none runs, start it here and now: going through the committer task
+        would cost a trip through the scheduler before the worker thread even starts.
+        Otherwise the running commit chains it (`_commit_done`), or the committer task
+        starts it after maintenance."""
+        if self._committing or self._maintaining or not self.persistence.has_pending():
+            self._commit_requested.set()
+        else:
+            self._start_commit()
 
     async def flush_periodically(self, interval: float) -> None:
         """Commit what accumulated without anyone waiting (publishes without confirms,
@@ -86,10 +97,13 @@ class GroupCommitter:
 
     async def flush(self) -> None:
         """Commit everything pending now (used at shutdown); stops after a failed
-        commit, which leaves its writes pending."""
+        commit (its own or the one running), which leaves its writes pending."""
         while self.persistence.has_pending() or self._committing:
             if self._committing:
-                await self._finished.wait()
+                running = self._finished
+                await running.wait()
+                if not running.succeeded:
+                    return
             elif not await self._commit():
                 return
 

@@ -6,6 +6,7 @@ own, with the test hooks switched on."""
 import json
 import logging
 import os
+import sys
 import time
 
 import trio
@@ -125,9 +126,18 @@ def _fill_connection_caps(limits) -> None:
               limits.unauthenticated_connection_max)
 
 
+# How long a thread may hold the GIL while another waits for it (Python's default is
+# 5 ms). The event loop handles a whole read of frames without releasing the GIL;
+# meanwhile the group commit's worker thread waits for it before it can write, and
+# after the fsync before it can wake the loop, and every confirm waits with it. At
+# 1 ms the worker gets in sooner (docs/benchmarks.md, issue 18, round 2).
+GIL_SWITCH_INTERVAL = 0.001
+
+
 def run_until_stopped(node: Node) -> None:
     """Run the node on this thread until its server stops, then close its storage. A
     test node runs on its virtual clock."""
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     try:
         trio.run(node.run, clock=node.virtual_clock)
     finally:

@@ -88,6 +88,82 @@ def test_connections_waiting_together_share_one_commit():
     assert released == [(10, 10)] * 5
 
 
+def test_a_commit_asked_for_while_none_runs_starts_at_once():
+    """The connection that waits starts the commit itself: its writes are taken for a
+    commit before it returns, without waiting for the committer task's turn (here the
+    task does not even run)."""
+    persistence = Persistence()
+    store = CountingStore()
+    committer_for(persistence)          # answers the persistence's commit requests
+    released = []
+
+    async def main():
+        persistence.store_written(store)
+        connection = WaitingConnection(persistence.writes, released)
+        persistence.wait_durable(connection)
+        assert not persistence.has_pending()          # taken by a running commit
+        await connection.done.wait()
+
+    trio.run(main)
+    assert store.syncs == 1
+    assert released == [(1, 1)]
+
+
+def test_a_commit_asked_for_during_maintenance_starts_after_it():
+    """Maintenance (compaction, retention) never runs beside a commit: a commit asked
+    for meanwhile waits for it to end."""
+    persistence = Persistence()
+    maintenance_started = threading.Event()
+    finish_maintenance = threading.Event()
+    storage_jobs = []
+
+    class LoggingStore(CountingStore):
+        def sync(self) -> int:
+            storage_jobs.append("sync")
+            return super().sync()
+
+    def maintain(stores):
+        storage_jobs.append("maintain start")
+        maintenance_started.set()
+        finish_maintenance.wait(30)
+        storage_jobs.append("maintain end")
+        return []
+
+    store = LoggingStore()
+    committer = GroupCommitter(persistence, apply_changes=lambda changes: None,
+                               sync_stores=lambda stores: sum(0 * s.sync() for s in stores),
+                               maintain_stores=maintain)
+    released = []
+
+    async def main():
+        persistence.store_written(store)
+        first = WaitingConnection(persistence.writes, released)
+        persistence.wait_durable(first)
+
+        async def scenario():
+            await first.done.wait()
+            assert await trio.to_thread.run_sync(maintenance_started.wait, 30)
+            persistence.store_written(store)          # while maintenance runs
+            second = WaitingConnection(persistence.writes, released)
+            persistence.wait_durable(second)
+            assert persistence.has_pending()          # not taken yet
+            finish_maintenance.set()
+            await second.done.wait()
+
+        await run_committer_until_maintained(committer, scenario)
+
+    trio.run(main)
+    assert storage_jobs[:4] == ["sync", "maintain start", "maintain end", "sync"]
+    assert released == [(1, 1), (2, 2)]
+
+
+async def run_committer_until_maintained(committer: GroupCommitter, done) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(committer.flush_periodically, 0)   # maintenance always due
+        await done()
+        nursery.cancel_scope.cancel()
+
+
 def test_writes_made_during_a_commit_go_into_the_next_one():
     """A connection is not blocked by a running commit: what it writes meanwhile is
     committed next, and each waiter is released by the commit that covers it."""
