@@ -86,9 +86,10 @@ class InboundPublish:
 
     __slots__ = ("channel", "exchange", "routing_key", "mandatory", "immediate",
                  "properties", "body", "body_size")
+    body_size: int   # set only when body is None
 
     def __init__(self, channel: int, exchange: str, routing_key: str, mandatory: bool,
-                 immediate: bool, properties: bytes = b"", body: bytes = b""):
+                 immediate: bool, properties: bytes = b"", body: bytes | None = b""):
         self.channel = channel
         self.exchange = exchange
         self.routing_key = routing_key
