@@ -72,6 +72,8 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
     def __init__(self, vhost: "VirtualHost", name: str, durable: bool,
                  exclusive_owner: "Connection | None", auto_delete: bool,
                  arguments: dict | None, store):
+        if type(self) is QueueBase:   # ABC's own check, which a mypyc-compiled class lacks
+            raise TypeError("QueueBase is abstract: a queue is of one of its kinds")
         self.vhost = vhost
         self.name = name
         self.durable = durable
