@@ -89,9 +89,10 @@ class InboundPublish:
 
     __slots__ = ("channel", "exchange", "routing_key", "mandatory", "immediate",
                  "properties", "body", "body_size")
+    body_size: int   # set only when body is None
 
     def __init__(self, channel: int, exchange: str, routing_key: str, mandatory: bool,
-                 immediate: bool, properties: bytes = b"", body: bytes = b""):
+                 immediate: bool, properties: bytes = b"", body: bytes | None = b""):
         self.channel = channel
         self.exchange = exchange
         self.routing_key = routing_key
@@ -281,8 +282,10 @@ class Decoder:
         its content header and one body frame that carries the whole body (or none),
         all well formed, the body within frame_max and max_body_size (`body_limit`).
         Returns where the next frame starts, or 0 to let the general path decode (and,
-        where something is wrong, reject) the frames one by one."""
-        if (end - pos < 11 or _METHOD_INDEX.unpack_from(data, pos + 7)[0] != PUBLISH_INDEX
+        where something is wrong, reject) the frames one by one. A method frame shorter
+        than its header, method id and ticket (13 bytes) is left to the general path:
+        slicing its arguments would start past their end."""
+        if (end - pos < 13 or _METHOD_INDEX.unpack_from(data, pos + 7)[0] != PUBLISH_INDEX
                 or channel in self._content or channel == 0):
             return 0
         length = len(data)

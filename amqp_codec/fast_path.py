@@ -68,6 +68,8 @@ def decode_publish(data: bytes, start: int, end: int) -> tuple[str, str, bool, b
     A publisher repeats its arguments: their decoding is remembered, keyed by their raw
     bytes after the ticket (one slice and one look-up per publish).
     """
+    if end - start < 2:     # a slice must not start past its end: compiled, that is no b""
+        raise ValueError("Basic.Publish arguments shorter than the ticket")
     arguments = data[start + 2:end]
     decoded = PUBLISH_ARGUMENTS.get(arguments)
     if decoded is None:

@@ -27,13 +27,14 @@ _LONG_LONG = Struct(">q")
 _LENGTH_OCTET = SHORTSTR_LENGTH
 
 
-def with_long_header(properties: bytes, name: bytes, value: int) -> bytes:
+def with_long_header(properties: bytes, name: bytes, value: object) -> bytes:
     """``properties`` (raw) with the header ``name`` set to ``value`` as a signed 64-bit
     long (table type ``l``), e.g. ``with_long_header(raw, b"x-stream-offset", 42)``.
 
     ``name`` is the header name as UTF-8 (at most 255 bytes). Raises ValueError when the
-    name is longer or ``value`` does not fit in 64 signed bits, and MalformedProperties
-    when the properties are not well formed.
+    name is longer or ``value`` is not an integer that fits in 64 signed bits (typed
+    ``object`` so that a compiled build checks it here too, not at the call), and
+    MalformedProperties when the properties are not well formed.
     """
     if len(name) > 255:
         raise ValueError(f"header name longer than 255 bytes: {name[:40]!r}...")

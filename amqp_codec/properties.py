@@ -90,7 +90,7 @@ def _value_end(raw: bytes, offset: int, kind: str, name: str) -> int:
     return end
 
 
-def decode_properties(raw: bytes) -> commands.Basic.Properties:
+def decode_properties(raw: bytes | memoryview) -> commands.Basic.Properties:
     """The whole block as pamqp's Basic.Properties (strings that are not UTF-8 decoded
     with surrogateescape, the timestamp as timestamp_value reads it, headers with
     field_table's decoder). Raises MalformedProperties."""

@@ -156,18 +156,31 @@ def _apply_file(settings: ServeSettings, path: str) -> None:
     tls = data.pop("tls", {})
     management = data.pop("management", {})
     _assign(settings, data, path)
+    _check_limits(limits, path + " [limits]")
     _assign(settings.limits, limits, path + " [limits]")
     _assign(settings.alarms, alarms, path + " [alarms]")
     _assign(settings.tls, tls, path + " [tls]")
     _assign(settings.management, management, path + " [management]")
-    _require_positive_int(settings.limits.max_message_size, "max_message_size",
-                          path + " [limits]")
     _require_user_names(settings.loopback_users, "loopback_users", path)
-    _require_milliseconds(settings.limits.consumer_timeout, "consumer_timeout",
-                          path + " [limits]")
     if settings.alarms.memory_high_watermark_absolute is not None:
         _require_positive_int(settings.alarms.memory_high_watermark_absolute,
                               "memory_high_watermark_absolute", path + " [alarms]")
+
+
+def _check_limits(limits: dict, where: str) -> None:
+    """The [limits] values as the file gives them, before they are set on the core's
+    BrokerConfig: each of the type its field declares (a float where an integer is
+    meant, or a string, is a ConfigError here, not a failure later in the core)."""
+    if "max_message_size" in limits:
+        _require_positive_int(limits["max_message_size"], "max_message_size", where)
+    if "consumer_timeout" in limits:
+        _require_milliseconds(limits["consumer_timeout"], "consumer_timeout", where)
+    declared = {f.name: f.type for f in fields(BrokerConfig)}
+    for name, value in limits.items():
+        if declared.get(name) is int and type(value) is not int:
+            raise ConfigError(f"'{name}' in {where} must be an integer, got {value!r}")
+        if declared.get(name) is float and type(value) not in (int, float):
+            raise ConfigError(f"'{name}' in {where} must be a number, got {value!r}")
 
 
 def _require_positive_int(value, name: str, where: str) -> None:

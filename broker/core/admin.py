@@ -124,10 +124,11 @@ class Administration:
 
     # -- vhosts --------------------------------------------------------------------
 
-    def add_vhost(self, name: str, description: str = "", tags=(),
-                  default_queue_type: str | None = None) -> None:
+    def add_vhost(self, name: str, description: object = "", tags=(),
+                  default_queue_type: object = None) -> None:
         """A new vhost; tags as in add_user; default_queue_type is the type of the queues
-        declared durable without x-queue-type (None: classic, as the client asks)."""
+        declared durable without x-queue-type (None: classic, as the client asks). The
+        metadata is an operator's JSON: values of the wrong type are an AdminError."""
         if not name:
             raise AdminError("a vhost needs a non-empty name")
         if name in self.broker.vhosts:
@@ -136,8 +137,8 @@ class Administration:
         self.broker.add_vhost(name).metadata = metadata
         self._record_vhost(name, metadata)
 
-    def update_vhost(self, name: str, description: str = "", tags=(),
-                     default_queue_type: str | None = None) -> None:
+    def update_vhost(self, name: str, description: object = "", tags=(),
+                     default_queue_type: object = None) -> None:
         """Replace an existing vhost's description, tags and default queue type (the
         queues it has keep their types)."""
         vhost = self._vhost(name)
@@ -206,10 +207,11 @@ class Administration:
 
     # -- limits --------------------------------------------------------------------
 
-    def set_vhost_limits(self, vhost: str, limits: dict) -> None:
+    def set_vhost_limits(self, vhost: str, limits: object) -> None:
         """Replace the vhost's limits, as `rabbitmqctl set_vhost_limits` does: e.g.
         {"max-connections": 10, "max-queues": 100}; a negative value is no limit, 0
-        allows nothing new, {} clears them."""
+        allows nothing new, {} clears them. Anything else (an operator's JSON) is an
+        AdminError."""
         self._vhost(vhost)
         limits = _checked_limits("vhost", limits, VHOST_LIMITS)
         self.broker.limits.set_vhost_limits(vhost, limits)
@@ -218,7 +220,7 @@ class Administration:
     def clear_vhost_limits(self, vhost: str) -> None:
         self.set_vhost_limits(vhost, {})
 
-    def set_user_limits(self, user: str, limits: dict) -> None:
+    def set_user_limits(self, user: str, limits: object) -> None:
         """Set some of the user's limits ("max-connections", "max-channels"), keeping
         the others, as `rabbitmqctl set_user_limits` does; values as for vhosts."""
         self._user(user)
@@ -427,7 +429,8 @@ def _hashed(password: str | None, password_hash: str | None) -> tuple[str, str]:
     return "", ""
 
 
-def checked_vhost_metadata(description, tags, default_queue_type) -> VhostMetadata:
+def checked_vhost_metadata(description: object, tags: object,
+                           default_queue_type: object) -> VhostMetadata:
     """A vhost's metadata as an operator gives it (tags as in add_user); RabbitMQ shows
     "undefined" for no default queue type, taken back here as none."""
     if default_queue_type == "undefined":
@@ -451,7 +454,7 @@ def _tags(tags) -> tuple[str, ...]:
     return tuple(tag for tag in tags if tag)
 
 
-def _checked_limits(owner: str, limits, known: tuple[str, ...]) -> dict[str, int]:
+def _checked_limits(owner: str, limits: object, known: tuple[str, ...]) -> dict[str, int]:
     """The limits, if every key is a known limit and every value an integer."""
     if not isinstance(limits, dict):
         raise AdminError(f"{owner} limits must be a JSON object such as "

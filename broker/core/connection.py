@@ -174,21 +174,21 @@ class Connection:
                 if kind is PublishedMessage or kind is InboundPublish:
                     error.class_id, error.method_id = BASIC_PUBLISH
                 self._close_channel(channel_number, error)
-            except ConnectionFailure as error:
-                self.close(error.reply_code, error.reply_text, error.class_id,
-                           error.method_id)
+            except ConnectionFailure as failure:
+                self.close(failure.reply_code, failure.reply_text, failure.class_id,
+                           failure.method_id)
             except HeadOnDisk as waiting:
                 self._deferred = [item]
                 waiting.queue.wake_when_read(self._resume_input)
-            except MalformedProperties as error:
+            except MalformedProperties as malformed:
                 # A feature needed a field of a message this client published (headers
                 # routing, expiration, user_id, delivery_mode...): RabbitMQ reads every
                 # property block on publish and closes the connection with 541 then.
                 self.close(ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR - cannot read the "
-                           f"content properties of a published message: {error}",
+                           f"content properties of a published message: {malformed}",
                            *BASIC_PUBLISH)
-            except Exception as error:   # a bug must cost this connection, not the broker
-                self.fail(error)
+            except Exception as bug:   # a bug must cost this connection, not the broker
+                self.fail(bug)
 
     def _resume_input(self) -> None:
         """A read a Basic.Get waited for is done: handle the items held back, in order

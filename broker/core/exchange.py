@@ -8,6 +8,7 @@ exchange destinations further (see VirtualHost.route).
 
 import datetime
 from decimal import Decimal
+from typing import ClassVar
 
 from amqp_codec.field_table import text_value
 
@@ -41,7 +42,7 @@ def _freeze(value):
 class Exchange:
     """Common state of every exchange type; subclasses index bindings for routing."""
 
-    kind = ""
+    kind: ClassVar[str] = ""   # the type name clients declare; EXCHANGE_TYPES reads it
     is_queue = False   # as a binding's destination (QueueBase.is_queue is True)
     delays_messages = False   # an x-delayed-message exchange (delayed_exchange.py)
 
@@ -164,8 +165,9 @@ def field_type_name(value) -> str:
 class DirectExchange(Exchange):
     kind = "direct"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
+                 internal: bool = False, arguments: dict | None = None):
+        super().__init__(name, durable, auto_delete, internal, arguments)
         self._by_key: dict[str, dict] = {}      # routing key -> {destination: bindings}
         # routing key -> its destinations, as a tuple made when the bindings change:
         # a route the caller can keep while enqueueing changes bindings, without a copy
@@ -195,8 +197,9 @@ class DirectExchange(Exchange):
 class FanoutExchange(Exchange):
     kind = "fanout"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
+                 internal: bool = False, arguments: dict | None = None):
+        super().__init__(name, durable, auto_delete, internal, arguments)
         self._destinations: dict = {}
 
     def route(self, message: Message):
@@ -214,8 +217,9 @@ class FanoutExchange(Exchange):
 class TopicExchange(Exchange):
     kind = "topic"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, name: str, durable: bool = False, auto_delete: bool = False,
+                 internal: bool = False, arguments: dict | None = None):
+        super().__init__(name, durable, auto_delete, internal, arguments)
         self._trie = TopicTrie()
 
     def route(self, message: Message):

@@ -45,7 +45,9 @@ class SaveQueue(JournalEntry):
     name: str
     auto_delete: bool
     arguments: dict
-    queue_id: str       # the store's id: names the queue's directory of files
+    # the store's id: names the queue's directory of files; None for a broker that keeps
+    # its queues in memory (the metadata store then chooses one)
+    queue_id: str | None
 
 
 @dataclass(frozen=True)

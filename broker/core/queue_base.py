@@ -2,7 +2,7 @@
 (stream_queue.py) derive from QueueBase; channels, the virtual host and the server hold
 every queue as a QueueBase, whatever its kind."""
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -40,11 +40,14 @@ class Consumer:
 ConsumerKind = TypeVar("ConsumerKind", bound=Consumer)   # what make_consumer makes
 
 
-class QueueBase(ABC, Generic[Entry, ConsumerKind]):
+class QueueBase(Generic[Entry, ConsumerKind]):
     """A named queue of one virtual host, with its consumers.
 
     The subclasses decide how messages are kept and handed out; the abstract methods
-    below are what differs between kinds.
+    below are what differs between kinds (mypy holds each kind to them). Not an ABC:
+    compiled by mypyc, ABCMeta's isinstance cache is shared by the subclasses, and
+    `isinstance(queue, StreamQueue)` on a classic queue made a later
+    `isinstance(queue, QueueBase)` false; __init__ refuses the base class itself.
     """
 
     # A binding leads to a queue or to an exchange (Exchange.is_queue is False).
@@ -72,6 +75,8 @@ class QueueBase(ABC, Generic[Entry, ConsumerKind]):
     def __init__(self, vhost: "VirtualHost", name: str, durable: bool,
                  exclusive_owner: "Connection | None", auto_delete: bool,
                  arguments: dict | None, store):
+        if type(self) is QueueBase:
+            raise TypeError("QueueBase is abstract: a queue is of one of its kinds")
         self.vhost = vhost
         self.name = name
         self.durable = durable

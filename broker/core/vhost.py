@@ -94,15 +94,16 @@ class VirtualHost:
             raise not_found(f"no exchange '{name}' in vhost '{self.name}'")
         return exchange
 
-    def queue(self, name: str, connection: "Connection") -> QueueBase:
-        """The queue named `name`, if `connection` may use it (exclusive queues: 405)."""
+    def queue(self, name: str, connection: "Connection | None") -> QueueBase:
+        """The queue named `name`, if `connection` may use it (exclusive queues: 405;
+        None is an operator, whom no exclusive queue belongs to)."""
         queue = self.queues.get(name)
         if queue is None:
             raise not_found(f"no queue '{name}' in vhost '{self.name}'")
         self.check_exclusive(queue, connection)
         return queue
 
-    def check_exclusive(self, queue: QueueBase, connection: "Connection") -> None:
+    def check_exclusive(self, queue: QueueBase, connection: "Connection | None") -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
             raise _locked(queue)
 
@@ -249,8 +250,8 @@ class VirtualHost:
             return arguments
         return {**arguments, "x-queue-type": default}
 
-    def declare_queue(self, name: str, connection: "Connection", passive: bool, durable: bool,
-                      exclusive: bool, auto_delete: bool, arguments: dict,
+    def declare_queue(self, name: str, connection: "Connection | None", passive: bool,
+                      durable: bool, exclusive: bool, auto_delete: bool, arguments: dict,
                       access: "ChannelAccess") -> QueueBase:
         """Checks in RabbitMQ's order: passive declares need no permission; otherwise
         the reserved prefix (403), configure on the name, the server-chosen one

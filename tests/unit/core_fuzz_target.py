@@ -24,7 +24,6 @@ import os
 import struct
 import tempfile
 import traceback
-import weakref
 from dataclasses import dataclass
 
 from pamqp import commands
@@ -40,7 +39,6 @@ from storage.queue_file import QueueFile
 from storage.stream_log import StreamLog
 
 _TIMER_ADVANCE = 10.0 ** 9     # seconds: past any TTL or expiry a session can set
-_reads_of: "weakref.WeakKeyDictionary[Broker, ManualReads]" = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -64,6 +62,15 @@ class Failure:
         return f"{self.component}: {self.summary.split(':')[0]} at {where}"
 
 
+@dataclass
+class FuzzBroker:
+    """A broker for sessions, with the stand-in for the server's read pool that its
+    durable queues and streams hand their reads to (run after every read of a session)."""
+
+    broker: Broker
+    reads: ManualReads
+
+
 class _Clock:
     def __init__(self):
         self.now = 1000.0
@@ -72,13 +79,13 @@ class _Clock:
         return self.now
 
 
-def new_broker(data_dir: str) -> Broker:
+def new_broker(data_dir: str) -> FuzzBroker:
     """A broker on a virtual clock whose durable queues and streams keep their files in
     `data_dir` (queue files, stream logs: what persistent messages go through), for one
     session or several in a row."""
     persistence = Persistence()
     files = itertools.count()
-    reads = ManualReads()   # run after every read of the session (`_handle_batch`)
+    reads = ManualReads()
 
     def queue_store(vhost: str, queue: str) -> DurableQueueStore:
         number = next(files)
@@ -92,12 +99,10 @@ def new_broker(data_dir: str) -> Broker:
 
     persistence.store_factory = queue_store
     persistence.stream_factory = stream_store
-    broker = Broker(clock=_Clock(), persistence=persistence)
-    _reads_of[broker] = reads
-    return broker
+    return FuzzBroker(Broker(clock=_Clock(), persistence=persistence), reads)
 
 
-def run_session(stream: bytes, cuts: list, broker: Broker | None = None) -> Failure | None:
+def run_session(stream: bytes, cuts: list, broker: FuzzBroker | None = None) -> Failure | None:
     """Feed `stream` in reads cut at the offsets `cuts` to a connection on `broker`
     (sessions in a row on one broker meet each other's queues, exchanges and messages),
     or on a new broker with its files in a temporary directory; the first Failure, or
@@ -114,18 +119,19 @@ def run_session(stream: bytes, cuts: list, broker: Broker | None = None) -> Fail
     return errors.failure() or failure
 
 
-def _run(stream: bytes, cuts: list, broker: Broker) -> Failure | None:
+def _run(stream: bytes, cuts: list, target: FuzzBroker) -> Failure | None:
+    broker, reads = target.broker, target.reads
     clock = broker.scheduler.clock
     transport = RecordingTransport()
     connection = Connection(broker, transport, "fuzz", "127.0.0.1")
-    failure = _feed(stream, cuts, connection, transport)
+    failure = _feed(stream, cuts, connection, transport, reads)
     if failure is None:
         failure = _guarded("core", connection.input_ended)
     if failure is None:
         clock.now += _TIMER_ADVANCE
         failure = _guarded("timers", broker.scheduler.run_due)
     if failure is None:
-        failure = _guarded("core", _run_reads, broker)
+        failure = _guarded("core", reads.run)
     if failure is None:
         failure = _guarded("core", connection.lost)
     return (failure or _check_output(bytes(transport.output))
@@ -156,7 +162,7 @@ class _ErrorLog(logging.Handler):
         return Failure("logged", summary, f"{record.getMessage()}\n{detail}")
 
 
-def _feed(stream, cuts, connection, transport) -> Failure | None:
+def _feed(stream, cuts, connection, transport, reads: ManualReads) -> Failure | None:
     framer = connection.framer
     started = False
     previous = 0
@@ -176,26 +182,19 @@ def _feed(stream, cuts, connection, transport) -> Failure | None:
         if not started and framer.header_received:
             started = True
             connection.start()
-        failure = _guarded("core", _handle_batch, connection, items)
+        failure = _guarded("core", _handle_batch, connection, items, reads)
         if failure is not None or transport.closed:
             return failure
     return None
 
 
-def _handle_batch(connection: Connection, items: list) -> None:
+def _handle_batch(connection: Connection, items: list, reads: ManualReads) -> None:
     for item in items:
         connection.handle(item)
     connection.end_of_batch()
     persistence = connection.broker.persistence
     persistence.committed([], persistence.writes)
-    _run_reads(connection.broker)
-
-
-def _run_reads(broker: Broker) -> None:
-    """Do the reads of paged-out bodies and stream records the session started."""
-    reads = _reads_of.get(broker)
-    if reads is not None:
-        reads.run()
+    reads.run()     # the reads of paged-out bodies and stream records the batch started
 
 
 def _protocol_error(connection: Connection, error: ProtocolError) -> None:

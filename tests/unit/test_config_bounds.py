@@ -1,4 +1,4 @@
-"""[limits] max_message_size and consumer_timeout, and [alarms]
+"""[limits] max_message_size, consumer_timeout and the types of the others, and [alarms]
 memory_high_watermark_absolute from the file."""
 
 import pytest
@@ -50,3 +50,19 @@ def test_a_consumer_timeout_that_is_not_milliseconds_is_refused(tmp_path, value)
     with pytest.raises(ConfigError, match="'consumer_timeout' .* must be a number of "
                                           r"milliseconds \(0 for no timeout\)"):
         settings_from(tmp_path, f"[limits]\nconsumer_timeout = {value}\n")
+
+
+@pytest.mark.parametrize("text, words", [
+    ('channel_max = "2047"', "'channel_max' .* must be an integer, got '2047'"),
+    ("heartbeat = 1.5", "'heartbeat' .* must be an integer, got 1.5"),
+    ("frame_max = true", "'frame_max' .* must be an integer, got True"),
+    ('handshake_timeout = "10s"', "'handshake_timeout' .* must be a number, got '10s'"),
+])
+def test_a_limit_of_the_wrong_type_is_refused(tmp_path, text, words):
+    with pytest.raises(ConfigError, match=words):
+        settings_from(tmp_path, f"[limits]\n{text}\n")
+
+
+def test_a_whole_number_of_seconds_is_a_handshake_timeout(tmp_path):
+    assert settings_from(tmp_path, "[limits]\nhandshake_timeout = 3\n").limits \
+        .handshake_timeout == 3

@@ -8,8 +8,10 @@ from pamqp import commands
 
 from broker.core.message import QueueEntry
 from broker.core.message_store import MEMORY_STORE
+from broker.core.queue import Queue
 from broker.core.queue_base import QueueBase
-from broker.core.stream_queue import DeliveredOffset
+from broker.core.quorum_queue import QuorumQueue
+from broker.core.stream_queue import DeliveredOffset, StreamQueue
 from core_harness import deliveries
 from test_core_streams import StreamBroker
 
@@ -37,6 +39,18 @@ def test_the_base_class_cannot_be_instantiated(streams):
     vhost = streams.broker.vhosts["/"]
     with pytest.raises(TypeError, match="abstract"):
         QueueBase(vhost, "q", False, None, False, {}, MEMORY_STORE)
+
+
+def test_asking_a_queue_whether_it_is_of_another_kind_changes_nothing(streams):
+    """The management API asks a queue whether it is a stream, a quorum queue, a classic
+    one; the answers must not depend on what was asked before (a compiled ABC's shared
+    isinstance cache made them so)."""
+    client = streams.client()
+    client.method(1, commands.Queue.Declare(queue="q", durable=True))
+    queue = streams.broker.vhosts["/"].queues["q"]
+    for _ in range(2):
+        assert not isinstance(queue, StreamQueue) and not isinstance(queue, QuorumQueue)
+        assert isinstance(queue, Queue) and isinstance(queue, QueueBase)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -263,6 +263,11 @@ ERRORS = {
     "unknown method": (method(1, 60, 99), 503, 1, 60, 99),
     "unknown class on channel 0": (method(0, 99, 10), 503, 0, 99, 10),
     "truncated Basic.Publish": (method(1, 60, 40, b"\x00\x00\x05amq"), 501, 1, 60, 40),
+    # the arguments' slice would start past their end (followed by content: the fast path)
+    "Basic.Publish without its ticket": (method(1, 60, 40) + content_header(body_size=5)
+                                         + body(1, b"hello"), 501, 1, 60, 40),
+    "Basic.Publish with half its ticket": (method(1, 60, 40, b"\x00") + content_header(body_size=5)
+                                           + body(1, b"hello"), 501, 1, 60, 40),
     "Basic.Publish with trailing bytes":
         (method(1, 60, 40, b"\x00\x00\x00\x01q\x00XYZ"), 501, 1, 60, 40),
     "Basic.Publish not UTF-8": (method(1, 60, 40, b"\x00\x00\x00\x02\xff\xfe\x00"),

@@ -1,6 +1,8 @@
 """Failure boundaries: an unexpected exception costs the narrowest scope that keeps the
 broker consistent (one connection, one timer, one dead-lettered message), never the
-broker. Faults are injected with monkeypatch where no real input reaches them any more.
+broker. Faults are injected where no real input reaches them any more: through the core's
+ports (a transport, a queue store), its dispatch table, or a stand-in for a collaborator
+(the same for a compiled core, whose instances cannot be patched).
 """
 
 import logging
@@ -9,10 +11,11 @@ import socket
 import trio
 from pamqp import commands, frame as pamqp_frame
 
-from amqp_codec import PROTOCOL_HEADER
+from amqp_codec import PROTOCOL_HEADER, InboundMethod
 from broker.config import AlarmLimits
-from broker.core import dispatch, queue as queue_module
+from broker.core import dispatch
 from broker.core.broker import Broker
+from broker.core.persistence import Persistence
 from broker.core.scheduler import Scheduler
 from broker.server.admission import Admission
 from broker.server.alarms import ResourceAlarm
@@ -56,7 +59,7 @@ def test_a_failure_while_closing_drops_the_socket(monkeypatch):
     client = Client()
     client.open_channel(1)
     monkeypatch.setitem(dispatch.HANDLERS, commands.Queue.Purge, _boom)
-    monkeypatch.setattr(client.connection, "_release_resources", _boom)
+    monkeypatch.setattr(client.transport, "write", _boom)   # the 541 Close cannot go out
     client.method(1, commands.Queue.Purge(queue="q"))
     assert client.connection.state == "closed"
     assert client.transport.closed
@@ -97,40 +100,82 @@ def test_a_failing_timer_is_logged_and_the_others_still_run(caplog):
     assert "event=timer_failed" in caplog.text and "injected fault" in caplog.text
 
 
-def test_failed_dead_lettering_drops_the_message_and_the_rejecter_carries_on(monkeypatch,
-                                                                            caplog):
-    client = Client()
+class _FailingStore:
+    """A durable queue's store that fails to take messages once `failing` is set."""
+
+    store_id = "failing"
+
+    def __init__(self):
+        self.failing = False
+
+    def append(self, entry) -> None:
+        if self.failing:
+            raise RuntimeError("injected fault")
+
+    def settle(self, entry) -> None:
+        pass
+
+    def drop(self) -> None:
+        pass
+
+    def synced(self) -> None:
+        pass
+
+
+def test_failed_dead_lettering_drops_the_message_and_the_rejecter_carries_on(caplog):
+    store = _FailingStore()
+    persistence = Persistence(store_factory=lambda vhost, queue: store)
+    client = Client(Broker(persistence=persistence))
     client.open_channel(1)
     client.method(1, commands.Exchange.Declare(exchange="dlx", exchange_type="fanout"))
-    dead = client.declare_queue(1, "dead")
-    client.method(1, commands.Queue.Bind(queue=dead, exchange="dlx"))
+    client.connection.handle(InboundMethod(1, commands.Queue.Declare(queue="dead",
+                                                                     durable=True)))
+    client.end_batch()
+    _, stores, writes = persistence.take_pending()   # the commit its Declare-Ok waits for
+    persistence.committed(stores, writes)
+    client.method(1, commands.Queue.Bind(queue="dead", exchange="dlx"))
     name = client.declare_queue(1, "source", arguments={"x-dead-letter-exchange": "dlx"})
     client.publish(1, "", name, b"rejected")
     client.method(1, commands.Basic.Get(queue=name))
-    monkeypatch.setattr(queue_module, "dead_letter_message", _boom)
+    store.failing = True     # the dead-lettered copy cannot be stored
     with caplog.at_level(logging.ERROR):
         replies = client.method(1, commands.Basic.Reject(delivery_tag=1, requeue=False))
     assert close_code(replies) is None
     assert "event=dead_letter_failed" in caplog.text
     queues = client.broker.vhosts["/"].queues
-    assert queues[name].message_count == 0 and queues[dead].message_count == 0
+    assert queues[name].message_count == 0 and queues["dead"].message_count == 0
     client.publish(1, "", name, b"next")
     assert queues[name].message_count == 1
 
 
-def test_a_failing_commit_callback_fails_only_that_connection(monkeypatch):
+class _DurableWritesWaiter:
+    """What Persistence calls back after a commit (a Connection in the broker): records
+    the releases, or fails in them; `fail` is the connection's own."""
+
+    def __init__(self, connection, failing: bool):
+        self.fail = connection.fail
+        self.failing = failing
+        self.released: list[int] = []
+
+    def writes_durable(self, writes: int) -> bool:
+        if self.failing:
+            raise RuntimeError("injected fault")
+        self.released.append(writes)
+        return False
+
+
+def test_a_failing_commit_callback_fails_only_that_connection():
     broker = Broker()
     failing, waiting = Client(broker), Client(broker)
     persistence = broker.persistence
-    monkeypatch.setattr(failing.connection, "writes_durable", _boom)
-    released = []
-    monkeypatch.setattr(waiting.connection, "writes_durable",
-                        lambda writes: released.append(writes) and False)
-    persistence.wait_durable(failing.connection)
-    persistence.wait_durable(waiting.connection)
+    failing_waiter = _DurableWritesWaiter(failing.connection, failing=True)
+    other_waiter = _DurableWritesWaiter(waiting.connection, failing=False)
+    persistence.wait_durable(failing_waiter)
+    persistence.wait_durable(other_waiter)
     persistence.committed([], persistence.writes)
-    assert released == [persistence.writes]
+    assert other_waiter.released == [persistence.writes]
     assert close_code(failing.transport.frames()) == INTERNAL_ERROR
+    assert waiting.transport.frames() == []
 
 
 def _server_side_transport(server_socket, broker):
@@ -164,13 +209,28 @@ def test_the_transport_turns_an_unexpected_exception_into_541_and_returns():
     client_socket.close()
 
 
-def test_the_transport_survives_a_fault_while_cleaning_up(monkeypatch):
+class _LostFails:
+    """The transport's connection, failing when told that the socket is gone."""
+
+    def __init__(self, connection):
+        self._connection = connection
+
+    def __getattr__(self, name: str):
+        return getattr(self._connection, name)
+
+    def lost(self) -> None:
+        raise RuntimeError("injected fault")
+
+
+def test_the_transport_survives_a_fault_while_cleaning_up(monkeypatch, caplog):
     client_socket, server_socket = socket.socketpair()
 
     async def main():
         transport = _server_side_transport(server_socket, Broker())
-        monkeypatch.setattr(transport.connection, "lost", _boom)
+        monkeypatch.setattr(transport, "connection", _LostFails(transport.connection))
         client_socket.close()     # the peer is gone at once
         await transport.run()     # must return, not raise
 
-    trio.run(main)
+    with caplog.at_level(logging.ERROR):
+        trio.run(main)
+    assert "event=connection_cleanup_failed" in caplog.text

@@ -90,10 +90,11 @@ def test_the_target_reports_an_exception_from_the_core(monkeypatch):
 
 
 def test_the_target_reports_an_exception_from_the_decoder(monkeypatch):
-    def broken_decode(data, start, end, channel, index):
+    def broken_start_ok():   # the decoder's method class for Connection.StartOk
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(decoder_module, "_pamqp_method", broken_decode)
+    monkeypatch.setitem(decoder_module._METHOD_CLASSES, commands.Connection.StartOk.index,
+                        broken_start_ok)
     failure = run_session(_pika_session(), [])
     assert failure.component == "decoder" and failure.summary == "RuntimeError: boom"
 
