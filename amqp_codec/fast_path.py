@@ -38,7 +38,7 @@ _SHORTSTRS_KEPT = 4096
 _DELIVER_PARTS: dict[tuple, tuple[bytes, bytes]] = {}
 _NAMES: dict[bytes, str] = {}             # raw exchange names and routing keys, decoded
 _NAMES_KEPT = 4096
-_PUBLISH_ARGUMENTS: dict[bytes, tuple[str, str, bool, bool]] = {}   # decode_publish's
+PUBLISH_ARGUMENTS: dict[bytes, tuple[str, str, bool, bool]] = {}   # decode_publish's
 # From this body size on, encoded content is a tuple of parts (the body is not copied).
 LARGE_BODY = 32 * 1024
 
@@ -69,14 +69,15 @@ def decode_publish(data: bytes, start: int, end: int) -> tuple[str, str, bool, b
     bytes after the ticket (one slice and one look-up per publish).
     """
     arguments = data[start + 2:end]
-    decoded = _PUBLISH_ARGUMENTS.get(arguments)
+    decoded = PUBLISH_ARGUMENTS.get(arguments)
     if decoded is None:
-        decoded = _decode_publish_arguments(arguments)
+        decoded = decode_publish_arguments(arguments)
     return decoded
 
 
-def _decode_publish_arguments(arguments: bytes) -> tuple[str, str, bool, bool]:
-    """decode_publish for the raw arguments after the ticket, remembered."""
+def decode_publish_arguments(arguments: bytes) -> tuple[str, str, bool, bool]:
+    """decode_publish for the raw arguments after the ticket, remembered in
+    PUBLISH_ARGUMENTS (which a caller may look in first, as decode_publish does)."""
     exchange_end = 1 + arguments[0]
     key_end = exchange_end + 1 + arguments[exchange_end]
     if key_end + 1 != len(arguments):
@@ -91,9 +92,9 @@ def _decode_publish_arguments(arguments: bytes) -> tuple[str, str, bool, bool]:
     if routing_key is None:
         routing_key = _remember_name(raw)
     decoded = (exchange, routing_key, bits & 1 == 1, bits & 2 == 2)
-    if len(_PUBLISH_ARGUMENTS) >= _NAMES_KEPT:
-        _PUBLISH_ARGUMENTS.clear()
-    _PUBLISH_ARGUMENTS[arguments] = decoded
+    if len(PUBLISH_ARGUMENTS) >= _NAMES_KEPT:
+        PUBLISH_ARGUMENTS.clear()
+    PUBLISH_ARGUMENTS[arguments] = decoded
     return decoded
 
 

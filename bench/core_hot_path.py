@@ -30,6 +30,9 @@ class DiscardingTransport:
     def write(self, data) -> None:
         pass
 
+    def flush(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -95,8 +98,7 @@ def main() -> int:
     for _ in range(5):
         started = time.perf_counter()
         for _ in range(args.batches):
-            for item in framer.feed(data):
-                publisher.handle(item)
+            publisher.handle_all(framer.feed(data))
             publisher.end_of_batch()
             if args.manual_ack:
                 tag += args.batch

@@ -109,7 +109,8 @@ class Channel:
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
         """Send `entry` to `consumer`. The frames are encoded before any state changes,
-        so when encoding raises, the message is still the queue's."""
+        so when encoding raises, the message is still the queue's. A no-ack delivery
+        is the queue's to settle (Queue.settle) once this returns."""
         tag = self.next_delivery_tag
         message = entry.message
         connection = self.connection
@@ -117,13 +118,12 @@ class Channel:
             self.number, consumer.tag, tag, entry.redelivered, message.exchange,
             message.routing_key, message.properties, message.body)
         self.next_delivery_tag = tag + 1
-        queue = consumer.queue
         if entry.redelivered:
             self.counts.redeliver += 1
         if consumer.no_ack:
             self.counts.deliver_no_ack += 1
-            queue.settle(entry)
         else:
+            queue = consumer.queue
             consumer.unacked += 1
             self.unacked[tag] = Delivery(tag, queue, entry, consumer)
             if self.ack_watch is None:
@@ -189,15 +189,17 @@ class Channel:
         if self.transaction is not None:
             self.transaction.publishes.append((exchange, message, command.mandatory))
             return
+        if not self.confirming:
+            self._route(exchange, message, command.mandatory)
+            return
         faults = self.vhost.faults
-        if faults is not None and self.confirming and faults.refuses_publish():
+        if faults is not None and faults.refuses_publish():
             accepted = False   # a test broker's injected fault (publish_faults.py)
         else:
             accepted = self._route(exchange, message, command.mandatory)
-        if self.confirming:
-            if not accepted:
-                self.nacked_seqs.append(self.published)
-            self.connection.confirms_pending(self)
+        if not accepted:
+            self.nacked_seqs.append(self.published)
+        self.connection.confirms_pending(self)
 
     def _publish_target(self, command) -> Exchange:
         """The exchange a publish goes to, after RabbitMQ's checks in its order: write
@@ -273,7 +275,18 @@ class Channel:
             delay = delay_ms(message)
             if delay:
                 return self._hold(exchange, message, mandatory, delay)
-        queues = self.vhost.route(exchange, message, self._holds)
+        # VirtualHost.route's common case inline (one call fewer per message, ~500
+        # instructions): an exchange bound to queues only, no CC/BCC keys, and a
+        # destination found or no alternate exchange to try.
+        if message.extra_routing_keys or exchange.exchange_bindings:
+            queues = self.vhost.route(exchange, message, self._holds)
+        else:
+            queues = exchange.route(message)
+            if queues:
+                if type(queues) is not tuple:   # a direct exchange's is one already
+                    queues = tuple(queues)    # a copy: enqueueing may unbind
+            elif exchange.alternate is not None:
+                queues = self.vhost.route(exchange, message, self._holds)
         # A direct reply is looked for only among what the default exchange routed
         # nowhere: no queue is named under amq.* (a reserved prefix), and the default
         # exchange has no alternate; the test costs ~900 instructions per message.

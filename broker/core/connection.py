@@ -135,44 +135,56 @@ class Connection:
 
     def handle(self, item) -> None:
         """Process one decoded inbound item (publish, method or heartbeat)."""
-        if self.state == "closed":
-            return
-        if self._deferred is not None:
-            self._deferred.append(item)
-            return
-        channel_number = item.channel
-        try:
-            if type(item) is InboundPublish:   # the hot path: its steps inline
-                self.has_published = True
-                channel = self.channels.get(channel_number)
-                if channel is None:
-                    self._publish_without_channel(channel_number)
-                elif channel.confirming:
-                    self._publish_confirmed(channel, item)
+        self.handle_all((item,))
+
+    def handle_all(self, items) -> None:
+        """Process the decoded inbound items of one read in order, each as `handle`
+        would (the hot path, a publish, inline: one Python call per read, not per
+        message). Items after one that waits for a disk read are held back with it."""
+        items = iter(items)
+        for item in items:
+            if self.state == "closed":
+                return
+            deferred = self._deferred
+            if deferred is not None:
+                deferred.append(item)
+                deferred += items
+                return
+            channel_number = item.channel
+            try:
+                if type(item) is InboundPublish:   # the hot path: its steps inline
+                    self.has_published = True
+                    channel = self.channels.get(channel_number)
+                    if channel is None:
+                        self._publish_without_channel(channel_number)
+                    elif channel.confirming:
+                        self._publish_confirmed(channel, item)
+                    else:
+                        channel.publish(item)
+                elif channel_number == 0:
+                    if type(item) is not InboundHeartbeat:
+                        self._connection_method(item.method)
                 else:
-                    channel.publish(item)
-            elif channel_number == 0:
-                if type(item) is not InboundHeartbeat:
-                    self._connection_method(item.method)
-            else:
-                self._channel_method(channel_number, item.method)
-        except ChannelError as error:
-            if type(item) is InboundPublish:
-                error.class_id, error.method_id = BASIC_PUBLISH
-            self._close_channel(channel_number, error)
-        except ConnectionFailure as error:
-            self.close(error.reply_code, error.reply_text, error.class_id, error.method_id)
-        except HeadOnDisk as waiting:
-            self._deferred = [item]
-            waiting.queue.wake_when_read(self._resume_input)
-        except MalformedProperties as error:
-            # A feature needed a field of a message this client published (headers
-            # routing, expiration, user_id, delivery_mode...): RabbitMQ reads every
-            # property block on publish and closes the connection with 541 then.
-            self.close(ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR - cannot read the content "
-                       f"properties of a published message: {error}", *BASIC_PUBLISH)
-        except Exception as error:   # a bug must cost this connection, not the broker
-            self.fail(error)
+                    self._channel_method(channel_number, item.method)
+            except ChannelError as error:
+                if type(item) is InboundPublish:
+                    error.class_id, error.method_id = BASIC_PUBLISH
+                self._close_channel(channel_number, error)
+            except ConnectionFailure as error:
+                self.close(error.reply_code, error.reply_text, error.class_id,
+                           error.method_id)
+            except HeadOnDisk as waiting:
+                self._deferred = [item]
+                waiting.queue.wake_when_read(self._resume_input)
+            except MalformedProperties as error:
+                # A feature needed a field of a message this client published (headers
+                # routing, expiration, user_id, delivery_mode...): RabbitMQ reads every
+                # property block on publish and closes the connection with 541 then.
+                self.close(ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR - cannot read the "
+                           f"content properties of a published message: {error}",
+                           *BASIC_PUBLISH)
+            except Exception as error:   # a bug must cost this connection, not the broker
+                self.fail(error)
 
     def _resume_input(self) -> None:
         """A read a Basic.Get waited for is done: handle the items held back, in order
@@ -181,12 +193,7 @@ class Connection:
         if items is None or self.state == "closed":
             return
         try:
-            for index, item in enumerate(items):
-                self.handle(item)
-                held = self._deferred
-                if held is not None:      # the next Get waits for a read in its turn
-                    held += items[index + 1:]
-                    break
+            self.handle_all(items)    # the next Get that waits holds back the rest again
             self.end_of_batch()
         except Exception as error:   # this connection's failure, not the reading queue's
             self.fail(error)
@@ -250,6 +257,7 @@ class Connection:
         while held and held[0][0] is not None and held[0][0] <= writes:
             for data in held.popleft()[1]:
                 self.transport.write(data)
+        self.transport.flush()
         if held:
             return True
         if self._close_when_released:
@@ -275,6 +283,7 @@ class Connection:
             for data in segment[1]:
                 if data:
                     self.transport.write(data)
+        self.transport.flush()
         for channel in refused:
             log.info("event=durable_reply_refused peer=%s channel=%d reason=%r",
                      self.peer, channel.number, reason)

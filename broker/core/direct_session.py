@@ -62,6 +62,9 @@ class _KeptOutput:
             self.data += part
         self.on_output()
 
+    def flush(self) -> None:
+        pass        # kept output is the owner's as soon as it is written
+
     def close(self) -> None:
         self.closed = True
         self.on_output()

@@ -166,22 +166,30 @@ class DirectExchange(Exchange):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._by_key: dict[str, dict] = {}
+        self._by_key: dict[str, dict] = {}      # routing key -> {destination: bindings}
+        # routing key -> its destinations, as a tuple made when the bindings change:
+        # a route the caller can keep while enqueueing changes bindings, without a copy
+        # per message.
+        self._routes: dict[str, tuple] = {}
 
-    def route(self, message: Message):
-        return self._by_key.get(message.routing_key, ())
+    def route(self, message: Message) -> tuple:
+        return self._routes.get(message.routing_key, ())
 
     def _index_add(self, destination, routing_key, arguments):
         destinations = self._by_key.setdefault(routing_key, {})
         destinations[destination] = destinations.get(destination, 0) + 1
+        self._routes[routing_key] = tuple(destinations)
 
     def _index_remove(self, destination, routing_key, arguments):
         destinations = self._by_key[routing_key]
         destinations[destination] -= 1
         if not destinations[destination]:
             del destinations[destination]
-        if not destinations:
+        if destinations:
+            self._routes[routing_key] = tuple(destinations)
+        else:
             del self._by_key[routing_key]
+            del self._routes[routing_key]
 
 
 class FanoutExchange(Exchange):

@@ -200,6 +200,10 @@ class Transport(Protocol):
         """Send bytes, or a tuple of bytes-like parts in order (large message bodies,
         written without being copied)."""
 
+    def flush(self) -> None:
+        """Send what was written now, if the socket takes it, rather than at the writer's
+        next turn: output released by a commit (confirms) goes out without waiting."""
+
     def close(self) -> None:
         """Flush what was written, then close the socket."""
 

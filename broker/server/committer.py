@@ -30,11 +30,10 @@ class GroupCommitter:
         self._sync_stores = sync_stores       # blocking: list[store] -> None
         self._maintain_stores = maintain_stores  # blocking: list[store] -> unfinished
         self._synced_since_maintenance: dict = {}
-        self._commit_requested = trio.Event()
-        persistence.on_commit_request = self._commit_requested.set
+        self._take_request()
         self._committing = False
-        self._finished = trio.Event()
-        self._storage_lock = trio.Lock()    # one blocking storage job at a time
+        self._maintaining = False           # one blocking storage job at a time
+        self._finished = _CommitDone()      # set when the running commit ends
         self._failing = False               # the last commit failed
         self._disk = None                   # DiskSpace told what each commit wrote
         self._disk_checked = lambda: None   # then called on the event loop
@@ -44,6 +43,11 @@ class GroupCommitter:
         `on_commit()` on the event loop (the disk alarm looks at it again)."""
         self._disk = disk
         self._disk_checked = on_commit
+
+    def _take_request(self) -> None:
+        """Start listening for the next commit request."""
+        self._commit_requested = trio.Event()
+        self.persistence.on_commit_request = self._commit_requested.set
 
     async def flush_periodically(self, interval: float) -> None:
         """Commit what accumulated without anyone waiting (publishes without confirms,
@@ -55,11 +59,10 @@ class GroupCommitter:
         while True:
             with trio.move_on_at(maintenance_due):
                 await self._commit_requested.wait()
-            self._commit_requested = trio.Event()
-            self.persistence.on_commit_request = self._commit_requested.set
-            if self._committing:
+            while self._committing:     # a request made meanwhile is chained to it
                 await self._finished.wait()
-            if self.persistence.has_pending() and not self._committing:
+            self._take_request()
+            if self.persistence.has_pending():
                 await self._commit()
             if trio.current_time() >= maintenance_due:
                 maintenance_due = trio.current_time() + interval
@@ -69,11 +72,16 @@ class GroupCommitter:
         if self._synced_since_maintenance:
             stores = list(self._synced_since_maintenance)
             self._synced_since_maintenance.clear()
+            self._maintaining = True        # no commit is chained meanwhile
             try:
-                unfinished = await self._in_worker_thread(self._maintain_stores, stores)
+                while self._committing:
+                    await self._finished.wait()
+                unfinished = await trio.to_thread.run_sync(self._maintain_stores, stores)
             except Exception as error:      # space is short: try again next period
                 log.debug("event=maintenance_failed error=%r", error)
                 unfinished = stores
+            finally:
+                self._maintaining = False
             self._synced_since_maintenance.update(dict.fromkeys(unfinished))
 
     async def flush(self) -> None:
@@ -86,27 +94,63 @@ class GroupCommitter:
                 return
 
     async def _commit(self) -> bool:
-        """One commit of everything pending; False if it failed."""
+        """One commit of everything pending; False if it failed. A running commit is
+        never abandoned, even when the caller is cancelled."""
+        finished = self._start_commit()
+        with trio.CancelScope(shield=True):
+            await finished.wait()
+        return finished.succeeded
+
+    def _start_commit(self) -> "_CommitDone":
+        """Hand everything pending to a worker thread now. The thread's wake-up of the
+        event loop runs `_commit_done` directly, not a task: confirms wait for this, so
+        every trip through the scheduler counts."""
         self._committing = True
-        finished = self._finished
+        finished = self._finished = _CommitDone()
         changes, stores, writes = self.persistence.take_pending()
+        token = trio.lowlevel.current_trio_token()
+
+        def deliver(result) -> None:
+            try:
+                token.run_sync_soon(self._commit_done, changes, stores, writes, result)
+            except trio.RunFinishedError:
+                pass            # the broker stopped; the commit's outcome is moot
+
+        trio.lowlevel.start_thread_soon(lambda: self._write(changes, stores), deliver)
+        return finished
+
+    def _commit_done(self, changes: list, stores: list, writes: int, result) -> None:
+        """On the event loop: release what waited for the commit, and when more was
+        asked for meanwhile, start the next commit at once rather than after a trip
+        through the committer task. Nothing raised here may escape (it would stop
+        the event loop)."""
+        finished = self._finished
+        self._committing = False
         try:
-            await self._in_worker_thread(self._write, changes, stores)
+            result.unwrap()
         except Exception as error:
             # Nothing taken by this commit is reported durable; it is tried again.
-            self._commit_failed(changes, stores, writes, error)
-            return False
-        finally:
-            self._committing = False
-            self._finished = trio.Event()
-            finished.set()
+            self._settle(lambda: self._commit_failed(changes, stores, writes, error))
+            finished.set(succeeded=False)
+            return
         if self._failing:
             self._failing = False
             log.warning("event=commit_recovered writes=%d", writes)
         self._synced_since_maintenance.update(dict.fromkeys(stores))
-        self.persistence.committed(stores, writes)
-        self._disk_checked()
-        return True
+        self._settle(lambda: self.persistence.committed(stores, writes))
+        self._settle(self._disk_checked)
+        finished.set(succeeded=True)
+        if (self._commit_requested.is_set() and not self._maintaining
+                and self.persistence.has_pending()):
+            self._take_request()
+            self._start_commit()
+
+    @staticmethod
+    def _settle(step) -> None:
+        try:
+            step()
+        except Exception as error:
+            log.error("event=commit_release_failed", exc_info=error)
 
     def _commit_failed(self, changes: list, stores: list, writes: int,
                        error: Exception) -> None:
@@ -121,28 +165,6 @@ class GroupCommitter:
         self.persistence.failed(changes, stores, writes, reason)
         self._disk_checked()
 
-    async def _in_worker_thread(self, blocking, *args):
-        """Run blocking storage work in a worker thread, one job at a time. Unlike
-        trio.to_thread.run_sync, the job starts at once, without waiting for a turn of
-        the scheduler first: confirms wait for this, so every round trip counts. A
-        running job is never abandoned, even when the caller is cancelled."""
-        try:
-            self._storage_lock.acquire_nowait()
-        except trio.WouldBlock:
-            await self._storage_lock.acquire()
-        try:
-            task = trio.lowlevel.current_task()
-            token = trio.lowlevel.current_trio_token()
-
-            def deliver(result) -> None:
-                token.run_sync_soon(trio.lowlevel.reschedule, task, result)
-
-            trio.lowlevel.start_thread_soon(lambda: blocking(*args), deliver)
-            return await trio.lowlevel.wait_task_rescheduled(
-                lambda _raise_cancel: trio.lowlevel.Abort.FAILED)
-        finally:
-            self._storage_lock.release()
-
     def _write(self, changes, stores) -> None:
         """The blocking part of a commit. `apply_changes` removes from `changes` what
         it applied, so a failure leaves there what is still to do."""
@@ -156,6 +178,23 @@ class GroupCommitter:
             raise
         if disk is not None:
             disk.wrote(written)
+
+
+class _CommitDone:
+    """Set when a commit ends; says whether it succeeded."""
+
+    __slots__ = ("_event", "succeeded")
+
+    def __init__(self):
+        self._event = trio.Event()
+        self.succeeded = False
+
+    def set(self, succeeded: bool) -> None:
+        self.succeeded = succeeded
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
 
 
 def failure_reason(error: Exception) -> str:

@@ -109,6 +109,19 @@ class SocketTransport:
         if not self._handling and not self._data_ready.is_set():
             self._data_ready.set()
 
+    def flush(self) -> None:
+        """Send what is queued now, outside any read (output a commit released): one
+        trip through the scheduler less than waking the writer task, which is left what
+        the socket does not take (and a broken socket, to end the connection)."""
+        if not self._queued or self._handling or self._sending or self._closing:
+            return
+        try:
+            if self._send_now():
+                return
+        except trio.BrokenResourceError:
+            pass
+        self._data_ready.set()
+
     def _write_parts(self, parts: tuple) -> None:
         for part in parts:
             size = len(part)
@@ -264,15 +277,13 @@ class SocketTransport:
             self.write(PROTOCOL_HEADER)
             return False
         except ProtocolError as error:
-            for item in error.decoded:
-                connection.handle(item)
+            connection.handle_all(error.decoded)
             self._protocol_error(error)
             return False
         if not self._started and self.framer.header_received:
             self._started = True
             connection.start()
-        for item in items:
-            connection.handle(item)
+        connection.handle_all(items)
         connection.end_of_batch()
         return True
 

@@ -11,7 +11,6 @@ lower-cased keys Spark stores.
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-import pika
 
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/%2F"
 # Largest Basic.Qos prefetch_count (a short in AMQP 0-9-1).
@@ -149,6 +148,8 @@ def _url(options) -> str:
         raise AmqpOptionError(
             f"option url must be amqp://user:password@host:port/vhost (amqps:// for TLS), "
             f"got {redact_url(url)!r}")
+    import pika  # here: the options travel to processes that never connect
+
     try:
         pika.URLParameters(url)
     except Exception as error:  # pika raises ValueError, TypeError, ... for bad parts

@@ -22,7 +22,8 @@ from pyspark.sql.types import (
 from pika_helpers import (  # noqa: F401  (names: fixture)
     close_quietly, connect, names, wait_for_count, wait_until,
 )
-from spark.amqp.messages import ARROW_SCHEMA, SCHEMA
+from spark.amqp.messages import ARROW_SCHEMA
+from spark.amqp.schema import SCHEMA
 from spark.examples.pipeline import parse_args, start_pipeline
 from spark_support import (  # noqa: F401  (spark_session: fixture)
     assert_example_pipeline_published, example_pipeline_bodies,
@@ -435,6 +436,12 @@ def test_refused_publishes_fail_the_write(spark_session, broker, names):
         (frame.write.format("amqp").mode("append").option("url", amqp_url(broker))
          .option("exchange", "amq.direct").option("routingKey", names.queue("nobody"))
          .option("mandatory", "true").save())
+
+    # The writer declares nothing: a missing exchange closes the channel (404).
+    with pytest.raises(Exception, match="closed the channel.*404"):
+        (frame.write.format("amqp").mode("append").option("url", amqp_url(broker))
+         .option("exchange", names.queue("no-such-exchange")).option("routingKey", full)
+         .save())
 
 
 def test_invalid_options_are_rejected_before_reading(spark_session, broker, names, tmp_path):

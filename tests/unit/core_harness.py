@@ -24,6 +24,9 @@ class RecordingTransport:
     def write(self, data) -> None:
         self._data += b"".join(data) if type(data) is tuple else data
 
+    def flush(self) -> None:
+        pass
+
     def close(self) -> None:
         self.closed = True
 

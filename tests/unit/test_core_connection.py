@@ -6,7 +6,7 @@ from pamqp import commands
 from broker.core.broker import Broker
 from broker.core.certificate_login import TlsPeer
 from broker.core.connection import Connection
-from amqp_codec import InboundMethod
+from amqp_codec import InboundMethod, InboundPublish, encode_properties
 
 from core_harness import Client, RecordingTransport, close_code, kinds
 
@@ -197,3 +197,40 @@ def test_update_secret_before_open_is_504_as_any_unexpected_connection_method():
     (_, close), = transport.methods()
     assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
         504, "CHANNEL_ERROR - unexpected method in connection state opening", 10, 70)
+
+
+def publish(channel: int, exchange: str, body: bytes, immediate: bool = False):
+    return InboundPublish(channel, exchange, "q", False, immediate,
+                          encode_properties(commands.Basic.Properties()), body)
+
+
+def queued_bodies(client: Client) -> list:
+    return [entry.message.body
+            for entry in client.broker.vhosts["/"].queues["q"].ready_entries()]
+
+
+def test_a_reads_publishes_go_in_order_and_a_channel_error_stops_only_its_channel():
+    """The items of one read go through the core together; a publish that closes its
+    channel (404) leaves the other channel's publishes before and after it queued, and
+    its own channel's later publishes are dropped until Channel.CloseOk."""
+    client = Client()
+    client.open_channel(1)
+    client.open_channel(2)
+    client.declare_queue(1, "q")
+    client.connection.handle_all([publish(1, "", b"1"), publish(2, "", b"2"),
+                                  publish(1, "missing", b"404"), publish(1, "", b"3"),
+                                  publish(2, "", b"4")])
+    client.end_batch()
+    assert close_code(client.transport.methods()) == 404
+    assert queued_bodies(client) == [b"1", b"2", b"4"]
+
+
+def test_a_connection_error_in_a_read_ends_the_handling_of_the_rest_of_it():
+    client = Client()
+    client.open_channel(1)
+    client.declare_queue(1, "q")
+    client.connection.handle_all([publish(1, "", b"1"), publish(1, "", b"540", True),
+                                  publish(1, "", b"2")])
+    client.end_batch()
+    assert close_code(client.transport.methods()) == 540
+    assert queued_bodies(client) == [b"1"]

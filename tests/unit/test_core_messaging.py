@@ -329,3 +329,34 @@ def test_higher_priority_consumers_are_served_first_until_blocked():
     client.method(1, commands.Basic.Consume(queue="q", consumer_tag="low", no_ack=True))
     got = deliveries(publish_many(client, 4))
     assert [deliver.consumer_tag for deliver, _ in got] == ["high", "high", "low", "low"]
+
+
+def test_a_direct_exchange_routes_by_its_bindings_as_they_change():
+    """Two bindings of one queue with one key (other arguments) route it once; the
+    route follows binds and unbinds, and a queue bound by another key is not reached."""
+    client = Client()
+    client.open_channel()
+    for name in ("a", "b"):
+        client.declare_queue(1, name)
+    vhost = client.broker.vhosts["/"]
+
+    def bind(queue, key, arguments, unbind=False):
+        method = commands.Queue.Unbind if unbind else commands.Queue.Bind
+        client.method(1, method(queue=queue, exchange="amq.direct", routing_key=key,
+                                arguments=arguments))
+
+    def publish_and_count():
+        client.publish(1, "amq.direct", "k", b"m")
+        return {name: vhost.queues[name].backlog for name in ("a", "b")}
+
+    bind("a", "k", {})
+    bind("a", "k", {"x": 1})
+    bind("b", "other", {})
+    assert publish_and_count() == {"a": 1, "b": 0}
+    bind("b", "k", {})
+    assert publish_and_count() == {"a": 2, "b": 1}
+    bind("a", "k", {}, unbind=True)
+    assert publish_and_count() == {"a": 3, "b": 2}
+    bind("a", "k", {"x": 1}, unbind=True)
+    bind("b", "k", {}, unbind=True)
+    assert publish_and_count() == {"a": 3, "b": 2}

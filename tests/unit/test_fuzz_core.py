@@ -90,10 +90,10 @@ def test_the_target_reports_an_exception_from_the_core(monkeypatch):
 
 
 def test_the_target_reports_an_exception_from_the_decoder(monkeypatch):
-    def broken_decode(data, start, end):
+    def broken_decode(data, start, end, channel, index):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(decoder_module, "decode_publish", broken_decode)
+    monkeypatch.setattr(decoder_module, "_pamqp_method", broken_decode)
     failure = run_session(_pika_session(), [])
     assert failure.component == "decoder" and failure.summary == "RuntimeError: boom"
 

