@@ -25,6 +25,7 @@ class Message:
     it, forwarded untouched to consumers; it is decoded only when a feature needs a field.
     """
 
+    # queue.MemoryRun.move_to sets every slot without __init__ (cheaper): keep it in step.
     __slots__ = ("exchange", "routing_key", "properties", "body", "_decoded",
                  "_persistent")
 
@@ -172,6 +173,7 @@ def body_size(message: Message) -> int:
 class QueueEntry:
     """A message's place in one queue: the shared Message plus per-queue state."""
 
+    # queue.MemoryRun.move_to sets every slot without __init__ (cheaper): keep it in step.
     __slots__ = ("message", "seq", "redelivered", "expires_at")
 
     def __init__(self, message: Message, seq: int, redelivered: bool = False,

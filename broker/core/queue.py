@@ -99,6 +99,9 @@ class TailRun:
             yield QueueEntry(self.messages[index], self.seqs[index])
 
 
+_NONES = [None] * RUN_LENGTH     # to let go of a run's bodies by the slice
+
+
 class MemoryRun:
     """Consecutive messages queued behind the entry window with their bodies in memory,
     kept as their parts rather than a Message and a QueueEntry each: a seq in an array
@@ -119,22 +122,44 @@ class MemoryRun:
     def __len__(self) -> int:
         return len(self.seqs) - self.first
 
-    def full(self) -> bool:
-        return len(self.seqs) >= RUN_LENGTH
-
-    def append(self, entry: QueueEntry, route: tuple) -> None:
-        message = entry.message
-        self.seqs.append(entry.seq)
-        self.bodies.append(message.body)
-        self.properties.append(message.properties)
-        self.routes.append(route)
-
     def popleft(self) -> QueueEntry:
         first = self.first
         self.first = first + 1
         entry = QueueEntry(self._message(first), self.seqs[first])
         self.bodies[first] = None       # the run lets go of the body at once
         return entry
+
+    def move_to(self, ready: deque, count: int) -> int:
+        """Make entries of the first `count` messages left (or all), append them to
+        `ready` and let go of their bodies; how many moved. One loop with locals for
+        the read-ahead's batch, rather than a popleft call each; the Message and the
+        QueueEntry are made with object.__new__ and their slots set here, which costs
+        about 800 instructions less a message than their __init__ calls (callgrind,
+        bench/core_hot_path.py --backlog). Every slot must be set (message.py)."""
+        first = self.first
+        end = min(first + count, len(self.seqs))
+        bodies = self.bodies
+        append = ready.append
+        new = object.__new__
+        for seq, body, properties, (exchange, routing_key, persistent) in zip(
+                self.seqs[first:end], bodies[first:end], self.properties[first:end],
+                self.routes[first:end]):
+            message = new(Message)
+            message.exchange = exchange
+            message.routing_key = routing_key
+            message.properties = properties
+            message.body = body
+            message._decoded = None
+            message._persistent = persistent
+            entry = new(QueueEntry)
+            entry.message = message
+            entry.seq = seq
+            entry.redelivered = False
+            entry.expires_at = None
+            append(entry)
+        bodies[first:end] = _NONES[:end - first]
+        self.first = end
+        return end - first
 
     def _message(self, index: int) -> Message:
         exchange, routing_key, persistent = self.routes[index]
@@ -147,17 +172,6 @@ class MemoryRun:
         """The messages left, as QueueEntry objects made for the occasion (peek)."""
         for index in range(self.first, len(self.seqs)):
             yield QueueEntry(self._message(index), self.seqs[index])
-
-
-def _kept_in_parts(message: Message) -> bool:
-    """A message a MemoryRun can keep: a plain Message (not a placeholder nor one
-    carrying CC/BCC routing keys) with its body."""
-    return type(message) is Message and message.body is not None
-
-
-def _fits_a_run(entry: QueueEntry) -> bool:
-    """A message with nothing of its own to remember besides its seq."""
-    return not entry.redelivered and entry.expires_at is None
 
 
 class PagedOut:
@@ -201,35 +215,54 @@ class PagedOut:
         """Queue `entry` at the end of the tail; what that saves against ENTRY_COST
         (held_bytes charges a message in a run less)."""
         tail = self.on_disk
-        self.on_disk_count += 1
-        if not _fits_a_run(entry):
-            tail.append(entry)
+        if entry.redelivered or entry.expires_at is not None:
+            self.on_disk_count += 1
+            tail.append(entry)      # a message with more to remember than its seq
             return 0
         message = entry.message
+        body = message.body
+        if type(message) is Message and body is not None:
+            # kept in parts: not a placeholder nor one carrying CC/BCC routing keys
+            return self.append_parts(message, entry.seq)
+        self.on_disk_count += 1
         last = tail[-1] if tail else None
-        if _kept_in_parts(message):
-            if type(last) is not MemoryRun or last.full():
-                last = MemoryRun()
-                tail.append(last)
-            last.append(entry, self._route(message))
-            self.saved_bytes += _MEMORY_RUN_SAVING
-            return _MEMORY_RUN_SAVING
         if type(last) is not TailRun or last.full():
             last = TailRun()
             tail.append(last)
         last.append(entry)
-        if message.body is not None:
+        if body is not None:
             return 0
         self.saved_bytes += _RUN_SAVING
         return _RUN_SAVING
 
-    def _route(self, message: Message) -> tuple:
+    def append_parts(self, message: Message, seq: int) -> int:
+        """Queue a plain message with its body at the end of the tail, in a MemoryRun:
+        its property block and route shared with the message before when alike. What
+        that saves against ENTRY_COST. Written out in one function (a call costs about
+        600 instructions, callgrind): every transient message queued behind the entry
+        window passes here (Queue.enqueue, without making its QueueEntry)."""
+        properties = message.properties
+        if properties == self.last_properties:
+            properties = self.last_properties
+        else:
+            self.last_properties = properties
         route = self.last_route
         if (route[1] != message.routing_key or route[0] != message.exchange
                 or route[2] is not message._persistent):
             route = self.last_route = (message.exchange, message.routing_key,
                                        message._persistent)
-        return route
+        tail = self.on_disk
+        last = tail[-1] if tail else None
+        if type(last) is not MemoryRun or len(last.seqs) >= RUN_LENGTH:
+            last = MemoryRun()
+            tail.append(last)
+        last.seqs.append(seq)
+        last.bodies.append(message.body)
+        last.properties.append(properties)
+        last.routes.append(route)
+        self.on_disk_count += 1
+        self.saved_bytes += _MEMORY_RUN_SAVING
+        return _MEMORY_RUN_SAVING
 
     def popleft(self) -> tuple[QueueEntry, int]:
         """The tail's first message (made an entry), which leaves it, and what it had
@@ -272,6 +305,10 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     Dispatch is driven by events (enqueue, ack, new consumer, qos change, flow, writer
     drained): `dispatch()` hands out messages until no consumer can take more.
     """
+
+    # Whether messages behind the entry window wait in the tail's runs (a priority
+    # queue keeps every ready message in its `ready`).
+    tail_in_parts = True
 
     def __init__(self, vhost: "VirtualHost", name: str, durable: bool = False,
                  exclusive_owner: "Connection | None" = None,
@@ -354,17 +391,31 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             return False
         seq = self._next_seq + 1
         self._next_seq = seq
+        ready = self.ready
+        properties = message.properties
+        if (ready and not limited and self.tail_in_parts and not self.stores_messages
+                and (self._paged.on_disk or len(ready) >= self.entry_window)
+                and self.message_ttl is None
+                and not (properties and properties[0] & EXPIRATION_BIT)
+                and type(message) is Message):
+            # Behind the entry window, in a queue without a store: kept in parts at
+            # once, without making a QueueEntry (about 1,900 instructions, callgrind).
+            self.held_bytes += size + ENTRY_COST - self._paged.append_parts(message, seq)
+            if self.consumers:
+                self.dispatch()
+            if publisher is not None and self.backlog > FLOW_BACKLOG \
+                    and self.consumers_stalled():
+                publisher.throttle(self)
+            return True
         entry = QueueEntry(message, seq)
         now = None
         # Message.has_expiration() inlined: the call cost ~1,200 instructions per message
         # and queue (callgrind, bench/core_hot_path.py).
-        properties = message.properties
         if self.message_ttl is not None or (properties and properties[0] & EXPIRATION_BIT):
             now = self.vhost.scheduler.clock()
             entry.expires_at = self._expiry(message, now)
         if self.stores_messages:
             self.store.append(entry)
-        ready = self.ready
         if not ready and not limited and entry.expires_at is None and self.consumers:
             consumer = self._next_consumer()    # hand over at once: no queueing needed
             if consumer is not None:
@@ -414,7 +465,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.store.page_out(entry)
             if entry.message.body is None:
                 self.held_bytes -= size
-        self._to_tail(entry)
+        # charged RUN_ENTRY_COST or MEMORY_RUN_COST while in a run (_to_tail inlined)
+        self.held_bytes -= paged.append(entry)
 
     def _to_tail(self, entry: QueueEntry) -> None:
         # charged RUN_ENTRY_COST or MEMORY_RUN_COST while in a run
@@ -650,6 +702,15 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         limit = paged.read_ahead
         was_empty = not ready
         while on_disk and len(ready) <= limit:
+            head = on_disk[0]
+            if type(head) is MemoryRun:     # a batch in one call: bodies in memory
+                moved = head.move_to(ready, READ_BATCH)
+                if head.first == len(head.seqs):
+                    on_disk.popleft()
+                paged.on_disk_count -= moved
+                paged.saved_bytes -= moved * _MEMORY_RUN_SAVING
+                self.held_bytes += moved * _MEMORY_RUN_SAVING
+                continue
             batch = []
             for _ in range(min(READ_BATCH, paged.on_disk_count)):
                 entry = self._from_tail()

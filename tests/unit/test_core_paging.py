@@ -4,13 +4,16 @@ the test runs the pending reads, as the server's worker threads would)."""
 
 import logging
 import time
+from collections import deque
 
 from pamqp import commands
 from pamqp.header import ContentHeader
 
 from amqp_codec import InboundMethod
 from broker.core.broker import Broker
-from broker.core.queue import ENTRY_COST, ENTRY_WINDOW, MEMORY_RUN_COST, READ_AHEAD, HeadOnDisk, Queue
+from broker.core.message import Message, QueueEntry
+from broker.core.queue import (ENTRY_COST, ENTRY_WINDOW, MEMORY_RUN_COST, READ_AHEAD,
+                               HeadOnDisk, PagedOut, Queue)
 from storage.queue_file import QueueFile
 from core_harness import Client, ManualReads, deliveries, kinds, paging_client
 
@@ -493,3 +496,27 @@ def test_a_durable_queue_pages_out_only_beyond_its_page_window(tmp_path):
     got = deliveries(consume_all(client, queue="long"))
     assert [body for _, body in got] == expected(range(ENTRY_WINDOW + 150))
     assert queue.held_bytes == 0
+
+
+def test_a_message_made_again_from_a_memory_run_has_every_field_of_the_one_queued():
+    """MemoryRun.move_to makes a Message and its QueueEntry without their __init__:
+    every slot must come out set as a freshly queued one's (a slot added to Message or
+    QueueEntry and not set there would fail here)."""
+    paged = PagedOut(ENTRY_WINDOW)
+    queued = []
+    for seq, (routing_key, persistent) in enumerate([("a", True), ("a", True),
+                                                      ("b", False), ("b", None)]):
+        message = Message("amq.direct", routing_key, b"\x10\x00\x02", f"m{seq}".encode())
+        message._persistent = persistent
+        paged.append_parts(message, seq)
+        queued.append(QueueEntry(message, seq))
+    ready = deque()
+    assert paged.on_disk[0].move_to(ready, 10) == 4
+    for made, entry in zip(ready, queued):
+        assert {slot: getattr(made, slot) for slot in QueueEntry.__slots__
+                if slot != "message"} == \
+            {slot: getattr(entry, slot) for slot in QueueEntry.__slots__
+             if slot != "message"}
+        assert {slot: getattr(made.message, slot) for slot in Message.__slots__} == \
+            {slot: getattr(entry.message, slot) for slot in Message.__slots__}
+    assert paged.on_disk[0].bodies == [None] * 4     # the run let go of the bodies
