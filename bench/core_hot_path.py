@@ -2,10 +2,14 @@
 deliver to a consumer and encode Basic.Deliver, in one process, on batches of messages.
 
     python3 bench/core_hot_path.py [--size 16] [--batch 100] [--batches 3000] [--manual-ack]
-                                   [--distinct-ids]
+                                   [--distinct-ids] [--backlog]
 
 Prints the best of five rounds in microseconds per message. This is the Python work a
 message costs Warren before any system call; docs/benchmarks.md quotes it.
+
+With --backlog, no consumer is subscribed while a round's messages are published: they
+all wait in the queue (a backlog of batch * batches), then a consumer subscribes, takes
+them all and cancels. That is what a message costs when its consumer fell behind.
 """
 
 import argparse
@@ -72,6 +76,13 @@ def publish_frames(queue: str, size: int, count: int, distinct_ids: bool) -> byt
     return b"".join(publishes) if distinct_ids else publishes[0] * count
 
 
+def drain(consumer: Connection, subscribe: InboundMethod, cancel: InboundMethod) -> None:
+    """Subscribe, which delivers the whole backlog (no prefetch limit), and cancel."""
+    consumer.handle(subscribe)
+    consumer.end_of_batch()
+    consumer.handle(cancel)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=16)
@@ -83,13 +94,18 @@ def main() -> int:
                         help="the consumer acks each delivery (prefetch 0)")
     parser.add_argument("--distinct-ids", action="store_true",
                         help="each message of a batch has its own message_id")
+    parser.add_argument("--backlog", action="store_true",
+                        help="publish a round with no consumer, then drain the queue")
     args = parser.parse_args()
     broker = Broker()
     publisher = open_connection(broker)
     consumer = open_connection(broker)
     publisher.handle(InboundMethod(1, commands.Queue.Declare(queue=args.queue)))
-    consumer.handle(InboundMethod(1, commands.Basic.Consume(
-        queue=args.queue, consumer_tag="bench", no_ack=not args.manual_ack)))
+    subscribe = InboundMethod(1, commands.Basic.Consume(
+        queue=args.queue, consumer_tag="bench", no_ack=not args.manual_ack))
+    cancel = InboundMethod(1, commands.Basic.Cancel(consumer_tag="bench"))
+    if not args.backlog:
+        consumer.handle(subscribe)
     data = publish_frames(args.queue, args.size, args.batch, args.distinct_ids)
     framer = publisher.framer      # as the server feeds it what it reads
     framer.feed(PROTOCOL_HEADER)
@@ -100,13 +116,19 @@ def main() -> int:
         for _ in range(args.batches):
             publisher.handle_all(framer.feed(data))
             publisher.end_of_batch()
-            if args.manual_ack:
+            if args.manual_ack and not args.backlog:
                 tag += args.batch
+                consumer.handle(InboundMethod(1, commands.Basic.Ack(tag, multiple=True)))
+        if args.backlog:
+            drain(consumer, subscribe, cancel)
+            if args.manual_ack:
+                tag += args.batches * args.batch
                 consumer.handle(InboundMethod(1, commands.Basic.Ack(tag, multiple=True)))
         elapsed = time.perf_counter() - started
         best = min(best, elapsed / (args.batches * args.batch))
     mode = ("manual ack" if args.manual_ack else "auto-ack") + (
-        ", distinct message ids" if args.distinct_ids else "")
+        ", distinct message ids" if args.distinct_ids else "") + (
+        ", through a backlog" if args.backlog else "")
     print(f"{best * 1e6:.2f} us per message ({args.size} B, {mode}, batches of "
           f"{args.batch}: decode, route, deliver, encode)")
     return 0

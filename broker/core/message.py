@@ -25,8 +25,9 @@ class Message:
     it, forwarded untouched to consumers; it is decoded only when a feature needs a field.
     """
 
-    # `_decoded` and `_persistent` are None until first asked for. The decoder makes a
-    # PublishedMessage without calling its constructor: Channel.publish sets them then.
+    # `_decoded` and `_persistent` are None until first asked for. Two makers skip
+    # __init__ (cheaper) and must stay in step with these slots: the decoder makes a
+    # PublishedMessage (Channel.publish sets these two then), and queue.MemoryRun.move_to.
     __slots__ = ("exchange", "routing_key", "properties", "body", "_decoded",
                  "_persistent")
 
@@ -199,6 +200,7 @@ def body_size(message: Message) -> int:
 class QueueEntry:
     """A message's place in one queue: the shared Message plus per-queue state."""
 
+    # queue.MemoryRun.move_to sets every slot without __init__ (cheaper): keep it in step.
     __slots__ = ("message", "seq", "redelivered", "expires_at")
 
     def __init__(self, message: Message, seq: int, redelivered: bool = False,

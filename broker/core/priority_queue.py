@@ -144,6 +144,8 @@ class PriorityReady:
 class PriorityQueue(Queue):
     """A classic queue with x-max-priority 1-255 (vhost.py picks this class then)."""
 
+    tail_in_parts = False
+
     def __init__(self, vhost: "VirtualHost", name: str, durable: bool = False,
                  exclusive_owner: "Connection | None" = None,
                  auto_delete: bool = False, arguments: dict | None = None,

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.queue")
 
 PAGE_WINDOW = 10_000   # ready messages beyond this keep their bodies only on disk
+# Ready messages beyond this many are kept in the queue's tail, as runs of arrays and
+# lists rather than a QueueEntry each (whether their bodies are paged out or not).
+ENTRY_WINDOW = 256
 # Paged-out bodies are read back by the store, off the event loop, READ_BATCH at a time,
 # while fewer than READ_AHEAD ready messages precede the first one still on disk.
 READ_BATCH = 256
@@ -40,7 +43,13 @@ ENTRY_COST = 220
 # bench/queued_memory.py). A run's message kept in memory is charged ENTRY_COST (its
 # Message object, about 100 bytes with the run's share, is overcharged).
 RUN_ENTRY_COST = 42
+# ... or this much for a message kept in memory in a MemoryRun: its seq and three
+# references (route, property block, body), its share of a route, and a property block
+# of its own (about 32 bytes with a shared block, 80 with a distinct 12-byte one,
+# bench/queued_memory.py).
+MEMORY_RUN_COST = 64
 _RUN_SAVING = ENTRY_COST - RUN_ENTRY_COST
+_MEMORY_RUN_SAVING = ENTRY_COST - MEMORY_RUN_COST
 
 
 class HeadOnDisk(Exception):
@@ -90,9 +99,79 @@ class TailRun:
             yield QueueEntry(self.messages[index], self.seqs[index])
 
 
-def _fits_a_run(entry: QueueEntry) -> bool:
-    """A message with nothing of its own to remember besides its seq."""
-    return not entry.redelivered and entry.expires_at is None
+_NONES = [None] * RUN_LENGTH     # to let go of a run's bodies by the slice
+
+
+class MemoryRun:
+    """Consecutive messages queued behind the entry window with their bodies in memory,
+    kept as their parts rather than a Message and a QueueEntry each: a seq in an array
+    and references to the body, the property block and the route (exchange, routing key
+    and persistence: a tuple shared by alike neighbours), 32 bytes a message instead of
+    the Message's 80 and the entry's 104. `popleft` makes the Message and its entry
+    again; a run's messages are never redelivered nor expire."""
+
+    __slots__ = ("seqs", "bodies", "properties", "routes", "first")
+
+    def __init__(self):
+        self.seqs = array("q")
+        self.bodies: list[bytes | None] = []
+        self.properties: list[bytes] = []
+        self.routes: list[tuple] = []
+        self.first = 0      # the messages before this one left the run
+
+    def __len__(self) -> int:
+        return len(self.seqs) - self.first
+
+    def popleft(self) -> QueueEntry:
+        first = self.first
+        self.first = first + 1
+        entry = QueueEntry(self._message(first), self.seqs[first])
+        self.bodies[first] = None       # the run lets go of the body at once
+        return entry
+
+    def move_to(self, ready: deque, count: int) -> int:
+        """Make entries of the first `count` messages left (or all), append them to
+        `ready` and let go of their bodies; how many moved. One loop with locals for
+        the read-ahead's batch, rather than a popleft call each; the Message and the
+        QueueEntry are made with object.__new__ and their slots set here, which costs
+        about 800 instructions less a message than their __init__ calls (callgrind,
+        bench/core_hot_path.py --backlog). Every slot must be set (message.py)."""
+        first = self.first
+        end = min(first + count, len(self.seqs))
+        bodies = self.bodies
+        append = ready.append
+        new = object.__new__
+        for seq, body, properties, (exchange, routing_key, persistent) in zip(
+                self.seqs[first:end], bodies[first:end], self.properties[first:end],
+                self.routes[first:end]):
+            message = new(Message)
+            message.exchange = exchange
+            message.routing_key = routing_key
+            message.properties = properties
+            message.body = body
+            message._decoded = None
+            message._persistent = persistent
+            entry = new(QueueEntry)
+            entry.message = message
+            entry.seq = seq
+            entry.redelivered = False
+            entry.expires_at = None
+            append(entry)
+        bodies[first:end] = _NONES[:end - first]
+        self.first = end
+        return end - first
+
+    def _message(self, index: int) -> Message:
+        exchange, routing_key, persistent = self.routes[index]
+        message = Message(exchange, routing_key, self.properties[index],
+                          self.bodies[index])
+        message._persistent = persistent
+        return message
+
+    def entries(self):
+        """The messages left, as QueueEntry objects made for the occasion (peek)."""
+        for index in range(self.first, len(self.seqs)):
+            yield QueueEntry(self._message(index), self.seqs[index])
 
 
 class PagedOut:
@@ -104,17 +183,21 @@ class PagedOut:
     path.
     """
 
-    __slots__ = ("on_disk", "on_disk_count", "run_count", "reading", "waiters",
-                 "dead_letters", "dead_letter_reads", "last_properties")
+    __slots__ = ("on_disk", "on_disk_count", "saved_bytes", "reading", "waiters",
+                 "dead_letters", "dead_letter_reads", "last_properties", "last_route",
+                 "page_window", "read_ahead")
 
-    def __init__(self):
-        # The tail: ready messages behind those in `Queue.ready` (beyond the page
+    def __init__(self, read_ahead: int):
+        self.page_window = PAGE_WINDOW      # Queue.page_window
+        self.read_ahead = read_ahead        # Queue._read_ahead
+        # The tail: ready messages behind those in `Queue.ready` (beyond the entry
         # window), in order, as runs and, between them, QueueEntry objects (redelivered
         # messages, messages with an expiry). Once a message was queued here, every
         # later one is too, until the read-ahead moved them all.
-        self.on_disk: deque[QueueEntry | TailRun] = deque()
+        self.on_disk: deque[QueueEntry | TailRun | MemoryRun] = deque()
         self.on_disk_count = 0                      # the messages in the tail
-        self.run_count = 0              # ... of which paged out and in runs
+        # What the runs save the memory alarm's estimate against ENTRY_COST a message.
+        self.saved_bytes = 0
         self.reading: dict[int, QueueEntry] = {}    # ready, being read, by seq
         self.waiters: list = []                     # Basic.Get calls (HeadOnDisk)
         # Dead-lettering waits for the bodies of paged-out messages, in order:
@@ -124,52 +207,96 @@ class PagedOut:
         # The property block of the last message queued beyond the window, which the
         # next one shares when equal (Queue._queue_beyond_window).
         self.last_properties = b""
+        # The route (exchange, routing key, persistence) of the last message put in a
+        # MemoryRun, which the next one shares when equal.
+        self.last_route: tuple = ("", "", None)
 
-    def append(self, entry: QueueEntry) -> bool:
-        """Queue `entry` at the end of the tail; whether it went into a run paged out
-        (then held_bytes charges it RUN_ENTRY_COST)."""
+    def append(self, entry: QueueEntry) -> int:
+        """Queue `entry` at the end of the tail; what that saves against ENTRY_COST
+        (held_bytes charges a message in a run less)."""
         tail = self.on_disk
+        if entry.redelivered or entry.expires_at is not None:
+            self.on_disk_count += 1
+            tail.append(entry)      # a message with more to remember than its seq
+            return 0
+        message = entry.message
+        body = message.body
+        if type(message) is Message and body is not None:
+            # kept in parts: not a placeholder nor one carrying CC/BCC routing keys
+            return self.append_parts(message, entry.seq)
         self.on_disk_count += 1
-        if not _fits_a_run(entry):
-            tail.append(entry)
-            return False
         last = tail[-1] if tail else None
         if type(last) is not TailRun or last.full():
             last = TailRun()
             tail.append(last)
         last.append(entry)
-        if entry.message.body is not None:
-            return False
-        self.run_count += 1
-        return True
+        if body is not None:
+            return 0
+        self.saved_bytes += _RUN_SAVING
+        return _RUN_SAVING
 
-    def popleft(self) -> QueueEntry:
-        """The tail's first message (made an entry), which leaves it."""
+    def append_parts(self, message: Message, seq: int) -> int:
+        """Queue a plain message with its body at the end of the tail, in a MemoryRun:
+        its property block and route shared with the message before when alike. What
+        that saves against ENTRY_COST. Written out in one function (a call costs about
+        600 instructions, callgrind): every transient message queued behind the entry
+        window passes here (Queue.enqueue, without making its QueueEntry)."""
+        properties = message.properties
+        if properties == self.last_properties:
+            properties = self.last_properties
+        else:
+            self.last_properties = properties
+        route = self.last_route
+        if (route[1] != message.routing_key or route[0] != message.exchange
+                or route[2] is not message._persistent):
+            route = self.last_route = (message.exchange, message.routing_key,
+                                       message._persistent)
+        tail = self.on_disk
+        last = tail[-1] if tail else None
+        if type(last) is not MemoryRun or len(last.seqs) >= RUN_LENGTH:
+            last = MemoryRun()
+            tail.append(last)
+        last.seqs.append(seq)
+        last.bodies.append(message.body)
+        last.properties.append(properties)
+        last.routes.append(route)
+        self.on_disk_count += 1
+        self.saved_bytes += _MEMORY_RUN_SAVING
+        return _MEMORY_RUN_SAVING
+
+    def popleft(self) -> tuple[QueueEntry, int]:
+        """The tail's first message (made an entry), which leaves it, and what it had
+        saved against ENTRY_COST."""
         tail = self.on_disk
         self.on_disk_count -= 1
         head = tail[0]
-        if not isinstance(head, TailRun):
+        if isinstance(head, QueueEntry):
             tail.popleft()
-            return head
+            return head, 0
         entry = head.popleft()
-        if entry.message.body is None:
-            self.run_count -= 1
         if not head:
             tail.popleft()
-        return entry
+        if type(head) is MemoryRun:
+            saved = _MEMORY_RUN_SAVING
+        elif entry.message.body is None:
+            saved = _RUN_SAVING
+        else:
+            return entry, 0
+        self.saved_bytes -= saved
+        return entry, saved
 
     def entries(self):
         """The tail's messages in order, as entries (made for the occasion in runs)."""
         for chunk in self.on_disk:
-            if type(chunk) is TailRun:
-                yield from chunk.entries()
-            else:
+            if isinstance(chunk, QueueEntry):
                 yield chunk
+            else:
+                yield from chunk.entries()
 
     def clear(self) -> None:
         self.on_disk.clear()
         self.on_disk_count = 0
-        self.run_count = 0
+        self.saved_bytes = 0
 
 
 class Queue(QueueBase[QueueEntry, Consumer]):
@@ -178,6 +305,10 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     Dispatch is driven by events (enqueue, ack, new consumer, qos change, flow, writer
     drained): `dispatch()` hands out messages until no consumer can take more.
     """
+
+    # Whether messages behind the entry window wait in the tail's runs (a priority
+    # queue keeps every ready message in its `ready`).
+    tail_in_parts = True
 
     def __init__(self, vhost: "VirtualHost", name: str, durable: bool = False,
                  exclusive_owner: "Connection | None" = None,
@@ -197,7 +328,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         self.dead_letter_routing_key = settings.dead_letter_routing_key
         self._may_expire = self.message_ttl is not None
         self._expiry_timer: Timer | None = None
-        self.page_window = PAGE_WINDOW
+        self.entry_window = ENTRY_WINDOW
         self.expires = settings.expires
         # Some consumer has an x-priority, or (x-single-active-consumer) only the first
         # one is served: either way not plain round-robin.
@@ -206,7 +337,20 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         self._idle_timer: Timer | None = None
         self.ready: deque[QueueEntry] = deque()
         self._next_seq = 0
-        self._paged = PagedOut()
+        # Ready messages the read-ahead keeps in `ready`: enough to hide a disk read
+        # when the store pages bodies out, else the entry window.
+        self._paged = PagedOut(READ_AHEAD if self.stores_messages else ENTRY_WINDOW)
+
+    @property
+    def page_window(self) -> int:
+        """Ready messages beyond this many keep their bodies only on disk (when the
+        store can page them out)."""
+        return self._paged.page_window
+
+    @page_window.setter
+    def page_window(self, window: int) -> None:
+        self._paged.page_window = window
+        self.entry_window = min(window, ENTRY_WINDOW)
 
     @property
     def message_count(self) -> int:
@@ -219,7 +363,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     @property
     def bookkeeping_bytes(self) -> int:
         """What held_bytes charges the ready messages beyond their bodies in memory."""
-        return ENTRY_COST * self.backlog - _RUN_SAVING * self._paged.run_count
+        return ENTRY_COST * self.backlog - self._paged.saved_bytes
 
     @property
     def backlog(self) -> int:
@@ -247,17 +391,31 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             return False
         seq = self._next_seq + 1
         self._next_seq = seq
+        ready = self.ready
+        properties = message.properties
+        if (ready and not limited and self.tail_in_parts and not self.stores_messages
+                and (self._paged.on_disk or len(ready) >= self.entry_window)
+                and self.message_ttl is None
+                and not (properties and properties[0] & EXPIRATION_BIT)
+                and type(message) is Message):
+            # Behind the entry window, in a queue without a store: kept in parts at
+            # once, without making a QueueEntry (about 1,900 instructions, callgrind).
+            self.held_bytes += size + ENTRY_COST - self._paged.append_parts(message, seq)
+            if self.consumers:
+                self.dispatch()
+            if publisher is not None and self.backlog > FLOW_BACKLOG \
+                    and self.consumers_stalled():
+                publisher.throttle(self)
+            return True
         entry = QueueEntry(message, seq)
         now = None
         # Message.has_expiration() inlined: the call cost ~1,200 instructions per message
         # and queue (callgrind, bench/core_hot_path.py).
-        properties = message.properties
         if self.message_ttl is not None or (properties and properties[0] & EXPIRATION_BIT):
             now = self.vhost.scheduler.clock()
             entry.expires_at = self._expiry(message, now)
         if self.stores_messages:
             self.store.append(entry)
-        ready = self.ready
         if not ready and not limited and entry.expires_at is None and self.consumers:
             consumer = self._next_consumer()    # hand over at once: no queueing needed
             if consumer is not None:
@@ -275,7 +433,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                         self.store.settle(entry)
                     return True
         self.held_bytes += size + ENTRY_COST
-        if len(ready) < self.page_window and not self._paged.on_disk:
+        if len(ready) < self.entry_window and not self._paged.on_disk:
             ready.append(entry)
         else:
             self._queue_beyond_window(entry, size)
@@ -293,32 +451,31 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         return True
 
     def _queue_beyond_window(self, entry: QueueEntry, size: int) -> None:
-        """A message beyond the page window goes to the tail; its body stays only on
-        disk when the store can page it out. A message kept in memory shares the
-        property block of the one before when they are equal (36 bytes less a message
-        in a deep backlog of alike transient messages)."""
+        """A message beyond the entry window goes to the tail; beyond the page window,
+        its body stays only on disk when the store can page it out. A message kept in
+        memory shares the property block of the one before when they are equal (36
+        bytes less a message in a deep backlog of alike transient messages)."""
         message = entry.message
         paged = self._paged
         if message.properties == paged.last_properties:
             message.properties = paged.last_properties
         else:
             paged.last_properties = message.properties
-        self.store.page_out(entry)
-        if entry.message.body is None:
-            self.held_bytes -= size
-        self._to_tail(entry)
+        if len(self.ready) + paged.on_disk_count >= paged.page_window:
+            self.store.page_out(entry)
+            if entry.message.body is None:
+                self.held_bytes -= size
+        # charged RUN_ENTRY_COST or MEMORY_RUN_COST while in a run (_to_tail inlined)
+        self.held_bytes -= paged.append(entry)
 
     def _to_tail(self, entry: QueueEntry) -> None:
-        if self._paged.append(entry):
-            self.held_bytes -= _RUN_SAVING      # charged RUN_ENTRY_COST while in a run
+        # charged RUN_ENTRY_COST or MEMORY_RUN_COST while in a run
+        self.held_bytes -= self._paged.append(entry)
 
     def _from_tail(self) -> QueueEntry:
         """The tail's first message, which leaves it (charged ENTRY_COST again)."""
-        paged = self._paged
-        runs = paged.run_count
-        entry = paged.popleft()
-        if paged.run_count != runs:
-            self.held_bytes += _RUN_SAVING
+        entry, saved = self._paged.popleft()
+        self.held_bytes += saved
         return entry
 
     def _place_restored(self, entry: QueueEntry) -> None:
@@ -535,15 +692,25 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         self._paged.waiters.append(callback)
 
     def _read_ahead(self) -> bool:
-        """While `ready` has at most READ_AHEAD messages (in memory or being read),
+        """While `ready` has at most `read_ahead` messages (in memory or being read),
         move the tail's next ones into it, asking the store for the bodies of those
         paged out. Whether that brought a message in memory to an empty `ready`."""
         paged = self._paged
         on_disk = paged.on_disk
         ready = self.ready
         reading = paged.reading
+        limit = paged.read_ahead
         was_empty = not ready
-        while on_disk and len(ready) <= READ_AHEAD:
+        while on_disk and len(ready) <= limit:
+            head = on_disk[0]
+            if type(head) is MemoryRun:     # a batch in one call: bodies in memory
+                moved = head.move_to(ready, READ_BATCH)
+                if head.first == len(head.seqs):
+                    on_disk.popleft()
+                paged.on_disk_count -= moved
+                paged.saved_bytes -= moved * _MEMORY_RUN_SAVING
+                self.held_bytes += moved * _MEMORY_RUN_SAVING
+                continue
             batch = []
             for _ in range(min(READ_BATCH, paged.on_disk_count)):
                 entry = self._from_tail()
@@ -777,7 +944,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         for entry in self._tail():
             self.held_bytes -= _held_size(entry)
             self.store.settle(entry)
-        self.held_bytes += _RUN_SAVING * self._paged.run_count
+        self.held_bytes += self._paged.saved_bytes
         self.ready.clear()
         self.ready_bytes = 0
         self._paged.clear()

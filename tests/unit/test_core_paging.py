@@ -3,12 +3,17 @@ and the core reads none back itself: it asks its store, which answers later (her
 the test runs the pending reads, as the server's worker threads would)."""
 
 import logging
+import time
+from collections import deque
 
 from pamqp import commands
 from pamqp.header import ContentHeader
 
 from amqp_codec import InboundMethod
-from broker.core.queue import ENTRY_COST, READ_AHEAD, HeadOnDisk, Queue
+from broker.core.broker import Broker
+from broker.core.message import Message, QueueEntry
+from broker.core.queue import (ENTRY_COST, ENTRY_WINDOW, MEMORY_RUN_COST, READ_AHEAD,
+                               HeadOnDisk, PagedOut, Queue)
 from storage.queue_file import QueueFile
 from core_harness import Client, ManualReads, deliveries, kinds, paging_client
 
@@ -195,7 +200,9 @@ def test_transient_messages_keep_their_bodies(tmp_path):
     publish(client, 5, mode=1)
     entries = list(queue.ready_entries())
     assert len(entries) == 5 and all(entry.message.body is not None for entry in entries)
-    assert queue.held_bytes == sum(ENTRY_COST + len(e.message.body) for e in entries)
+    bodies = sum(len(entry.message.body) for entry in entries)
+    # two in the window, three kept in parts in a MemoryRun behind it
+    assert queue.held_bytes == bodies + 2 * ENTRY_COST + 3 * MEMORY_RUN_COST
 
 
 def test_paged_messages_keep_their_own_routing_key_and_properties(tmp_path):
@@ -371,3 +378,145 @@ def test_messages_requeued_one_by_one_go_back_ahead_of_the_paged_backlog(tmp_pat
     got += deliveries(client.transport.frames())
     assert [body for _, body in got] == expected(range(READ_AHEAD + 100))
     assert [deliver.redelivered for deliver, _ in got] == [True] * 3 + [False] * (READ_AHEAD + 97)
+
+
+def memory_queue(arguments: dict | None = None, clock=None):
+    """A Client and its classic queue "plain" with no queue file (every message in
+    memory), with the default windows."""
+    client = Client(Broker(clock=clock or time.monotonic))
+    client.open_channel()
+    client.declare_queue(1, "plain", arguments=arguments or {})
+    return client, client.broker.vhosts["/"].queues["plain"]
+
+
+def publish_with_ids(client, count, start=0, queue="plain"):
+    """Transient messages each with a message id of its own (so a property block of
+    its own)."""
+    for index in range(start, start + count):
+        client.publish(1, "", queue, f"body-{index}".encode(),
+                       properties=commands.Basic.Properties(
+                           delivery_mode=1, message_id=f"id-{index}"))
+
+
+def message_ids(frames) -> list[str]:
+    return [frame.properties.message_id for _, frame in frames
+            if isinstance(frame, ContentHeader)]
+
+
+def consume_all(client, queue="plain", no_ack=True) -> list:
+    frames = client.method(1, commands.Basic.Consume(queue=queue, consumer_tag="c",
+                                                     no_ack=no_ack))
+    return frames + client.transport.frames()
+
+
+def test_a_transient_backlog_beyond_the_entry_window_keeps_each_message_whole():
+    """Beyond ENTRY_WINDOW, a queue without a queue file keeps its messages in parts
+    (MemoryRun): each still comes out with its own body and properties, in order, and
+    the accounting charges less while they wait and drains to nothing."""
+    client, queue = memory_queue()
+    publish_with_ids(client, ENTRY_WINDOW + 1000)
+    assert (len(queue.ready), queue.message_count) == (ENTRY_WINDOW, ENTRY_WINDOW + 1000)
+    bodies_held = sum(len(entry.message.body) for entry in queue.ready_entries())
+    assert queue.held_bytes == (bodies_held + ENTRY_COST * ENTRY_WINDOW
+                                + MEMORY_RUN_COST * 1000)
+    assert queue.held_bytes - queue.bookkeeping_bytes == bodies_held
+    frames = consume_all(client)
+    assert [body for _, body in deliveries(frames)] == expected(range(ENTRY_WINDOW + 1000))
+    assert message_ids(frames) == [f"id-{i}" for i in range(ENTRY_WINDOW + 1000)]
+    assert queue.message_count == 0 and queue.held_bytes == 0
+
+
+def test_transient_messages_requeued_go_back_ahead_of_the_memory_backlog():
+    client, queue = memory_queue()
+    count = ENTRY_WINDOW * 3
+    publish(client, count, mode=1, queue="plain")
+    for _ in range(3):
+        client.method(1, commands.Basic.Get(queue="plain"))
+    for tag in (2, 1, 3):
+        client.method(1, commands.Basic.Reject(delivery_tag=tag, requeue=True))
+    got = deliveries(consume_all(client))
+    assert [body for _, body in got] == expected(range(count))
+    assert [deliver.redelivered for deliver, _ in got] == [True] * 3 + [False] * (count - 3)
+    assert queue.held_bytes == 0
+
+
+def test_transient_messages_with_a_ttl_behind_the_entry_window_expire_in_order():
+    clock = FakeClock()
+    client, queue = memory_queue({"x-message-ttl": 1000}, clock=clock)
+    publish(client, ENTRY_WINDOW + 50, mode=1, queue="plain")
+    clock.now += 0.5
+    publish(client, 20, mode=1, start=ENTRY_WINDOW + 50, queue="plain")
+    clock.now += 0.6        # the first ones expired, the last 20 not yet
+    client.broker.scheduler.run_due()
+    assert queue.message_count == 20
+    got = deliveries(consume_all(client))
+    assert [body for _, body in got] == expected(range(ENTRY_WINDOW + 50,
+                                                       ENTRY_WINDOW + 70))
+    assert queue.held_bytes == 0
+
+
+def test_drop_head_dead_letters_the_memory_backlog_in_order():
+    """A policy lowering max-length drops (dead-letters) the oldest messages, from the
+    window and then the MemoryRun behind it."""
+    client, queue = memory_queue({"x-dead-letter-exchange": "",
+                                  "x-dead-letter-routing-key": "dead"})
+    client.declare_queue(1, "dead")
+    dead = client.broker.vhosts["/"].queues["dead"]
+    publish_with_ids(client, ENTRY_WINDOW + 500)
+    queue.apply_policy({"max-length": 10})
+    assert queue.message_count == 10
+    assert [entry.message.body for entry in dead.ready_entries()] == \
+        expected(range(ENTRY_WINDOW + 490))
+    frames = consume_all(client)
+    assert message_ids(frames) == [f"id-{i}" for i in range(ENTRY_WINDOW + 490,
+                                                             ENTRY_WINDOW + 500)]
+    assert queue.held_bytes == 0
+
+
+def test_a_purge_drops_the_memory_backlog():
+    client, queue = memory_queue()
+    publish(client, ENTRY_WINDOW + 700, mode=1, queue="plain")
+    (_, purge_ok), = client.method(1, commands.Queue.Purge(queue="plain"))
+    assert purge_ok.message_count == ENTRY_WINDOW + 700
+    assert queue.message_count == 0 and queue.held_bytes == 0
+    publish(client, 1, mode=1, start=5, queue="plain")
+    assert bodies(client.method(1, commands.Basic.Get(queue="plain", no_ack=True))) == \
+        [b"body-5"]
+
+
+def test_a_durable_queue_pages_out_only_beyond_its_page_window(tmp_path):
+    """Between the entry window and the page window, persistent messages wait in the
+    tail with their bodies in memory; only those beyond the page window are paged out."""
+    client, queue = paging_client(tmp_path, window=ENTRY_WINDOW + 100)
+    publish(client, ENTRY_WINDOW + 150)
+    queue.store.sync()
+    listed = [entry.message.body for entry in queue.ready_entries()]
+    assert len(queue.ready) == ENTRY_WINDOW
+    assert listed == expected(range(ENTRY_WINDOW + 100)) + [None] * 50
+    got = deliveries(consume_all(client, queue="long"))
+    assert [body for _, body in got] == expected(range(ENTRY_WINDOW + 150))
+    assert queue.held_bytes == 0
+
+
+def test_a_message_made_again_from_a_memory_run_has_every_field_of_the_one_queued():
+    """MemoryRun.move_to makes a Message and its QueueEntry without their __init__:
+    every slot must come out set as a freshly queued one's (a slot added to Message or
+    QueueEntry and not set there would fail here)."""
+    paged = PagedOut(ENTRY_WINDOW)
+    queued = []
+    for seq, (routing_key, persistent) in enumerate([("a", True), ("a", True),
+                                                      ("b", False), ("b", None)]):
+        message = Message("amq.direct", routing_key, b"\x10\x00\x02", f"m{seq}".encode())
+        message._persistent = persistent
+        paged.append_parts(message, seq)
+        queued.append(QueueEntry(message, seq))
+    ready = deque()
+    assert paged.on_disk[0].move_to(ready, 10) == 4
+    for made, entry in zip(ready, queued):
+        assert {slot: getattr(made, slot) for slot in QueueEntry.__slots__
+                if slot != "message"} == \
+            {slot: getattr(entry, slot) for slot in QueueEntry.__slots__
+             if slot != "message"}
+        assert {slot: getattr(made.message, slot) for slot in Message.__slots__} == \
+            {slot: getattr(entry.message, slot) for slot in Message.__slots__}
+    assert paged.on_disk[0].bodies == [None] * 4     # the run let go of the bodies

@@ -10,7 +10,7 @@ from pamqp import commands
 from broker.core.message import Message, QueueEntry
 from broker.core.priority_queue import (PriorityQueue, PriorityReady, max_priority,
                                         message_priority)
-from broker.core.queue import ENTRY_COST, PAGE_WINDOW, Queue
+from broker.core.queue import ENTRY_COST, ENTRY_WINDOW, PAGE_WINDOW, Queue
 from amqp_codec import InboundMethod, encode_properties
 from storage.queue_file import QueueFile
 from core_harness import Client, deliveries, paging_client
@@ -177,3 +177,18 @@ def test_recovery_restores_priority_order(tmp_path):
     restored.restore(recovered)
     assert seqs(restored.ready) == [2, 4, 3, 6, 1, 5]
     assert seqs(restored._paged.on_disk) == seqs(restored.ready)
+
+
+def test_a_priority_queue_beyond_the_entry_window_still_delivers_highest_first():
+    """Plain queues keep a backlog beyond ENTRY_WINDOW in runs; a priority queue keeps
+    every ready message in its PriorityReady, so a late high-priority one still
+    overtakes a long backlog."""
+    client = Client()
+    client.open_channel()
+    client.declare_queue(1, "p", arguments={"x-max-priority": 5})
+    for index in range(ENTRY_WINDOW + 100):
+        publish(client, "p", f"low{index}".encode(), 1)
+    publish(client, "p", b"high", 5)
+    got = get_bodies(client, "p")
+    assert got == [b"high"] + [f"low{index}".encode()
+                               for index in range(ENTRY_WINDOW + 100)]
