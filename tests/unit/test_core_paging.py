@@ -6,10 +6,10 @@ import logging
 import time
 from collections import deque
 
-from pamqp import commands
+from pamqp import body as pamqp_body, commands, frame
 from pamqp.header import ContentHeader
 
-from amqp_codec import InboundMethod
+from amqp_codec import PROTOCOL_HEADER, InboundMethod
 from broker.core.broker import Broker
 from broker.core.message import Message, QueueEntry
 from broker.core.queue import (ENTRY_COST, ENTRY_WINDOW, MEMORY_RUN_COST, READ_AHEAD,
@@ -424,6 +424,27 @@ def test_a_transient_backlog_beyond_the_entry_window_keeps_each_message_whole():
     assert [body for _, body in deliveries(frames)] == expected(range(ENTRY_WINDOW + 1000))
     assert message_ids(frames) == [f"id-{i}" for i in range(ENTRY_WINDOW + 1000)]
     assert queue.message_count == 0 and queue.held_bytes == 0
+
+
+def test_publishes_read_from_the_wire_are_kept_in_parts_beyond_the_entry_window():
+    """What the decoder makes (a PublishedMessage, not a Message) is kept in parts
+    behind the entry window too, and comes out whole and in order."""
+    client, queue = memory_queue()
+    framer = client.connection.framer
+    framer.feed(PROTOCOL_HEADER)
+    count = ENTRY_WINDOW + 100
+    client.connection.handle_all(framer.feed(b"".join(
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key="plain"), 1)
+        + frame.marshal(ContentHeader(0, len(body), commands.Basic.Properties(
+            delivery_mode=1, message_id=f"id-{index}")), 1)
+        + frame.marshal(pamqp_body.ContentBody(body), 1)
+        for index, body in enumerate(expected(range(count))))))
+    bodies_held = sum(len(body) for body in expected(range(count)))
+    assert queue.held_bytes == (bodies_held + ENTRY_COST * ENTRY_WINDOW
+                                + MEMORY_RUN_COST * 100)
+    frames = consume_all(client)
+    assert [body for _, body in deliveries(frames)] == expected(range(count))
+    assert message_ids(frames) == [f"id-{i}" for i in range(count)]
 
 
 def test_transient_messages_requeued_go_back_ahead_of_the_memory_backlog():
