@@ -136,9 +136,13 @@ GIL_SWITCH_INTERVAL = 0.001
 
 def run_until_stopped(node: Node) -> None:
     """Run the node on this thread until its server stops, then close its storage. A
-    test node runs on its virtual clock."""
+    test node runs on its virtual clock. The GIL switch interval is the process's: a
+    process that embeds the broker (the pytest plugin's thread mode) gets its own back
+    when the node stops."""
+    previous_interval = sys.getswitchinterval()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL)
     try:
         trio.run(node.run, clock=node.virtual_clock)
     finally:
+        sys.setswitchinterval(previous_interval)
         node.close()

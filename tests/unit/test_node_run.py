@@ -28,8 +28,10 @@ def test_the_node_runs_with_a_short_gil_switch_interval():
     node = RecordingNode()
     try:
         run_until_stopped(node)
+        after = sys.getswitchinterval()
     finally:
         sys.setswitchinterval(before)
     assert node.switch_interval == GIL_SWITCH_INTERVAL
     assert GIL_SWITCH_INTERVAL < 0.005
     assert node.closed
+    assert after == before      # an embedding process (thread mode) gets its own back
