@@ -89,7 +89,7 @@ BAD_REQUESTS = [
      "'password' must be a string or null, not true or false"),
     (b'{"op": "add_user", "args": {"name": "u", "tags": [1]}}', "tags must be a list"),
     (b'{"op": "set_vhost_limits", "args": {"vhost": "/", "limits": [1]}}',
-     "'limits' must be an object, not an array"),
+     'vhost limits must be a JSON object such as {"max-connections": 10}, not [1]'),
     (b'{"op": "set_vhost_limits", "args": {"vhost": "/", "limits": {"max-queues": "1"}}}',
      "max-queues must be an integer"),
     (b'{"op": "set_permissions", "args": {"user": "guest", "vhost": "/", '
