@@ -20,6 +20,7 @@ import os
 import platform
 import queue
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -43,6 +44,7 @@ PERFTEST_SOURCE = REPO / "bench" / "java" / "PerfTest.java"
 JAVA_DIR = Path("/usr/share/java")
 JARS = ("amqp-client.jar", "slf4j-api.jar", "slf4j-nop.jar")
 DOCS_MD = REPO / "docs" / "benchmarks.md"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")   # units of /proc/PID/stat's CPU times
 DOCS_PNG = REPO / "docs" / "benchmarks.png"
 BEGIN_MARK = "<!-- bench/compare.py results: begin (generated, do not edit by hand) -->"
 END_MARK = "<!-- bench/compare.py results: end -->"
@@ -109,6 +111,19 @@ GET_PREFILL_PER_SECOND = 30_000   # get-loop: messages pre-filled per second of 
 
 def log(message: str) -> None:
     print(f"[compare {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process (all its threads) used so far, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS   # utime, stime
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU of this process's finished children (PerfTest runs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def rss_kib(pid: int) -> int:
@@ -377,7 +392,11 @@ def run_perftest_phase(args, perftest, selected, results: Results, live: list) -
                     extra += ["--prefill", int(GET_PREFILL_PER_SECOND * args.duration)]
                 load = os.getloadavg()[0]
                 rss_before = rss_kib(instance.pid)
+                cpu_before = (cpu_seconds(instance.pid), children_cpu_seconds(),
+                              time.perf_counter())
                 data, error = perftest.run(instance.port, scenario.args + tuple(extra), timeout)
+                cpu_used = (cpu_seconds(instance.pid), children_cpu_seconds(),
+                            time.perf_counter())
                 label = f"{scenario.key} {broker} run {rep + 1}/{args.repeat}"
                 if data is None:
                     results.errors.append(f"{label}: {error}")
@@ -386,6 +405,7 @@ def run_perftest_phase(args, perftest, selected, results: Results, live: list) -
                     summary = summarize_perftest(data)
                     summary["load_1m"] = load
                     summary["rss_before_mib"] = rss_before / 1024
+                    summary.update(cpu_shares(cpu_before, cpu_used))
                     if error:
                         summary["error"] = error
                         results.errors.append(f"{label}: {error}")
@@ -395,10 +415,21 @@ def run_perftest_phase(args, perftest, selected, results: Results, live: list) -
                         f"(published {fmt_value(summary['published_per_s'])}/s, "
                         f"consumed {fmt_value(summary['consumed_per_s'])}/s, "
                         f"p99 {fmt_value(summary['p99_ms'])} ms, "
-                        f"backlog {summary['backlog_at_end']}, load {load:.1f})"
+                        f"backlog {summary['backlog_at_end']}, "
+                        f"CPU broker {summary['broker_cores']:.2f} / client "
+                        f"{summary['client_cores']:.2f} cores, load {load:.1f})"
                         + (f" ERRORS: {error}" if error else ""))
                 time.sleep(args.pause)
             step += 1
+
+
+def cpu_shares(before: tuple, after: tuple) -> dict:
+    """CPU of the broker and of the client (the PerfTest JVM) over one run, in cores
+    (1.0 = one CPU busy the whole time): which side a scenario's rate is bound by. The
+    client's includes its JVM start-up and warm-up, the broker's its share of them."""
+    wall = after[2] - before[2]
+    return {"broker_cores": (after[0] - before[0]) / wall,
+            "client_cores": (after[1] - before[1]) / wall}
 
 
 # ---------------------------------------------------------------------------- reporting
@@ -545,8 +576,9 @@ def render_markdown(args, results: Results, selected, machine: dict, load_start,
                      "publish to delivery; the backlog is what was left in the queue at the end):")
         lines.append("")
         lines.append("| scenario | broker | published msg/s | consumed msg/s | confirmed msg/s "
-                     "| p50 ms | p95 ms | p99 ms | backlog at end | runs (1-min load) |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|")
+                     "| p50 ms | p95 ms | p99 ms | backlog at end | CPU broker / client (cores) "
+                     "| runs (1-min load) |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for scenario in detail:
             for broker in BROKERS:
                 runs = results.runs.get((scenario.key, broker), [])
@@ -556,7 +588,9 @@ def render_markdown(args, results: Results, selected, machine: dict, load_start,
                     f"{fmt_cell(runs, 'published_per_s')} | {fmt_cell(runs, 'consumed_per_s')} | "
                     f"{fmt_cell(runs, 'confirmed_per_s')} | {fmt_cell(runs, 'p50_ms')} | "
                     f"{fmt_cell(runs, 'p95_ms')} | {fmt_cell(runs, 'p99_ms')} | "
-                    f"{fmt_cell(runs, 'backlog_at_end')} | {len(runs)} ({loads}) |")
+                    f"{fmt_cell(runs, 'backlog_at_end')} | "
+                    f"{fmt_value(median_of(runs, 'broker_cores'), 2)} / "
+                    f"{fmt_value(median_of(runs, 'client_cores'), 2)} | {len(runs)} ({loads}) |")
         lines.append("")
     idle = [(b, results.runs.get(("idle-1000", b), [])) for b in BROKERS]
     if "idle-1000" in selected and any(runs for _, runs in idle):
