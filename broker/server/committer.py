@@ -33,7 +33,7 @@ class GroupCommitter:
         self._take_request()
         persistence.on_commit_request = self._commit_asked
         self._committing = False
-        self._maintaining = False           # one blocking storage job at a time
+        self._storage_job = trio.Lock()     # one commit or maintenance at a time
         self._finished = _CommitDone()      # set when the running commit ends
         self._failing = False               # the last commit failed
         self._disk = None                   # DiskSpace told what each commit wrote
@@ -50,15 +50,16 @@ class GroupCommitter:
         self._commit_requested = trio.Event()
 
     def _commit_asked(self) -> None:
-        """A commit is asked for (on the event loop, by the connection that waits for
-        it). When none runs, start it here and now: going through the committer task
-        would cost a trip through the scheduler before the worker thread even starts.
-        Otherwise the running commit chains it (`_commit_done`), or the committer task
-        starts it after maintenance."""
-        if self._committing or self._maintaining or not self.persistence.has_pending():
-            self._commit_requested.set()
-        else:
-            self._start_commit()
+        """A commit is asked for (on the event loop, by a connection at the end of a
+        read). The committer task starts it on its next turn, not this connection: the
+        other connections whose reads are ready in this turn of the scheduler share
+        it. Asked for while one runs, it starts two turns after that one ends (the
+        committer task resumes, then waits on the request event, a checkpoint), so the
+        connections woken with the release share it too. Started by the asking
+        connection or chained by the ending commit itself, commits with four
+        publishers carried fewer publishes each: confirm-4p fell from about 46,000 to
+        31,000-37,000 msg/s (docs/benchmarks.md, issue 18, round 3)."""
+        self._commit_requested.set()
 
     async def flush_periodically(self, interval: float) -> None:
         """Commit what accumulated without anyone waiting (publishes without confirms,
@@ -70,8 +71,6 @@ class GroupCommitter:
         while True:
             with trio.move_on_at(maintenance_due):
                 await self._commit_requested.wait()
-            while self._committing:     # a request made meanwhile is chained to it
-                await self._finished.wait()
             self._take_request()
             if self.persistence.has_pending():
                 await self._commit()
@@ -83,16 +82,13 @@ class GroupCommitter:
         if self._synced_since_maintenance:
             stores = list(self._synced_since_maintenance)
             self._synced_since_maintenance.clear()
-            self._maintaining = True        # no commit is chained meanwhile
             try:
-                while self._committing:
-                    await self._finished.wait()
-                unfinished = await trio.to_thread.run_sync(self._maintain_stores, stores)
+                async with self._storage_job:
+                    unfinished = await trio.to_thread.run_sync(self._maintain_stores,
+                                                               stores)
             except Exception as error:      # space is short: try again next period
                 log.debug("event=maintenance_failed error=%r", error)
                 unfinished = stores
-            finally:
-                self._maintaining = False
             self._synced_since_maintenance.update(dict.fromkeys(unfinished))
 
     async def flush(self) -> None:
@@ -108,17 +104,20 @@ class GroupCommitter:
                 return
 
     async def _commit(self) -> bool:
-        """One commit of everything pending; False if it failed. A running commit is
-        never abandoned, even when the caller is cancelled."""
-        finished = self._start_commit()
+        """One commit of everything pending, after the storage job that runs (a commit
+        or maintenance); False if it failed. A running commit is never abandoned, even
+        when the caller is cancelled."""
         with trio.CancelScope(shield=True):
-            await finished.wait()
+            async with self._storage_job:
+                if not self.persistence.has_pending():
+                    return True             # a commit that ran meanwhile took it all
+                finished = self._start_commit()
+                await finished.wait()
         return finished.succeeded
 
     def _start_commit(self) -> "_CommitDone":
         """Hand everything pending to a worker thread now. The thread's wake-up of the
-        event loop runs `_commit_done` directly, not a task: confirms wait for this, so
-        every trip through the scheduler counts."""
+        event loop runs `_commit_done` directly, not a task: confirms wait for it."""
         self._committing = True
         finished = self._finished = _CommitDone()
         changes, stores, writes = self.persistence.take_pending()
@@ -134,10 +133,10 @@ class GroupCommitter:
         return finished
 
     def _commit_done(self, changes: list, stores: list, writes: int, result) -> None:
-        """On the event loop: release what waited for the commit, and when more was
-        asked for meanwhile, start the next commit at once rather than after a trip
-        through the committer task. Nothing raised here may escape (it would stop
-        the event loop)."""
+        """On the event loop, from the worker thread's wake-up: release what waited for
+        the commit at once (confirms are sent here, not by a task on a later turn).
+        The next commit is the committer task's (see `_commit_asked`). Nothing raised
+        here may escape (it would stop the event loop)."""
         finished = self._finished
         self._committing = False
         try:
@@ -154,10 +153,6 @@ class GroupCommitter:
         self._settle(lambda: self.persistence.committed(stores, writes))
         self._settle(self._disk_checked)
         finished.set(succeeded=True)
-        if (self._commit_requested.is_set() and not self._maintaining
-                and self.persistence.has_pending()):
-            self._take_request()
-            self._start_commit()
 
     @staticmethod
     def _settle(step) -> None:

@@ -4,6 +4,7 @@ is never reported durable, and the broker carries on: what it took is committed 
 import threading
 
 import trio
+import trio.testing
 
 from broker.core.persistence import Persistence
 from broker.core.ports import DeleteExchange, DeleteQueue
@@ -88,25 +89,123 @@ def test_connections_waiting_together_share_one_commit():
     assert released == [(10, 10)] * 5
 
 
-def test_a_commit_asked_for_while_none_runs_starts_at_once():
-    """The connection that waits starts the commit itself: its writes are taken for a
-    commit before it returns, without waiting for the committer task's turn (here the
-    task does not even run)."""
+def test_connections_asking_in_one_turn_share_one_commit():
+    """Several connections end their reads in one turn of the scheduler, each asking
+    for a commit of what it wrote: the first to ask does not start a commit of its own
+    writes alone; one commit covers them all."""
     persistence = Persistence()
     store = CountingStore()
-    committer_for(persistence)          # answers the persistence's commit requests
+    committer = committer_for(persistence)
+    released = []
+
+    async def main():
+        connections = []
+        for _ in range(4):                  # no checkpoint between them: one turn
+            persistence.store_written(store)
+            connection = WaitingConnection(persistence.writes, released)
+            persistence.wait_durable(connection)
+            connections.append(connection)
+
+        async def all_released():
+            for connection in connections:
+                await connection.done.wait()
+
+        await run_committer_until(committer, all_released)
+
+    trio.run(main)
+    assert store.syncs == 1
+    assert released == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+def test_connections_woken_by_a_commit_share_the_next_one():
+    """A commit ends while more was asked for: the connections woken by its release
+    (their confirms sent, their next publishes read) get their turn before the next
+    commit starts, so their writes join it instead of waiting for a third commit."""
+    persistence = Persistence()
+    first_sync_started = threading.Event()
+    finish_first_sync = threading.Event()
+
+    class SlowFirstStore(CountingStore):
+        def sync(self) -> int:
+            if self.syncs == 0:
+                first_sync_started.set()
+                finish_first_sync.wait(30)
+            return super().sync()
+
+    store = SlowFirstStore()
+    committer = committer_for(persistence)
     released = []
 
     async def main():
         persistence.store_written(store)
-        connection = WaitingConnection(persistence.writes, released)
-        persistence.wait_durable(connection)
-        assert not persistence.has_pending()          # taken by a running commit
-        await connection.done.wait()
+        first = WaitingConnection(persistence.writes, released)
+        persistence.wait_durable(first)
+
+        async def scenario():
+            assert await trio.to_thread.run_sync(first_sync_started.wait, 30)
+            persistence.store_written(store)          # while the first commit runs
+            second = WaitingConnection(persistence.writes, released)
+            persistence.wait_durable(second)
+            finish_first_sync.set()
+            await first.done.wait()                   # woken by the first's release
+            persistence.store_written(store)
+            third = WaitingConnection(persistence.writes, released)
+            persistence.wait_durable(third)
+            await second.done.wait()
+            await third.done.wait()
+
+        await run_committer_until(committer, scenario)
 
     trio.run(main)
-    assert store.syncs == 1
-    assert released == [(1, 1)]
+    assert store.syncs == 2
+    assert released == [(1, 1), (2, 3), (3, 3)]
+
+
+def test_a_flush_waits_for_running_maintenance():
+    """An operator's change (the control socket) flushes while maintenance runs: its
+    commit starts after the maintenance, never beside it."""
+    persistence = Persistence()
+    maintenance_started = threading.Event()
+    finish_maintenance = threading.Event()
+    storage_jobs = []
+
+    class LoggingStore(CountingStore):
+        def sync(self) -> int:
+            storage_jobs.append("sync")
+            return super().sync()
+
+    def maintain(stores):
+        storage_jobs.append("maintain start")
+        maintenance_started.set()
+        finish_maintenance.wait(30)
+        storage_jobs.append("maintain end")
+        return []
+
+    store = LoggingStore()
+    committer = GroupCommitter(persistence, apply_changes=lambda changes: None,
+                               sync_stores=lambda stores: sum(0 * s.sync() for s in stores),
+                               maintain_stores=maintain)
+    released = []
+
+    async def main():
+        persistence.store_written(store)
+        first = WaitingConnection(persistence.writes, released)
+        persistence.wait_durable(first)
+
+        async def scenario():
+            await first.done.wait()
+            assert await trio.to_thread.run_sync(maintenance_started.wait, 30)
+            persistence.store_written(store)          # while maintenance runs
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(committer.flush)
+                await trio.testing.wait_all_tasks_blocked()   # flush waits
+                finish_maintenance.set()
+
+        await run_committer_until_maintained(committer, scenario)
+
+    trio.run(main)
+    assert storage_jobs[:4] == ["sync", "maintain start", "maintain end", "sync"]
+    assert not persistence.has_pending()
 
 
 def test_a_commit_asked_for_during_maintenance_starts_after_it():
