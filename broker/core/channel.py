@@ -184,9 +184,6 @@ class Channel:
         message: Message
         if type(command) is PublishedMessage:
             message = command
-            # the decoder set only what it knows; lazily computed fields start unknown
-            # (an attribute read on them never raises: AttributeError costs ~1 us)
-            message._decoded = message._persistent = None
         else:
             message = Message(command.exchange, command.routing_key, properties, command.body)
         # user_id, expiration, reply_to or headers (for CC and BCC) set: each needs a look.

@@ -156,8 +156,8 @@ class MemoryRun:
             message.routing_key = routing_key
             message.properties = properties
             message.body = body
-            message._decoded = None
-            message._persistent = persistent
+            message.decoded_cache = None
+            message.persistent_cache = persistent
             entry = new(QueueEntry)
             entry.message = message
             entry.seq = seq
@@ -172,7 +172,7 @@ class MemoryRun:
         exchange, routing_key, persistent = self.routes[index]
         message = Message(exchange, routing_key, self.properties[index],
                           self.bodies[index])
-        message._persistent = persistent
+        message.persistent_cache = persistent
         return message
 
     def entries(self):
@@ -255,9 +255,9 @@ class PagedOut:
             self.last_properties = properties
         route = self.last_route
         if (route[1] != message.routing_key or route[0] != message.exchange
-                or route[2] is not message._persistent):
+                or route[2] is not message.persistent_cache):
             route = self.last_route = (message.exchange, message.routing_key,
-                                       message._persistent)
+                                       message.persistent_cache)
         tail = self.on_disk
         last = tail[-1] if tail else None
         if type(last) is not MemoryRun or len(last.seqs) >= RUN_LENGTH:
@@ -505,7 +505,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                        placeholders.placeholder(record.exchange, record.routing_key,
                                                 record.properties, record.body_size))
             entry = QueueEntry(message, record.seq, record.redelivered)
-            message._persistent = True
+            message.persistent_cache = True
             self.held_bytes += _held_size(entry)
             if self.message_ttl is not None or message.has_expiration():
                 entry.expires_at = self._expiry(message, now)

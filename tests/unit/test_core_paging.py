@@ -528,7 +528,7 @@ def test_a_message_made_again_from_a_memory_run_has_every_field_of_the_one_queue
     for seq, (routing_key, persistent) in enumerate([("a", True), ("a", True),
                                                       ("b", False), ("b", None)]):
         message = Message("amq.direct", routing_key, b"\x10\x00\x02", f"m{seq}".encode())
-        message._persistent = persistent
+        message.persistent_cache = persistent
         paged.append_parts(message, seq)
         queued.append(QueueEntry(message, seq))
     ready = deque()
