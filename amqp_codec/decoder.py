@@ -85,10 +85,15 @@ class InboundPublish:
 
     A publish whose content header announced more than the decoder's max_body_size has
     `body` None and the announced size in `body_size` (set only then): its body frames
-    were checked and dropped."""
+    were checked and dropped.
+
+    `decoded_cache` and `persistent_cache` start None: room for what a user of the
+    publish learns from the raw properties later (their pamqp decoding, whether
+    delivery_mode is 2), so that a class made as a publish_type has them set from the
+    start."""
 
     __slots__ = ("channel", "exchange", "routing_key", "mandatory", "immediate",
-                 "properties", "body", "body_size")
+                 "properties", "body", "decoded_cache", "persistent_cache", "body_size")
     body_size: int   # set only when body is None
 
     def __init__(self, channel: int, exchange: str, routing_key: str, mandatory: bool,
@@ -100,6 +105,8 @@ class InboundPublish:
         self.immediate = immediate
         self.properties = properties
         self.body = body
+        self.decoded_cache: commands.Basic.Properties | None = None
+        self.persistent_cache: bool | None = None
 
     def __repr__(self) -> str:
         size = self.body_size if self.body is None else len(self.body)
@@ -140,8 +147,9 @@ class Decoder:
     `publish_type` is the class publishes are made as: InboundPublish, or a class of the
     caller's with the same constructor and attributes (a broker's message class, so
     that the broker builds one object per message instead of two). A publish whose
-    frames arrive whole in one read is made without calling the constructor: the
-    class must need nothing set but those attributes. A publish whose body is dropped
+    frames arrive whole in one read is made without calling the constructor, with
+    every attribute of InboundPublish set but body_size (the two caches to None): the
+    class must need nothing else set. A publish whose body is dropped
     (above max_body_size) is always made as an InboundPublish.
     """
 
@@ -336,6 +344,7 @@ class Decoder:
         publish.immediate = immediate
         publish.properties = properties
         publish.body = body
+        publish.decoded_cache = publish.persistent_cache = None
         out.append(publish)
         return next_pos
 

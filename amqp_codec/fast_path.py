@@ -181,13 +181,16 @@ def deliver_encoder(frame_max: int):
     one_frame = (min(LARGE_BODY - 1, frame_max - FRAME_OVERHEAD) if frame_max
                  else LARGE_BODY - 1)
     # The last delivery's content header frame and body frame prefix, and the channel,
-    # properties and body size they were made for: deliveries mostly repeat them.
-    content_of: tuple[int, bytes, int] = (0, b"", 0)
+    # properties and body size they were made for: deliveries mostly repeat them. Three
+    # variables rather than a tuple: no tuple made per delivery to compare them.
+    content_channel = 0
+    content_properties = b""
+    content_size = 0
     content = b""
 
     def encode(channel: int, consumer_tag: str, delivery_tag: int, redelivered: bool,
                exchange: str, routing_key: str, properties: bytes, body) -> bytes | tuple:
-        nonlocal content_of, content
+        nonlocal content_channel, content_properties, content_size, content
         body_size = len(body)
         if 0 < body_size <= one_frame:
             # The common case in one join (same bytes as the general path); the bytes
@@ -195,8 +198,11 @@ def deliver_encoder(frame_max: int):
             around_tag = _DELIVER_PARTS.get((channel, consumer_tag, exchange, routing_key))
             if around_tag is None:
                 around_tag = _deliver_parts(channel, consumer_tag, exchange, routing_key)
-            if content_of != (channel, properties, body_size):
-                content_of = (channel, properties, body_size)
+            if (body_size != content_size or properties != content_properties
+                    or channel != content_channel):
+                content_channel = channel
+                content_properties = properties
+                content_size = body_size
                 content = _content_frames_to_body(channel, properties, body_size)
             return b"".join((around_tag[0], _TAG_AND_BIT.pack(delivery_tag, redelivered),
                              around_tag[1], content, body, FRAME_END_BYTE))

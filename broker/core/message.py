@@ -25,11 +25,13 @@ class Message:
     it, forwarded untouched to consumers; it is decoded only when a feature needs a field.
     """
 
-    # `_decoded` and `_persistent` are None until first asked for. Two makers skip
-    # __init__ (cheaper) and must stay in step with these slots: the decoder makes a
-    # PublishedMessage (Channel.publish sets these two then), and queue.MemoryRun.move_to.
-    __slots__ = ("exchange", "routing_key", "properties", "body", "_decoded",
-                 "_persistent")
+    # The caches `decoded_cache` (the decoded properties) and `persistent_cache` are None
+    # until first asked for. Two makers skip __init__ (cheaper) and must stay in step
+    # with these slots: the decoder makes a PublishedMessage (it sets every attribute
+    # of an amqp_codec.InboundPublish, these two caches included), and
+    # queue.MemoryRun.move_to.
+    __slots__ = ("exchange", "routing_key", "properties", "body", "decoded_cache",
+                 "persistent_cache")
 
     # The routing keys a CC or BCC header added (a SenderRoutedMessage's slot); a class
     # attribute here, so that a message without them costs nothing to make.
@@ -41,21 +43,21 @@ class Message:
         self.routing_key = routing_key
         self.properties = properties
         self.body = body   # None while paged out to the queue file
-        self._decoded: commands.Basic.Properties | None = None
-        self._persistent: bool | None = None
+        self.decoded_cache: commands.Basic.Properties | None = None
+        self.persistent_cache: bool | None = None
 
     @property
     def persistent(self) -> bool:
         """delivery_mode 2: kept across restarts when in a durable queue."""
-        persistent = self._persistent
+        persistent = self.persistent_cache
         if persistent is None:
-            persistent = self._persistent = delivery_mode(self.properties) == 2
+            persistent = self.persistent_cache = delivery_mode(self.properties) == 2
         return persistent
 
     def with_body(self, body: bytes) -> "Message":
         """A copy with its body read back from the queue file."""
         copy = Message(self.exchange, self.routing_key, self.properties, body)
-        copy._persistent = self.persistent
+        copy.persistent_cache = self.persistent
         return copy
 
     def with_properties(self, properties: bytes) -> "Message":
@@ -66,7 +68,7 @@ class Message:
                 if body is not None else
                 PagedOutMessage(self.exchange, self.routing_key, properties,
                                 body_size(self)))
-        copy._persistent = self.persistent
+        copy.persistent_cache = self.persistent
         return copy
 
     def may_name_recipients(self) -> bool:
@@ -104,14 +106,14 @@ class Message:
 
     def forget_decoded(self) -> None:
         """Drop the decoded properties (a message held long keeps only its raw ones)."""
-        self._decoded = None
+        self.decoded_cache = None
 
     @property
     def decoded_properties(self) -> commands.Basic.Properties:
         """The pamqp Basic.Properties of this message, decoded once on first use."""
-        decoded = self._decoded
+        decoded = self.decoded_cache
         if decoded is None:
-            decoded = self._decoded = decode_properties(self.properties)
+            decoded = self.decoded_cache = decode_properties(self.properties)
         return decoded
 
     @property
@@ -138,8 +140,8 @@ class PublishedMessage(Message):
         self.immediate = immediate
         self.properties = properties
         self.body = body
-        self._decoded = None
-        self._persistent = None
+        self.decoded_cache = None
+        self.persistent_cache = None
 
 
 class SenderRoutedMessage(Message):

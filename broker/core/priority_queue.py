@@ -155,7 +155,7 @@ class PriorityQueue(Queue):
         highest = max_priority(self.arguments)
         assert highest > 0, "x-max-priority 0 is a plain classic queue"
         self.ready = PriorityReady(highest)      # type: ignore[assignment]
-        self._paged.on_disk = PriorityReady(highest)   # type: ignore[assignment]
+        self._paged.tail = PriorityReady(highest)   # type: ignore[assignment]
 
     def _return_to_ready(self, entries: list[QueueEntry]) -> None:
         ready = self.ready
@@ -164,29 +164,29 @@ class PriorityQueue(Queue):
 
     def _queue_beyond_window(self, entry: QueueEntry, size: int) -> None:
         """Every message goes to `ready`; one beyond the page window drops its body
-        when the store can page it out (`on_disk` lists those, in delivery order)."""
+        when the store can page it out (`tail` lists those, in delivery order)."""
         ready = self.ready
         ready.append(entry)
         if len(ready) > self.page_window:
             self.store.page_out(entry)
             if entry.message.body is None:
                 self.held_bytes -= size
-                self._paged.on_disk.append(entry)
+                self._paged.tail.append(entry)
 
     def _place_restored(self, entry: QueueEntry) -> None:
         self.ready.append(entry)
         if entry.message.body is None:
-            self._paged.on_disk.append(entry)
+            self._paged.tail.append(entry)
 
     def _tail(self):
         return ()      # every ready message is in `ready`
 
     def _leaves_ready(self, entry: QueueEntry) -> bool:
-        """As Queue._leaves_ready; one not asked for yet leaves `on_disk` too."""
+        """As Queue._leaves_ready; one not asked for yet leaves `tail` too."""
         paged = self._paged
         if paged.reading.pop(entry.seq, None) is not None:
             return True
-        paged.on_disk.remove(entry)
+        paged.tail.remove(entry)
         return False
 
     def _read_ahead(self) -> bool:
@@ -194,11 +194,11 @@ class PriorityQueue(Queue):
         while at most READ_AHEAD ready messages come before the first on disk. Those
         are in `ready` already: never a message in memory brought to an empty one."""
         paged = self._paged
-        on_disk: PriorityReady = paged.on_disk   # type: ignore[assignment]
+        tail: PriorityReady = paged.tail   # type: ignore[assignment]
         ready = self.ready
         reading = paged.reading
-        while on_disk and ready.within(on_disk[0], READ_AHEAD):  # type: ignore[attr-defined]
-            batch = [on_disk.popleft() for _ in range(min(READ_BATCH, len(on_disk)))]
+        while tail and ready.within(tail[0], READ_AHEAD):  # type: ignore[attr-defined]
+            batch = [tail.popleft() for _ in range(min(READ_BATCH, len(tail)))]
             for entry in batch:
                 reading[entry.seq] = entry
             self.store.read_bodies(batch, self._bodies_read)

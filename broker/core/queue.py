@@ -156,8 +156,8 @@ class MemoryRun:
             message.routing_key = routing_key
             message.properties = properties
             message.body = body
-            message._decoded = None
-            message._persistent = persistent
+            message.decoded_cache = None
+            message.persistent_cache = persistent
             entry = new(QueueEntry)
             entry.message = message
             entry.seq = seq
@@ -172,7 +172,7 @@ class MemoryRun:
         exchange, routing_key, persistent = self.routes[index]
         message = Message(exchange, routing_key, self.properties[index],
                           self.bodies[index])
-        message._persistent = persistent
+        message.persistent_cache = persistent
         return message
 
     def entries(self):
@@ -190,7 +190,7 @@ class PagedOut:
     path.
     """
 
-    __slots__ = ("on_disk", "on_disk_count", "saved_bytes", "reading", "waiters",
+    __slots__ = ("tail", "tail_count", "saved_bytes", "reading", "waiters",
                  "dead_letters", "dead_letter_reads", "last_properties", "last_route",
                  "page_window", "read_ahead")
 
@@ -201,8 +201,8 @@ class PagedOut:
         # window), in order, as runs and, between them, QueueEntry objects (redelivered
         # messages, messages with an expiry). Once a message was queued here, every
         # later one is too, until the read-ahead moved them all.
-        self.on_disk: deque[QueueEntry | TailRun | MemoryRun] = deque()
-        self.on_disk_count = 0                      # the messages in the tail
+        self.tail: deque[QueueEntry | TailRun | MemoryRun] = deque()
+        self.tail_count = 0                      # the messages in the tail
         # What the runs save the memory alarm's estimate against ENTRY_COST a message.
         self.saved_bytes = 0
         self.reading: dict[int, QueueEntry] = {}    # ready, being read, by seq
@@ -221,9 +221,9 @@ class PagedOut:
     def append(self, entry: QueueEntry) -> int:
         """Queue `entry` at the end of the tail; what that saves against ENTRY_COST
         (held_bytes charges a message in a run less)."""
-        tail = self.on_disk
+        tail = self.tail
         if entry.redelivered or entry.expires_at is not None:
-            self.on_disk_count += 1
+            self.tail_count += 1
             tail.append(entry)      # a message with more to remember than its seq
             return 0
         message = entry.message
@@ -231,7 +231,7 @@ class PagedOut:
         if type(message) in KEPT_IN_PARTS and body is not None:
             # kept in parts: not a placeholder nor one carrying CC/BCC routing keys
             return self.append_parts(message, entry.seq)
-        self.on_disk_count += 1
+        self.tail_count += 1
         last = tail[-1] if tail else None
         if type(last) is not TailRun or last.full():
             last = TailRun()
@@ -255,10 +255,10 @@ class PagedOut:
             self.last_properties = properties
         route = self.last_route
         if (route[1] != message.routing_key or route[0] != message.exchange
-                or route[2] is not message._persistent):
+                or route[2] is not message.persistent_cache):
             route = self.last_route = (message.exchange, message.routing_key,
-                                       message._persistent)
-        tail = self.on_disk
+                                       message.persistent_cache)
+        tail = self.tail
         last = tail[-1] if tail else None
         if type(last) is not MemoryRun or len(last.seqs) >= RUN_LENGTH:
             last = MemoryRun()
@@ -267,15 +267,15 @@ class PagedOut:
         last.bodies.append(message.body)
         last.properties.append(properties)
         last.routes.append(route)
-        self.on_disk_count += 1
+        self.tail_count += 1
         self.saved_bytes += _MEMORY_RUN_SAVING
         return _MEMORY_RUN_SAVING
 
     def popleft(self) -> tuple[QueueEntry, int]:
         """The tail's first message (made an entry), which leaves it, and what it had
         saved against ENTRY_COST."""
-        tail = self.on_disk
-        self.on_disk_count -= 1
+        tail = self.tail
+        self.tail_count -= 1
         head = tail[0]
         if isinstance(head, QueueEntry):
             tail.popleft()
@@ -294,15 +294,15 @@ class PagedOut:
 
     def entries(self):
         """The tail's messages in order, as entries (made for the occasion in runs)."""
-        for chunk in self.on_disk:
+        for chunk in self.tail:
             if isinstance(chunk, QueueEntry):
                 yield chunk
             else:
                 yield from chunk.entries()
 
     def clear(self) -> None:
-        self.on_disk.clear()
-        self.on_disk_count = 0
+        self.tail.clear()
+        self.tail_count = 0
         self.saved_bytes = 0
 
 
@@ -375,7 +375,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     @property
     def backlog(self) -> int:
         """The ready messages: in `ready` and behind the page window."""
-        return len(self.ready) + self._paged.on_disk_count
+        return len(self.ready) + self._paged.tail_count
 
     @property
     def published(self) -> int:
@@ -401,7 +401,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         ready = self.ready
         properties = message.properties
         if (ready and not limited and self.tail_in_parts and not self.stores_messages
-                and (self._paged.on_disk or len(ready) >= self.entry_window)
+                and (self._paged.tail or len(ready) >= self.entry_window)
                 and self.message_ttl is None
                 and not (properties and properties[0] & EXPIRATION_BIT)
                 and type(message) in KEPT_IN_PARTS):
@@ -414,33 +414,45 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                     and self.consumers_stalled():
                 publisher.throttle(self)
             return True
-        entry = QueueEntry(message, seq)
         now = None
+        expires_at = None
         # Message.has_expiration() inlined: the call cost ~1,200 instructions per message
         # and queue (callgrind, bench/core_hot_path.py).
         if self.message_ttl is not None or (properties and properties[0] & EXPIRATION_BIT):
             now = self.vhost.scheduler.clock()
-            entry.expires_at = self._expiry(message, now)
-        if self.stores_messages:
-            self.store.append(entry)
-        if not ready and not limited and entry.expires_at is None and self.consumers:
+            expires_at = self._expiry(message, now)
+        consumer = None
+        if not ready and not limited and expires_at is None and self.consumers:
             consumer = self._next_consumer()    # hand over at once: no queueing needed
-            if consumer is not None:
+            if (consumer is not None and consumer.no_ack
+                    and not self.stores_messages):
+                # Nothing of it to keep: handed over without a QueueEntry (about
+                # 2,200 instructions less, callgrind, bench/core_hot_path.py).
                 try:
-                    consumer.channel.deliver(consumer, entry)
+                    consumer.channel.deliver_at_once(consumer, message)
                 except Exception as error:   # queued below instead
                     _delivery_failed(consumer, error)
+                    consumer = None
                 else:
-                    # settle() inline: a no-ack delivery is done with at once, so its
-                    # bytes are never counted as held (the call cost ~900 instructions
-                    # per message, callgrind, bench/core_hot_path.py).
-                    if not consumer.no_ack:
-                        self.held_bytes += size + ENTRY_COST
-                    elif self.stores_messages:
-                        self.store.settle(entry)
                     return True
+        entry = QueueEntry(message, seq, False, expires_at)
+        if self.stores_messages:
+            self.store.append(entry)
+        if consumer is not None:
+            try:
+                consumer.channel.deliver(consumer, entry)
+            except Exception as error:   # queued below instead
+                _delivery_failed(consumer, error)
+            else:
+                # settle() inline: a no-ack delivery (to a queue with a store, here) is
+                # done with at once, so its bytes are never counted as held.
+                if not consumer.no_ack:
+                    self.held_bytes += size + ENTRY_COST
+                else:
+                    self.store.settle(entry)
+                return True
         self.held_bytes += size + ENTRY_COST
-        if len(ready) < self.entry_window and not self._paged.on_disk:
+        if len(ready) < self.entry_window and not self._paged.tail:
             ready.append(entry)
         else:
             self._queue_beyond_window(entry, size)
@@ -468,7 +480,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             message.properties = paged.last_properties
         else:
             paged.last_properties = message.properties
-        if len(self.ready) + paged.on_disk_count >= paged.page_window:
+        if len(self.ready) + paged.tail_count >= paged.page_window:
             self.store.page_out(entry)
             if entry.message.body is None:
                 self.held_bytes -= size
@@ -488,7 +500,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     def _place_restored(self, entry: QueueEntry) -> None:
         """A recovered message, in seq order: a paged-out one goes to the tail (and
         every one after it)."""
-        if entry.message.body is None or self._paged.on_disk:
+        if entry.message.body is None or self._paged.tail:
             self._to_tail(entry)
         else:
             self.ready.append(entry)
@@ -505,7 +517,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                        placeholders.placeholder(record.exchange, record.routing_key,
                                                 record.properties, record.body_size))
             entry = QueueEntry(message, record.seq, record.redelivered)
-            message._persistent = True
+            message.persistent_cache = True
             self.held_bytes += _held_size(entry)
             if self.message_ttl is not None or message.has_expiration():
                 entry.expires_at = self._expiry(message, now)
@@ -546,8 +558,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if limit is None:
             limit = self.backlog
         dropped = []
-        while (ready or paged.on_disk) and (
-                len(ready) + paged.on_disk_count > limit
+        while (ready or paged.tail) and (
+                len(ready) + paged.tail_count > limit
                 or (byte_limit is not None and self.ready_bytes > byte_limit)):
             entry = ready.popleft() if ready else self._from_tail()
             if byte_limit is not None:
@@ -635,7 +647,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                     self.settle(entry)
                 if counts_bytes:
                     self.ready_bytes -= body_size(entry.message)
-            if not (self._paged.on_disk and self._read_ahead() and consumers):
+            if not (self._paged.tail and self._read_ahead() and consumers):
                 return
 
     def _next_consumer(self) -> Consumer | None:
@@ -681,7 +693,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.expire(self.vhost.scheduler.clock())
         ready = self.ready
         if not ready:
-            if not self._paged.on_disk:
+            if not self._paged.tail:
                 return None
             self._read_ahead()
         if ready[0].message.body is None:
@@ -690,7 +702,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         entry = ready.popleft()
         if self.max_length_bytes is not None:
             self.ready_bytes -= body_size(entry.message)
-        if self._paged.on_disk:
+        if self._paged.tail:
             self._read_ahead()
         return entry
 
@@ -703,23 +715,23 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         move the tail's next ones into it, asking the store for the bodies of those
         paged out. Whether that brought a message in memory to an empty `ready`."""
         paged = self._paged
-        on_disk = paged.on_disk
+        tail = paged.tail
         ready = self.ready
         reading = paged.reading
         limit = paged.read_ahead
         was_empty = not ready
-        while on_disk and len(ready) <= limit:
-            head = on_disk[0]
+        while tail and len(ready) <= limit:
+            head = tail[0]
             if type(head) is MemoryRun:     # a batch in one call: bodies in memory
                 moved = head.move_to(ready, READ_BATCH)
                 if head.first == len(head.seqs):
-                    on_disk.popleft()
-                paged.on_disk_count -= moved
+                    tail.popleft()
+                paged.tail_count -= moved
                 paged.saved_bytes -= moved * _MEMORY_RUN_SAVING
                 self.held_bytes += moved * _MEMORY_RUN_SAVING
                 continue
             batch = []
-            for _ in range(min(READ_BATCH, paged.on_disk_count)):
+            for _ in range(min(READ_BATCH, paged.tail_count)):
                 entry = self._from_tail()
                 ready.append(entry)
                 if entry.message.body is None:
@@ -786,7 +798,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         expired = []
         while ready and ready[0].expires_at is not None and ready[0].expires_at < now:
             expired.append(ready.popleft())
-        if not ready and self._paged.on_disk:
+        if not ready and self._paged.tail:
             self._expire_tail(now, expired)
         if expired:
             if self.max_length_bytes is not None:
@@ -819,14 +831,14 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         (a run's messages have no expiry)."""
         if self.ready:
             return self.ready[0]
-        tail = self._paged.on_disk
+        tail = self._paged.tail
         return tail[0] if tail and isinstance(tail[0], QueueEntry) else None
 
     def _expiry_due(self) -> None:
         self._expiry_timer = None
         if not self.deleted:
             self.expire(self.vhost.scheduler.clock())
-            if not self.ready and self._paged.on_disk:
+            if not self.ready and self._paged.tail:
                 self._read_ahead()      # what follows the expired ones, into `ready`
             self._arm_expiry()
 
@@ -927,7 +939,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if not ready or entries[-1].seq < ready[0].seq:
             ready.extendleft(reversed(entries))
         elif entries[0].seq > ready[-1].seq:    # queued anew (a quorum queue's returns)
-            if self._paged.on_disk:
+            if self._paged.tail:
                 for entry in entries:
                     self._to_tail(entry)
             else:

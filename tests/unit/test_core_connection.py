@@ -265,9 +265,9 @@ def test_a_publish_read_from_the_wire_is_delivered_as_published():
 
 
 def test_a_message_decodes_its_properties_on_use_and_again_after_forgetting_them():
-    """A message the decoder made (no constructor call; the channel completes it) and
-    messages made by copying answer `persistent` and `decoded_properties` alike, before
-    and after forget."""
+    """A message the decoder made (no constructor call), before a channel saw it and
+    after it was queued, and messages made by copying answer `persistent` and
+    `decoded_properties` alike, before and after forget."""
     properties = commands.Basic.Properties(delivery_mode=2, priority=3)
     raw = encode_properties(properties)
     publisher = Client()
@@ -275,14 +275,16 @@ def test_a_message_decodes_its_properties_on_use_and_again_after_forgetting_them
     publisher.declare_queue(1, "q")
     framer = publisher.connection.framer
     framer.feed(PROTOCOL_HEADER)
-    publisher.connection.handle_all(framer.feed(
-        frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), 1)
-        + frame.marshal(header.ContentHeader(0, 2, properties), 1)
-        + frame.marshal(pamqp_body.ContentBody(b"hi"), 1)))
+    wire = (frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), 1)
+            + frame.marshal(header.ContentHeader(0, 2, properties), 1)
+            + frame.marshal(pamqp_body.ContentBody(b"hi"), 1))
+    [unrouted] = framer.feed(wire)
+    publisher.connection.handle_all(framer.feed(wire))
     [entry] = publisher.broker.vhosts["/"].queues["q"].ready
     decoded = entry.message
     assert type(decoded) is PublishedMessage
-    for message in (decoded, Message("", "q", raw, b"hi"), decoded.with_body(b"hi")):
+    for message in (unrouted, decoded, Message("", "q", raw, b"hi"),
+                    decoded.with_body(b"hi")):
         message.forget_decoded()   # nothing decoded yet: nothing to forget
         assert message.persistent and message.decoded_properties.priority == 3
         message.forget_decoded()

@@ -528,11 +528,11 @@ def test_a_message_made_again_from_a_memory_run_has_every_field_of_the_one_queue
     for seq, (routing_key, persistent) in enumerate([("a", True), ("a", True),
                                                       ("b", False), ("b", None)]):
         message = Message("amq.direct", routing_key, b"\x10\x00\x02", f"m{seq}".encode())
-        message._persistent = persistent
+        message.persistent_cache = persistent
         paged.append_parts(message, seq)
         queued.append(QueueEntry(message, seq))
     ready = deque()
-    assert paged.on_disk[0].move_to(ready, 10) == 4
+    assert paged.tail[0].move_to(ready, 10) == 4
     for made, entry in zip(ready, queued):
         assert {slot: getattr(made, slot) for slot in QueueEntry.__slots__
                 if slot != "message"} == \
@@ -540,4 +540,4 @@ def test_a_message_made_again_from_a_memory_run_has_every_field_of_the_one_queue
              if slot != "message"}
         assert {slot: getattr(made.message, slot) for slot in Message.__slots__} == \
             {slot: getattr(entry.message, slot) for slot in Message.__slots__}
-    assert paged.on_disk[0].bodies == [None] * 4     # the run let go of the bodies
+    assert paged.tail[0].bodies == [None] * 4     # the run let go of the bodies

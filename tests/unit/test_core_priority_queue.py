@@ -176,7 +176,7 @@ def test_recovery_restores_priority_order(tmp_path):
                              {"x-max-priority": 5}, queue.store)
     restored.restore(recovered)
     assert seqs(restored.ready) == [2, 4, 3, 6, 1, 5]
-    assert seqs(restored._paged.on_disk) == seqs(restored.ready)
+    assert seqs(restored._paged.tail) == seqs(restored.ready)
 
 
 def test_a_priority_queue_beyond_the_entry_window_still_delivers_highest_first():

@@ -165,13 +165,14 @@ class CallersPublish:
     """A caller's own publish class: InboundPublish's constructor and attributes."""
 
     __slots__ = ("channel", "exchange", "routing_key", "mandatory", "immediate",
-                 "properties", "body")
+                 "properties", "body", "decoded_cache", "persistent_cache")
 
     def __init__(self, channel, exchange, routing_key, mandatory, immediate,
                  properties=b"", body=b""):
         self.channel, self.exchange, self.routing_key = channel, exchange, routing_key
         self.mandatory, self.immediate = mandatory, immediate
         self.properties, self.body = properties, body
+        self.decoded_cache = self.persistent_cache = None
 
 
 def test_publishes_are_made_as_the_callers_publish_type():
@@ -192,6 +193,20 @@ def test_publishes_are_made_as_the_callers_publish_type():
                  for item in decoder.feed(bytes([byte]))]
         assert [type(item) for item in items] == [CallersPublish]
         assert (items[0].properties, items[0].body) == (raw, b"hello")
+
+
+def test_a_publish_comes_with_its_caches_empty_however_it_was_read():
+    """Whole in one read (made without a constructor call) or frame by frame, a publish
+    has every attribute set: the caches for what is learnt from its properties later
+    start None, for InboundPublish and for a caller's publish_type."""
+    stream = PROTOCOL_HEADER + publish(3, "ex", "rk") + content_header(3, 5) + body(3)
+    for publish_type in (InboundPublish, CallersPublish):
+        whole = Decoder(publish_type=publish_type).feed(stream)
+        decoder = Decoder(publish_type=publish_type)
+        split = [item for byte in stream for item in decoder.feed(bytes([byte]))]
+        for [item] in (whole, split):
+            assert type(item) is publish_type
+            assert (item.decoded_cache, item.persistent_cache) == (None, None)
 
 
 def test_a_dropped_body_comes_as_an_inbound_publish_whatever_the_publish_type():

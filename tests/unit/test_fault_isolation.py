@@ -8,6 +8,7 @@ ports (a transport, a queue store), its dispatch table, or a stand-in for a coll
 import logging
 import socket
 
+import pytest
 import trio
 from pamqp import commands, frame as pamqp_frame
 
@@ -65,13 +66,16 @@ def test_a_failure_while_closing_drops_the_socket(monkeypatch):
     assert client.transport.closed
 
 
-def test_a_failed_delivery_costs_the_consumer_connection_not_the_publisher(monkeypatch):
+@pytest.mark.parametrize("no_ack", [False, True])   # no-ack: handed over without entry
+def test_a_failed_delivery_costs_the_consumer_connection_not_the_publisher(monkeypatch,
+                                                                          no_ack):
     broker = Broker()
     publisher, consumer, other = Client(broker), Client(broker), Client(broker)
     for client in (publisher, consumer, other):
         client.open_channel(1)
     name = publisher.declare_queue(1, "shared")
-    consumer.method(1, commands.Basic.Consume(queue=name, consumer_tag="bad"))
+    consumer.method(1, commands.Basic.Consume(queue=name, consumer_tag="bad",
+                                              no_ack=no_ack))
 
     def encode_failing(*args):
         raise RuntimeError("injected delivery fault")
