@@ -11,13 +11,17 @@ header, the body frames) are parsed here with ``struct`` and handed to a callbac
 frame (heartbeats, method replies, Basic.Cancel, Channel.Close, Connection.Close,
 frames of other channels, anything malformed) goes to pika's own ``_on_data_available``,
 whole and in order, so the handshake, acknowledgements, heartbeats and failures stay
-pika's. Properties are decoded by pika's ``BasicProperties`` (the same values as
-before), once per run of deliveries whose raw properties are equal.
+pika's. Properties become ``ReceivedProperties`` (pika's ``BasicProperties`` attribute
+names and values; header tables decoded by pika's own ``decode_table``), decoded once
+per run of deliveries whose raw properties are equal.
 """
 
+import functools
 import struct
+from collections import namedtuple
 from collections.abc import Callable
 
+import pika.data
 import pika.spec
 
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY = 1, 2, 3
@@ -27,10 +31,20 @@ _FRAME_PREFIX = struct.Struct(">BHI")
 _DELIVER_ID = struct.pack(">HH", 60, 60)  # Basic.Deliver: class 60, method 60
 _DELIVERY_TAG = struct.Struct(">Q")
 _BODY_SIZE = struct.Struct(">Q")  # after the content header's class id and weight
+_TIMESTAMP = struct.Struct(">Q")
 HEADER_FIXED_SIZE = 12  # class id (2) + weight (2) + body size (8)
 
+# Basic's properties in wire order (flag bits 15 down to 2) and their types: shortstr,
+# table, octet, long long (AMQP 0-9-1, 4.2.5.2).
+PROPERTY_NAMES = ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
+                  "correlation_id", "reply_to", "expiration", "message_id", "timestamp",
+                  "type", "user_id", "app_id", "cluster_id")
+_PROPERTY_KINDS = "sstoossssqssss"
+_NO_PROPERTIES = (None,) * len(PROPERTY_NAMES)
+ReceivedProperties = namedtuple("ReceivedProperties", PROPERTY_NAMES)
+
 # (delivery_tag, redelivered, exchange, routing_key, properties, body)
-DeliveryCallback = Callable[[int, bool, object, object, pika.spec.BasicProperties, bytes], None]
+DeliveryCallback = Callable[[int, bool, object, object, object, bytes], None]
 
 
 def _short_string(raw: bytes):
@@ -39,6 +53,38 @@ def _short_string(raw: bytes):
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw
+
+
+@functools.lru_cache(maxsize=64)
+def _present(flags: int) -> tuple:
+    """(index, kind) of each property that property flags `flags` say is present."""
+    return tuple((index, kind) for index, kind in enumerate(_PROPERTY_KINDS)
+                 if flags & (1 << (15 - index)))
+
+
+def decode_properties(raw: bytes):
+    """A content header's property flags and list -> ReceivedProperties (absent ones
+    None), with pika's values: shortstr as text (bytes when not UTF-8), tables by
+    pika.data.decode_table, timestamp as an integer."""
+    flags = raw[0] << 8 | raw[1]
+    if flags & 1:  # a continuation flag word: no 0-9-1 property needs one
+        return pika.spec.BasicProperties().decode(raw)
+    values = list(_NO_PROPERTIES)
+    at = 2
+    for index, kind in _present(flags):
+        if kind == "s":
+            end = at + 1 + raw[at]
+            values[index] = _short_string(raw[at + 1:end])
+            at = end
+        elif kind == "t":
+            values[index], at = pika.data.decode_table(raw, at)
+        elif kind == "o":
+            values[index] = raw[at]
+            at += 1
+        else:
+            values[index] = _TIMESTAMP.unpack_from(raw, at)[0]
+            at += 8
+    return ReceivedProperties._make(values)
 
 
 def parse_deliver(payload: bytes, start: int) -> tuple:
@@ -169,9 +215,9 @@ class _ChannelDeliveries:
             return True
         return False
 
-    def _decode_properties(self, raw: bytes) -> pika.spec.BasicProperties:
+    def _decode_properties(self, raw: bytes) -> ReceivedProperties:
         if raw != self._raw_properties:
-            self._decoded_properties = pika.spec.BasicProperties().decode(raw)
+            self._decoded_properties = decode_properties(raw)
             self._raw_properties = raw
         return self._decoded_properties
 

@@ -10,7 +10,7 @@ import pika.frame
 import pika.spec
 import pytest
 
-from spark.amqp.delivery_frames import DeliveryFrames
+from spark.amqp.delivery_frames import PROPERTY_NAMES, DeliveryFrames, decode_properties
 
 CHANNEL = 1
 FRAME_MAX = 4096
@@ -73,9 +73,13 @@ class FakeConnection:
         self.events.append(("pika", data))
 
 
+def fields(properties) -> dict:
+    return {name: getattr(properties, name) for name in PROPERTY_NAMES}
+
+
 def comparable(delivery) -> tuple:
     tag, redelivered, exchange, routing_key, properties, body = delivery
-    return tag, redelivered, exchange, routing_key, vars(properties), body
+    return tag, redelivered, exchange, routing_key, fields(properties), body
 
 
 def parse(data: bytes, chunk: int, channels=(CHANNEL,)) -> tuple:
@@ -114,11 +118,26 @@ def test_deliveries_come_out_as_pika_decodes_them(chunk):
 def test_properties_of_every_type_are_pikas():
     events, _ = parse(deliver_frames(CHANNEL, 9, b"b", ALL_PROPERTIES), 4096)
     properties = events[0][1][4]
-    assert vars(properties) == vars(pika_deliveries(
+    assert fields(properties) == vars(pika_deliveries(
         deliver_frames(CHANNEL, 9, b"b", ALL_PROPERTIES))[0][4])
+    assert set(PROPERTY_NAMES) == set(vars(ALL_PROPERTIES))
     assert properties.headers["bytes"] == b"\xffA"
     assert properties.headers["array"] == [1, "two", {"three": 3}]
     assert properties.timestamp == 1767225600
+
+
+@pytest.mark.parametrize("name", [n for n in vars(ALL_PROPERTIES)])
+def test_each_property_alone_decodes_as_pika_decodes_it(name):
+    properties = pika.BasicProperties(**{name: getattr(ALL_PROPERTIES, name)})
+    raw = b"".join(properties.encode())
+    assert fields(decode_properties(raw)) == vars(pika.spec.BasicProperties().decode(raw))
+
+
+def test_text_that_is_not_utf8_stays_bytes_as_with_pika():
+    raw = b"".join(pika.BasicProperties(message_id="m", app_id="a").encode())
+    raw = raw.replace(b"\x01m", b"\x01\xff")
+    assert decode_properties(raw).message_id == b"\xff"
+    assert pika.spec.BasicProperties().decode(raw).message_id == b"\xff"
 
 
 def test_a_routing_key_that_is_not_utf8_stays_bytes_as_with_pika():
