@@ -4,8 +4,8 @@ pika turns every delivery into three frame objects, each passed through its fram
 decoder, the connection's callback table, the channel's content assembler and (for a
 BlockingChannel) an event queue before the consumer's callback sees it: about 10 us per
 message, most of a plain-queue reader's CPU. ``DeliveryFrames`` sits in front of pika's
-``_on_data_available`` for one channel of one connection. It cuts the socket bytes into
-frames itself; the frames of deliveries on its channel (Basic.Deliver, the content
+``_on_data_available`` of one connection. It cuts the socket bytes into frames itself;
+the frames of deliveries on the channels routed to it (Basic.Deliver, the content
 header, the body frames) are parsed here with ``struct`` and handed to a callback as
 ``(delivery_tag, redelivered, exchange, routing_key, properties, body)``. Every other
 frame (heartbeats, method replies, Basic.Cancel, Channel.Close, Connection.Close,

@@ -29,7 +29,7 @@ import pika.exceptions
 
 from .connection import (
     CONNECTION_ERRORS, CONSUMER_PUMP_INTERVAL, KEEPALIVE_INTERVAL, AmqpConnection,
-    AmqpConnectorError, _queue_error,
+    AmqpConnectorError, _noop, _queue_error,
 )
 from .messages import ARROW_BATCH_ROWS, Delivery
 from .options import redact_url
@@ -60,10 +60,6 @@ class DataLossError(AmqpConnectorError):
 
 class NotAStreamError(AmqpConnectorError):
     """Deliveries without an x-stream-offset header: the queue is not a stream."""
-
-
-def _noop() -> None:
-    pass
 
 
 def _not_a_stream(queue: str) -> str:
