@@ -12,6 +12,11 @@ buffer (a few hundred small messages), so while deliveries keep coming a consume
 thread pumps again at once rather than after the interval. pika is not thread-safe:
 the thread and the caller take turns under one lock, so the connection is never used by
 two threads at once.
+
+A consuming channel's deliveries are parsed by DeliveryFrames (delivery_frames.py) from
+the socket bytes, not by pika's frame objects and channel machinery; pika still does
+the handshake, the other methods, acknowledgements and heartbeats on the same
+connection.
 """
 
 import itertools
@@ -24,6 +29,7 @@ from collections.abc import Callable
 import pika
 import pika.exceptions
 
+from .delivery_frames import DeliveryFrames
 from .messages import Delivery
 from .options import redact_url
 
@@ -33,6 +39,10 @@ KEEPALIVE_INTERVAL = 2.0  # seconds between I/O pumps of an idle publisher
 CONSUMER_PUMP_INTERVAL = 0.02  # ... and of a consumer
 # pika exceptions that mean the connection or channel is gone.
 CONNECTION_ERRORS = (pika.exceptions.AMQPError, OSError)
+
+
+def _noop() -> None:
+    pass
 
 
 class AmqpConnectorError(RuntimeError):
@@ -57,6 +67,7 @@ class AmqpConnection:
         self.failure = None  # the exception that broke the connection, if any
         self._stop = threading.Event()
         self._thread = None
+        self._delivery_frames = None  # DeliveryFrames, once a channel's deliveries are routed
 
     def open(self) -> None:
         parameters = pika.URLParameters(self.url)
@@ -71,6 +82,19 @@ class AmqpConnection:
         self._thread = threading.Thread(target=self._keepalive, daemon=True,
                                         name=f"warren-spark keepalive ({self.purpose})")
         self._thread.start()
+
+    def route_deliveries(self, channel_number: int, on_delivery) -> None:
+        """Parse the deliveries of channel `channel_number` with DeliveryFrames (not pika)
+        and pass each to `on_delivery(delivery_tag, redelivered, exchange, routing_key,
+        properties, body)`; call before the channel's Basic.Consume."""
+        if self._delivery_frames is None:
+            self._delivery_frames = DeliveryFrames(self.connection._impl)
+        self._delivery_frames.route(channel_number, on_delivery)
+
+    def unroute_deliveries(self, channel_number: int) -> None:
+        """The channel is closed: its number may be reused by a channel pika reads."""
+        if self._delivery_frames is not None:
+            self._delivery_frames.unroute(channel_number)
 
     @property
     def is_open(self) -> bool:
@@ -136,11 +160,24 @@ class QueueConsumer:
         self.buffer = deque()
         self.taken = deque()  # delivery tags taken and not yet acknowledged, ascending
         self.consumer_tag = None
+        self._waiting = False  # wait() is running: end it at the next delivery
+
+    def _on_delivery(self, delivery_tag, redelivered, exchange, routing_key, properties,
+                     body) -> None:
+        self.received += 1
+        self.buffer.append(Delivery(delivery_tag, exchange, routing_key, redelivered,
+                                    properties, body))
+        if self._waiting:
+            self._waiting = False
+            # A 0-delay timer ends the running process_data_events (a delivery parsed by
+            # DeliveryFrames is not one of BlockingConnection's own events).
+            self.amqp.connection.call_later(0, _noop)
 
     def _on_message(self, channel, method, properties, body) -> None:
-        self.received += 1
-        self.buffer.append(Delivery(method.delivery_tag, method.exchange, method.routing_key,
-                                    method.redelivered, properties, body))
+        # pika's path: only for a delivery DeliveryFrames left to pika (none in practice:
+        # it is installed before Basic.Consume).
+        self._on_delivery(method.delivery_tag, method.redelivered, method.exchange,
+                          method.routing_key, properties, body)
 
     def open(self) -> int:
         """Connect and check the queue exists; returns its ready-message count."""
@@ -160,6 +197,7 @@ class QueueConsumer:
             try:
                 if self.prefetch:
                     channel.basic_qos(prefetch_count=self.prefetch)
+                self.amqp.route_deliveries(channel.channel_number, self._on_delivery)
                 self.consumer_tag = channel.basic_consume(self.queue, self._on_message,
                                                           auto_ack=False)
             except CONNECTION_ERRORS as error:
@@ -197,11 +235,14 @@ class QueueConsumer:
         """Process I/O for up to `seconds` (returns early on nothing; pika's own timer)."""
         with self.amqp.lock:
             self._check()
+            self._waiting = True
             try:
                 self.amqp.connection.process_data_events(time_limit=seconds)
             except CONNECTION_ERRORS as error:
                 self.amqp.failure = error
                 raise AmqpConnectorError(f"consuming {self.queue!r}: {error!r}") from None
+            finally:
+                self._waiting = False
 
     def settle(self) -> int:
         """The queue's ready-message count, after which every delivery the broker sent

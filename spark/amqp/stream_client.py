@@ -29,7 +29,7 @@ import pika.exceptions
 
 from .connection import (
     CONNECTION_ERRORS, CONSUMER_PUMP_INTERVAL, KEEPALIVE_INTERVAL, AmqpConnection,
-    AmqpConnectorError, _queue_error,
+    AmqpConnectorError, _noop, _queue_error,
 )
 from .messages import ARROW_BATCH_ROWS, Delivery
 from .options import redact_url
@@ -60,10 +60,6 @@ class DataLossError(AmqpConnectorError):
 
 class NotAStreamError(AmqpConnectorError):
     """Deliveries without an x-stream-offset header: the queue is not a stream."""
-
-
-def _noop() -> None:
-    pass
 
 
 def _not_a_stream(queue: str) -> str:
@@ -142,13 +138,15 @@ class StreamChannel:
 
     def _on_close(self, channel, reason) -> None:
         self.close_reason = reason
+        self.amqp.unroute_deliveries(channel.channel_number)
         self._wake()
 
     def _on_cancel(self, frame) -> None:
         self.cancelled = True
         self._wake()
 
-    def _on_message(self, channel, method, properties, body) -> None:
+    def _on_delivery(self, delivery_tag, redelivered, exchange, routing_key, properties,
+                     body) -> None:
         headers = properties.headers or {}
         offset = headers.get(OFFSET_HEADER)
         if not isinstance(offset, int):
@@ -159,9 +157,14 @@ class StreamChannel:
             return
         if not self.deliveries:
             self._wake()
-        self.deliveries.append(Delivery(method.delivery_tag, method.exchange,
-                                        method.routing_key, method.redelivered, properties,
-                                        body, int(offset)))
+        self.deliveries.append(Delivery(delivery_tag, exchange, routing_key, redelivered,
+                                        properties, body, int(offset)))
+
+    def _on_message(self, channel, method, properties, body) -> None:
+        # pika's path: only for a delivery DeliveryFrames left to pika (none in practice:
+        # the channel is routed to it before Basic.Consume).
+        self._on_delivery(method.delivery_tag, method.redelivered, method.exchange,
+                          method.routing_key, properties, body)
 
     def check(self) -> None:
         if self.error is not None:
@@ -202,6 +205,7 @@ class StreamChannel:
             done = []
             self.channel.basic_qos(prefetch_count=prefetch, callback=self._waking(done))
             self.until(lambda: done, "Basic.Qos")
+            self.amqp.route_deliveries(self.channel.channel_number, self._on_delivery)
             self.channel.basic_consume(self.queue, self._on_message, auto_ack=False,
                                        arguments=arguments, callback=self._waking(done))
             self.until(lambda: len(done) > 1 or self.cancelled, "Basic.Consume")

@@ -1,0 +1,111 @@
+"""The amqp source's consumers (spark/amqp/connection.py, stream_client.py) against a real
+broker, without Spark: deliveries parsed by DeliveryFrames carry what was published
+(every property, bodies over several frames, in order), are acknowledged and
+requeued as before, and stream ranges read exactly their offsets."""
+
+import pika
+import pytest
+
+from pika_helpers import (  # noqa: F401  (names: fixture)
+    _test_deadline, close_quietly, connect, names, wait_for_count,
+)
+from spark.amqp.connection import QueueConsumer
+from spark.amqp.stream_client import StreamRangeConsumer
+
+WAIT = 30.0
+
+PROPERTIES = pika.BasicProperties(
+    content_type="application/json", content_encoding="utf-8",
+    headers={"tenant": "acme", "attempt": 3, "urgent": True, "raw": b"\xffA",
+             "nested": {"a": [1, "b"]}},
+    delivery_mode=2, priority=1, correlation_id="c-1", reply_to="replies",
+    expiration="600000", message_id="m-1", timestamp=1767225600, type="order",
+    user_id="guest", app_id="shop")
+
+
+def url_of(broker) -> str:
+    return f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"
+
+
+def publish(broker, queue: str, messages, arguments=None) -> None:
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        channel.queue_declare(queue, arguments=arguments, durable=arguments is not None)
+        channel.confirm_delivery()
+        for body, properties in messages:
+            channel.basic_publish("", queue, body, properties)
+    finally:
+        close_quietly(connection)
+
+
+def ready(broker, queue: str, count: int) -> int:
+    connection = connect(broker)
+    try:
+        return wait_for_count(connection.channel(), queue, count, timeout=WAIT)
+    finally:
+        close_quietly(connection)
+
+
+def consume_all(broker, queue: str, count: int) -> tuple:
+    consumer = QueueConsumer(url_of(broker), queue, prefetch=0, purpose="test")
+    assert consumer.open() == count
+    consumer.consume()
+    consumer.fill(count, WAIT)
+    return consumer, consumer.take(count)
+
+
+def test_queue_deliveries_carry_what_was_published_and_are_acknowledged(broker, names):
+    queue = names.queue("spark-consumer")
+    big = bytes(range(256)) * 1200  # 307,200 bytes: several body frames
+    messages = ([(b"first", PROPERTIES), (b"", pika.BasicProperties(message_id="empty")),
+                 (big, PROPERTIES)]
+                + [(b"m%d" % n, pika.BasicProperties(message_id=str(n))) for n in range(200)])
+    publish(broker, queue, messages)
+    consumer, deliveries = consume_all(broker, queue, len(messages))
+    try:
+        assert [d.body for d in deliveries] == [body for body, _ in messages]
+        tags = [d.tag for d in deliveries]
+        assert tags == sorted(tags)
+        first = deliveries[0]
+        assert (first.exchange, first.routing_key, first.redelivered) == ("", queue, False)
+        for name in ("content_type", "content_encoding", "headers", "delivery_mode",
+                     "priority", "correlation_id", "reply_to", "expiration", "message_id",
+                     "timestamp", "type", "user_id", "app_id"):
+            assert getattr(first.properties, name) == getattr(PROPERTIES, name), name
+        assert [d.properties.message_id for d in deliveries[3:]] == \
+            [str(n) for n in range(200)]
+        consumer.ack_through(deliveries[-1].tag)
+    finally:
+        consumer.close()
+    assert ready(broker, queue, 0) == 0
+
+
+def test_unacknowledged_deliveries_come_back_redelivered(broker, names):
+    queue = names.queue("spark-consumer-requeue")
+    publish(broker, queue, [(b"m%d" % n, pika.BasicProperties()) for n in range(10)])
+    consumer, deliveries = consume_all(broker, queue, 10)
+    consumer.ack_through(deliveries[3].tag)  # the first four only
+    consumer.close()
+    assert ready(broker, queue, 6) == 6
+    consumer, again = consume_all(broker, queue, 6)
+    try:
+        assert [d.body for d in again] == [b"m%d" % n for n in range(4, 10)]
+        assert all(d.redelivered for d in again)
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("start, end", [(0, 30), (5, 17)])
+def test_a_stream_range_reads_exactly_its_offsets(broker, names, start, end):
+    stream = names.queue("spark-consumer-stream")
+    publish(broker, stream, [(b"s%d" % n, pika.BasicProperties(message_id=str(n)))
+                             for n in range(30)], arguments={"x-queue-type": "stream"})
+    consumer = StreamRangeConsumer(url_of(broker), stream, start, end, prefetch=7)
+    try:
+        rows = [d for batch in consumer.batches(rows=4) for d in batch]
+    finally:
+        consumer.close()
+    assert [d.offset for d in rows] == list(range(start, end))
+    assert [d.body for d in rows] == [b"s%d" % n for n in range(start, end)]
+    assert [d.properties.headers["x-stream-offset"] for d in rows] == list(range(start, end))
