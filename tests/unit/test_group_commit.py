@@ -161,99 +161,82 @@ def test_connections_woken_by_a_commit_share_the_next_one():
     assert released == [(1, 1), (2, 3), (3, 3)]
 
 
+class BlockingMaintenance:
+    """A committer whose maintenance blocks until `finish` is set; `jobs` records the
+    storage jobs in the order they ran."""
+
+    def __init__(self):
+        self.persistence = Persistence()
+        self.started = threading.Event()
+        self.finish = threading.Event()
+        self.jobs = []
+        self.store = CountingStore()
+        self.committer = GroupCommitter(self.persistence, apply_changes=lambda changes: None,
+                                        sync_stores=self._sync, maintain_stores=self._maintain)
+
+    def _sync(self, stores) -> int:
+        for store in stores:
+            self.jobs.append("sync")
+            store.sync()
+        return 0
+
+    def _maintain(self, stores) -> list:
+        self.jobs.append("maintain start")
+        self.started.set()
+        self.finish.wait(30)
+        self.jobs.append("maintain end")
+        return []
+
+    async def commit_then_wait_for_maintenance(self) -> None:
+        """A first commit (which makes maintenance due for its store), then until the
+        maintenance has started."""
+        released = []
+        first = WaitingConnection(self.write(), released)
+        self.persistence.wait_durable(first)
+        await first.done.wait()
+        assert await trio.to_thread.run_sync(self.started.wait, 30)
+
+    def write(self) -> int:
+        self.persistence.store_written(self.store)
+        return self.persistence.writes
+
+
 def test_a_flush_waits_for_running_maintenance():
     """An operator's change (the control socket) flushes while maintenance runs: its
     commit starts after the maintenance, never beside it."""
-    persistence = Persistence()
-    maintenance_started = threading.Event()
-    finish_maintenance = threading.Event()
-    storage_jobs = []
+    maintenance = BlockingMaintenance()
 
-    class LoggingStore(CountingStore):
-        def sync(self) -> int:
-            storage_jobs.append("sync")
-            return super().sync()
+    async def scenario():
+        await maintenance.commit_then_wait_for_maintenance()
+        maintenance.write()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(maintenance.committer.flush)
+            await trio.testing.wait_all_tasks_blocked()   # flush waits
+            assert maintenance.persistence.has_pending()  # not taken beside maintenance
+            maintenance.finish.set()
 
-    def maintain(stores):
-        storage_jobs.append("maintain start")
-        maintenance_started.set()
-        finish_maintenance.wait(30)
-        storage_jobs.append("maintain end")
-        return []
-
-    store = LoggingStore()
-    committer = GroupCommitter(persistence, apply_changes=lambda changes: None,
-                               sync_stores=lambda stores: sum(0 * s.sync() for s in stores),
-                               maintain_stores=maintain)
-    released = []
-
-    async def main():
-        persistence.store_written(store)
-        first = WaitingConnection(persistence.writes, released)
-        persistence.wait_durable(first)
-
-        async def scenario():
-            await first.done.wait()
-            assert await trio.to_thread.run_sync(maintenance_started.wait, 30)
-            persistence.store_written(store)          # while maintenance runs
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(committer.flush)
-                await trio.testing.wait_all_tasks_blocked()   # flush waits
-                finish_maintenance.set()
-
-        await run_committer_until_maintained(committer, scenario)
-
-    trio.run(main)
-    assert storage_jobs[:4] == ["sync", "maintain start", "maintain end", "sync"]
-    assert not persistence.has_pending()
+    trio.run(run_committer_until_maintained, maintenance.committer, scenario)
+    assert maintenance.jobs[:4] == ["sync", "maintain start", "maintain end", "sync"]
+    assert not maintenance.persistence.has_pending()
 
 
 def test_a_commit_asked_for_during_maintenance_starts_after_it():
     """Maintenance (compaction, retention) never runs beside a commit: a commit asked
     for meanwhile waits for it to end."""
-    persistence = Persistence()
-    maintenance_started = threading.Event()
-    finish_maintenance = threading.Event()
-    storage_jobs = []
-
-    class LoggingStore(CountingStore):
-        def sync(self) -> int:
-            storage_jobs.append("sync")
-            return super().sync()
-
-    def maintain(stores):
-        storage_jobs.append("maintain start")
-        maintenance_started.set()
-        finish_maintenance.wait(30)
-        storage_jobs.append("maintain end")
-        return []
-
-    store = LoggingStore()
-    committer = GroupCommitter(persistence, apply_changes=lambda changes: None,
-                               sync_stores=lambda stores: sum(0 * s.sync() for s in stores),
-                               maintain_stores=maintain)
+    maintenance = BlockingMaintenance()
     released = []
 
-    async def main():
-        persistence.store_written(store)
-        first = WaitingConnection(persistence.writes, released)
-        persistence.wait_durable(first)
+    async def scenario():
+        await maintenance.commit_then_wait_for_maintenance()
+        second = WaitingConnection(maintenance.write(), released)
+        maintenance.persistence.wait_durable(second)
+        assert maintenance.persistence.has_pending()          # not taken yet
+        maintenance.finish.set()
+        await second.done.wait()
 
-        async def scenario():
-            await first.done.wait()
-            assert await trio.to_thread.run_sync(maintenance_started.wait, 30)
-            persistence.store_written(store)          # while maintenance runs
-            second = WaitingConnection(persistence.writes, released)
-            persistence.wait_durable(second)
-            assert persistence.has_pending()          # not taken yet
-            finish_maintenance.set()
-            await second.done.wait()
-
-        await run_committer_until_maintained(committer, scenario)
-
-    trio.run(main)
-    assert storage_jobs[:4] == ["sync", "maintain start", "maintain end", "sync"]
-    assert released == [(1, 1), (2, 2)]
+    trio.run(run_committer_until_maintained, maintenance.committer, scenario)
+    assert maintenance.jobs[:4] == ["sync", "maintain start", "maintain end", "sync"]
+    assert released == [(2, 2)]
 
 
 async def run_committer_until_maintained(committer: GroupCommitter, done) -> None:
