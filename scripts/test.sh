@@ -5,8 +5,10 @@
 # tests, which start a throw-away node of their own; .venv with Warren and its test
 # dependencies) and run the whole suite; then run the integration tests again against a
 # throw-away RabbitMQ node (tests/rabbitmq_node.py run), Warren-only tests deselected, so
-# every run proves that they pass against RabbitMQ too (docs/testing.md).
-# Extra arguments go to the first pytest run. The exit status is non-zero when either
+# every run proves that they pass against RabbitMQ too (docs/testing.md). Between the two,
+# the unit tests run again on the mypyc-compiled build (scripts/compiled_tests.sh, which
+# needs gcc and the Python headers: docs/install.md).
+# Extra arguments go to the first pytest run. The exit status is non-zero when any
 # run fails; pytest's 5 (no tests ran) is a failure too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,10 @@ command -v javac >/dev/null || debian_packages+=(default-jdk-headless)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || debian_packages+=(postgresql)
 command -v go >/dev/null || debian_packages+=(golang-go)
 command -v ip >/dev/null || debian_packages+=(iproute2)
+command -v gcc >/dev/null || debian_packages+=(gcc)                 # the compiled build
+python3 -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || debian_packages+=(python3-dev)
 [ -x /usr/bin/prometheus ] || debian_packages+=(prometheus)
 [ -x /usr/bin/chromium ] || debian_packages+=(chromium)          # the web UI tests
 [ -x /usr/bin/chromedriver ] || debian_packages+=(chromium-driver)
@@ -61,6 +67,12 @@ source scripts/venv.sh "[test]"
 warren_status=0
 .venv/bin/python -m pytest "$@" || warren_status=$?
 
+# The compiled build (docs/install.md): the unit tests again on the modules compiled with
+# mypyc, in a copy of the checkout (build/compiled).
+echo "== the unit tests on the compiled build (mypyc)"
+compiled_status=0
+scripts/compiled_tests.sh tests/unit -q -n 2 || compiled_status=$?
+
 # Not run again against RabbitMQ (docs/testing.md, "The RabbitMQ run"): the Spark tests
 # (`slow`), the differential runner (the first run compared Warren with a throw-away node
 # already), and the loopback_users test that needs a broker listening on every interface.
@@ -73,7 +85,10 @@ rabbitmq_status=0
     || rabbitmq_status=$?
 
 [ "$warren_status" = 0 ] || echo "test.sh: the test suite failed (pytest exit status $warren_status)" >&2
+[ "$compiled_status" = 0 ] \
+    || echo "test.sh: the compiled build's tests failed (exit status $compiled_status)" >&2
 [ "$rabbitmq_status" = 0 ] \
     || echo "test.sh: the run against RabbitMQ failed (exit status $rabbitmq_status)" >&2
 if [ "$warren_status" != 0 ]; then exit "$warren_status"; fi
+if [ "$compiled_status" != 0 ]; then exit "$compiled_status"; fi
 exit "$rabbitmq_status"
