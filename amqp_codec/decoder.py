@@ -31,6 +31,7 @@ Reply codes follow RabbitMQ 3.10.8 (probed on 127.0.0.1:5673 with raw frames):
   None and the announced `body_size` after the last one, for the channel to refuse.
 """
 
+from collections.abc import Callable
 from struct import Struct, error as StructError
 from typing import Protocol, cast
 
@@ -58,7 +59,8 @@ MAX_BODY_SIZE = 128 * 1024 * 1024   # RabbitMQ's default max_message_size
 _PROPERTIES_CACHE_SIZE = 256
 # RabbitMQ also accepts the 0-9 header (AMQP 1-1-0-9) and speaks 0-9-1 to such clients.
 ACCEPTED_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
-_new = object.__new__
+# object.__new__, typed as what the fast path makes with it (a cast here, not per call)
+_new = cast("Callable[[type], Publish]", object.__new__)
 _DECODE_ERRORS = (StructError, ValueError, TypeError, IndexError, KeyError)
 # pamqp's method classes by index; it annotates the table as dict[int, type]
 _METHOD_CLASSES = cast("dict[int, type[base.Frame]]", commands.INDEX_MAPPING)
@@ -168,7 +170,7 @@ class Decoder:
         # classes of a compiled build (mypyc), whose __new__ runs __init__ and which
         # object.__new__ refuses.
         make: object = publish_type.__new__
-        self._made_by_object_new = make is _new
+        self._made_by_object_new = make is object.__new__
         self.max_body_size = max_body_size   # larger bodies are dropped, not buffered
         self._header_seen = 0           # bytes of the protocol header received so far
         self._header_bytes = b""
@@ -351,7 +353,7 @@ class Decoder:
             # Made without a constructor call (~1,000 instructions less per message
             # than calling it, callgrind, bench/core_hot_path.py): the attributes it
             # would set.
-            publish = cast(Publish, _new(self.publish_type))
+            publish = _new(self.publish_type)
             publish.channel = channel
             publish.exchange = exchange
             publish.routing_key = routing_key
