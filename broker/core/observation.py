@@ -18,9 +18,9 @@ ACK, NACK, REJECT = "ack", "nack", "reject"
 
 
 class Observer(Protocol):
-    """Told what happened in one vhost; every method does nothing here. A Protocol, so
-    that a class outside the core can implement it in a compiled build too (mypyc
-    refuses a Python subclass of a compiled class)."""
+    """Told what happened in one vhost; every method does nothing here. A Protocol:
+    a class outside the core implements it without subclassing it, which a compiled
+    build (mypyc) refuses ("interpreted classes cannot inherit from compiled")."""
 
     def published(self, exchange: "Exchange", message: "Message", queues: int) -> None:
         """`message` was routed by `exchange` to `queues` queues."""
