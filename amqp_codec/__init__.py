@@ -3,7 +3,7 @@
 from .constants import (
     FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD, PROTOCOL_HEADER,
 )
-from .decoder import Decoder, InboundHeartbeat, InboundMethod, InboundPublish
+from .decoder import Decoder, InboundHeartbeat, InboundMethod, InboundPublish, Publish
 from .encoder import (
     HEARTBEAT_FRAME, encode_basic_ack, encode_basic_nack, encode_content, encode_deliver,
     encode_connection_start, encode_get_ok, encode_method, encode_properties,
@@ -22,7 +22,7 @@ from .reply_codes import ReplyCode, is_connection_level
 
 __all__ = [
     "PROTOCOL_HEADER", "FRAME_METHOD", "FRAME_HEADER", "FRAME_BODY", "FRAME_HEARTBEAT",
-    "FRAME_END", "Framer", "Decoder", "InboundMethod", "InboundPublish", "InboundHeartbeat",
+    "FRAME_END", "Framer", "Decoder", "InboundMethod", "InboundPublish", "Publish", "InboundHeartbeat",
     "HEARTBEAT_FRAME", "encode_method", "encode_content", "encode_deliver", "encode_get_ok",
     "encode_basic_ack", "encode_basic_nack", "encode_return", "encode_properties",
     "decode_properties", "encode_connection_start", "encode_table", "with_long_header",

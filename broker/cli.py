@@ -8,6 +8,8 @@ import sys
 import tempfile
 import time
 
+from broker import __version__
+from broker.build import BuildMismatch, build_kind, check_expected_build
 from broker.config import ConfigError, load_settings, management_port
 from broker.server.listener import Server
 from broker.server.node import DefinitionsRefused, Node, run_until_stopped
@@ -38,6 +40,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="warren", description=__doc__, epilog=(
         "warren ctl VERB ...: the rabbitmqctl-style client of the management API "
         "(warren ctl --help)"))
+    parser.add_argument("--version", action="version",
+                        version=f"warren {__version__}, {build_kind()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the broker")
     serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
@@ -108,10 +112,13 @@ def _serve(args: argparse.Namespace, ephemeral_dir: str | None) -> int:
     try:
         settings = load_settings(args.config, overrides)
         configure_logging(settings.log_level)
+        build = check_expected_build()
         node = Node(settings, testing=args.testing)
-    except (ConfigError, DefinitionsRefused) as error:
+    except (ConfigError, DefinitionsRefused, BuildMismatch) as error:
         print(f"warren: {error}", file=sys.stderr)
         return 2
+    logging.getLogger("warren.server").info(
+        "event=starting version=%s build=%r", __version__, build)
     if args.ephemeral:
         node.server.on_listening = _print_addresses
     try:

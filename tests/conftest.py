@@ -23,6 +23,7 @@ import os
 import pytest
 from hypothesis import settings
 
+from broker.build import BuildMismatch, check_expected_build
 from broker.testing.test_broker import SUBPROCESS
 from broker_address import BrokerAddress
 from broker_process import BrokerProcess
@@ -37,7 +38,13 @@ WARREN_ONLY = pytest.StashKey[list]()   # (test id, reason) of the tests not run
 
 def pytest_configure(config):
     """The plugin's broker for this suite: a subprocess (as a deployed Warren runs, and so
-    that the test process's threads do not slow it), or WARREN_TEST_BROKER's broker."""
+    that the test process's threads do not slow it), or WARREN_TEST_BROKER's broker.
+    With WARREN_EXPECT_BUILD (scripts/test.sh's compiled run) the session stops unless
+    the modules it imports are that build (the brokers it starts check it too)."""
+    try:
+        check_expected_build()
+    except BuildMismatch as mismatch:
+        raise pytest.UsageError(str(mismatch)) from None
     if config.getoption("--warren-mode") is None:
         config.option.warren_mode = SUBPROCESS
     address = os.environ.get("WARREN_TEST_BROKER")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from amqp_codec import (Framer, InboundHeartbeat, InboundPublish, MalformedProperties,
-                        fit_reply_text)
+                        Publish, fit_reply_text)
 from amqp_codec.constants import FRAME_MIN_SIZE
 from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import (BASIC_PUBLISH, CHANNEL_OPEN, CONNECTION_OPEN,
@@ -672,7 +672,7 @@ class Connection:
         raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
                                 *BASIC_PUBLISH)
 
-    def _publish_confirmed(self, channel: Channel, item: InboundPublish) -> None:
+    def _publish_confirmed(self, channel: Channel, item: Publish) -> None:
         """A publish in confirm mode: the confirm waits for what the publish wrote."""
         persistence = self.broker.persistence
         writes = persistence.writes

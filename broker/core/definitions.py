@@ -107,7 +107,8 @@ def _queue(vhost: str, queue) -> dict:
 
 
 def _kept_exchange(exchange) -> bool:
-    return exchange.durable and exchange.name and not exchange.name.startswith("amq.")
+    return bool(exchange.durable and exchange.name
+                and not exchange.name.startswith("amq."))
 
 
 def _exchange(vhost: str, exchange) -> dict:

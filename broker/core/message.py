@@ -199,6 +199,12 @@ def body_size(message: Message) -> int:
     return message.body_size
 
 
+# Whether the classes here can be made by object.__new__ and their slots set, without
+# their __init__ (cheaper in pure Python: queue.MemoryRun.move_to does so). Not in a
+# compiled build (mypyc): object.__new__ refuses its classes ("not safe").
+MADE_BY_OBJECT_NEW = Message.__new__ is object.__new__
+
+
 class QueueEntry:
     """A message's place in one queue: the shared Message plus per-queue state."""
 

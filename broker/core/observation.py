@@ -5,7 +5,7 @@ A vhost's `observer` is None in a production broker; every call site is one attr
 check against None. The methods run on the broker's loop, in the middle of the core's
 work: an observer keeps what it needs and returns, it never changes broker state."""
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 if TYPE_CHECKING:
     from .channel import Channel, Delivery
@@ -17,8 +17,10 @@ if TYPE_CHECKING:
 ACK, NACK, REJECT = "ack", "nack", "reject"
 
 
-class Observer:
-    """Told what happened in one vhost; every method does nothing here."""
+class Observer(Protocol):
+    """Told what happened in one vhost; every method does nothing here. A Protocol:
+    a class outside the core implements it without subclassing it, which a compiled
+    build (mypyc) refuses ("interpreted classes cannot inherit from compiled")."""
 
     def published(self, exchange: "Exchange", message: "Message", queues: int) -> None:
         """`message` was routed by `exchange` to `queues` queues."""

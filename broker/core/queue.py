@@ -11,7 +11,8 @@ from .ports import QueueStore
 
 from .dead_letter import dead_letter_message
 from .message import (
-    EXPIRATION_BIT, Message, PagedOutPlaceholders, PublishedMessage, QueueEntry, body_size,
+    EXPIRATION_BIT, MADE_BY_OBJECT_NEW, Message, PagedOutPlaceholders, PublishedMessage,
+    QueueEntry, body_size,
 )
 from .policy import classic_queue_settings
 from .queue_base import Consumer, QueueBase
@@ -142,28 +143,37 @@ class MemoryRun:
         the read-ahead's batch, rather than a popleft call each; the Message and the
         QueueEntry are made with object.__new__ and their slots set here, which costs
         about 800 instructions less a message than their __init__ calls (callgrind,
-        bench/core_hot_path.py --backlog). Every slot must be set (message.py)."""
+        bench/core_hot_path.py --backlog). Every slot must be set (message.py). The
+        classes of a compiled build are made by their constructors, a native call."""
         first = self.first
         end = min(first + count, len(self.seqs))
         bodies = self.bodies
         append = ready.append
-        new = object.__new__
-        for seq, body, properties, (exchange, routing_key, persistent) in zip(
-                self.seqs[first:end], bodies[first:end], self.properties[first:end],
-                self.routes[first:end]):
-            message = new(Message)
-            message.exchange = exchange
-            message.routing_key = routing_key
-            message.properties = properties
-            message.body = body
-            message.decoded_cache = None
-            message.persistent_cache = persistent
-            entry = new(QueueEntry)
-            entry.message = message
-            entry.seq = seq
-            entry.redelivered = False
-            entry.expires_at = None
-            append(entry)
+        if MADE_BY_OBJECT_NEW:
+            new = object.__new__
+            for seq, body, properties, (exchange, routing_key, persistent) in zip(
+                    self.seqs[first:end], bodies[first:end], self.properties[first:end],
+                    self.routes[first:end]):
+                message = new(Message)
+                message.exchange = exchange
+                message.routing_key = routing_key
+                message.properties = properties
+                message.body = body
+                message.decoded_cache = None
+                message.persistent_cache = persistent
+                entry = new(QueueEntry)
+                entry.message = message
+                entry.seq = seq
+                entry.redelivered = False
+                entry.expires_at = None
+                append(entry)
+        else:       # compiled: object.__new__ cannot make a compiled class
+            for seq, body, properties, (exchange, routing_key, persistent) in zip(
+                    self.seqs[first:end], bodies[first:end], self.properties[first:end],
+                    self.routes[first:end]):
+                message = Message(exchange, routing_key, properties, body)
+                message.persistent_cache = persistent
+                append(QueueEntry(message, seq))
         bodies[first:end] = _NONES[:end - first]
         self.first = end
         return end - first

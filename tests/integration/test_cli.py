@@ -1,5 +1,6 @@
 """`warren serve` as a user runs it: configuration file, flags, start-up failures."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ import pika
 import pytest
 
 from broker import __version__
+from broker.build import COMPILED, EXPECT_BUILD_VARIABLE, build_kind
 from broker_process import LISTENING, BrokerProcess
 
 pytestmark = pytest.mark.warren_only(
@@ -18,6 +20,24 @@ SERVE = [sys.executable, "-m", "broker", "serve"]
 
 def run_serve(*args, timeout=30):
     return subprocess.run([*SERVE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_version_says_which_build_runs():
+    result = subprocess.run([sys.executable, "-m", "broker", "--version"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"warren {__version__}, {build_kind()}"
+
+
+def test_a_broker_refuses_to_start_on_another_build_than_the_expected_one(tmp_path):
+    other = "pure" if build_kind() == COMPILED else "compiled"
+    result = subprocess.run([*SERVE, "--data-dir", str(tmp_path), "--port", "0",
+                             "--management-port", "0"],
+                            env={**os.environ, EXPECT_BUILD_VARIABLE: other},
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert f"{EXPECT_BUILD_VARIABLE}={other} but this is the {build_kind()} build" \
+        in result.stderr
 
 
 def test_a_taken_port_fails_with_exit_1_and_says_why(broker_factory, tmp_path):

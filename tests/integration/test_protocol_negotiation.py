@@ -126,7 +126,7 @@ def test_login_mechanisms(broker, mechanism):
     ("PLAIN", "guest", "wrong-password"),
     ("PLAIN", "no-such-user-" + uuid.uuid4().hex[:8], "guest"),
     ("AMQPLAIN", "guest", "wrong-password"),
-])
+], ids=["PLAIN-wrong-password", "PLAIN-unknown-user", "AMQPLAIN-wrong-password"])
 def test_bad_credentials_with_authentication_failure_close_get_403(broker, mechanism,
                                                                      user, password):
     with RawAmqpClient(broker.host, broker.port) as client:

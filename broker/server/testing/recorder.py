@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from amqp_codec import MalformedProperties, decode_properties
 
 from broker.core.message import Message
-from broker.core.observation import Observer
 
 KEPT = 1000   # records of each kind held; counts go on past it
 
@@ -48,8 +47,10 @@ class QueueSettlements:
         return [record.message_id for record in self.records if record.outcome == outcome]
 
 
-class Recorder(Observer):
-    """Publishes, settlements, dead letters, returns and confirms of one vhost."""
+class Recorder:
+    """Publishes, settlements, dead letters, returns and confirms of one vhost: a
+    broker.core.observation.Observer, not a subclass of it (a Python class cannot
+    subclass a class, protocol or not, of the compiled core)."""
 
     def __init__(self):
         self.published_counts: Counter[tuple[str, str]] = Counter()  # (exchange, key)
