@@ -17,8 +17,12 @@ class ManagementApi:
         self.base_url = base_url.rstrip("/")
         self.user = user
         self.password = password
+        # A new connection per request: RabbitMQ's web server may close a kept-alive
+        # connection after an error answer, and a request sent on it meanwhile then
+        # fails with "Server disconnected without sending a response" (a race).
         self.http = httpx.Client(base_url=self.base_url, auth=(user, password),
-                                 timeout=60.0)
+                                 timeout=60.0,
+                                 limits=httpx.Limits(max_keepalive_connections=0))
 
     def as_user(self, user: str, password: str) -> "ManagementApi":
         return ManagementApi(self.base_url, user, password)

@@ -101,10 +101,13 @@ def test_a_vhost_is_created_listed_and_deleted(api, names):
     assert shown["tracing"] is False
     assert list(shown["cluster_state"].values()) == ["running"]
     assert vhost in {listed["name"] for listed in api.json("/api/vhosts")}
-    default = api.json("/api/vhosts/%2F")
-    assert default["name"] == "/"
-    assert all(isinstance(default[key], int) for key in
-               ("messages", "messages_ready", "messages_unacknowledged"))
+    assert api.json("/api/vhosts/%2F")["name"] == "/"
+    # RabbitMQ shows a vhost's message counts once it has a queue and its statistics
+    # were collected
+    assert api.put(f"/api/queues/{vhost}/counted", {}).status_code == 201
+    counted = api.wait_for(f"/api/vhosts/{vhost}", lambda shown: "messages" in shown)
+    assert [counted[key] for key in
+            ("messages", "messages_ready", "messages_unacknowledged")] == [0, 0, 0]
     # RabbitMQ gives the creator every permission on the new vhost
     assert api.json(f"/api/permissions/{vhost}/guest")["configure"] == ".*"
     assert api.delete(f"/api/vhosts/{vhost}").status_code == 204
