@@ -45,6 +45,7 @@ from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from .connection import AmqpConnectorError, QueueConsumer
+from .gc_pause import cyclic_gc_paused
 from .messages import to_record_batches, warm_up_arrow_in_background
 from .offsets import QueueOffset, parse_offset
 from .options import StreamReadOptions, redact_url
@@ -181,6 +182,10 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         start_offset = parse_offset(start, self.options.queue)
         # Spark asks for the batch after `start` only once the batch ending there completed.
         self._acknowledge_through(start_offset)
+        with cyclic_gc_paused():
+            return self._read_after(start, start_offset)
+
+    def _read_after(self, start: dict, start_offset: QueueOffset):
         taken = self._take()
         if not taken:
             return iter(()), start

@@ -1,0 +1,135 @@
+"""CPU per message of the stream-queue source's read path, outside Spark.
+
+Two measures, both as CPU time of this process (all threads), so that other work on
+the machine changes them much less than it changes wall-clock rates:
+
+parse: ``DeliveryFrames`` fed 4 KiB reads of --messages stream deliveries as Warren
+  sends them (pika's marshal; 100 B bodies, a message-id each, the ``x-stream-offset``
+  header), the consumer's ``_on_delivery`` building the Delivery, then the Arrow record
+  batches (``to_record_batches``). No broker.
+read: a fresh Warren stream of --messages messages (published as the Spark bench fills
+  them), read as one executor task reads its range (offsets
+  [0, --messages), prefetch --prefetch: the reader's ``read``, as an executor task
+  runs it; its record batches are only counted).
+
+    python3 bench/spark_stream_reader_cpu.py --runs 3
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import pika
+import pika.frame
+import pika.spec
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from bench.spark_source_throughput import fill_stream, start_warren  # noqa: E402
+from spark.amqp.delivery_frames import DeliveryFrames  # noqa: E402
+from spark.amqp.messages import to_record_batches, warm_up_arrow_in_background  # noqa: E402
+from spark.amqp.options import StreamQueueReadOptions  # noqa: E402
+from spark.amqp.stream_client import StreamChannel  # noqa: E402
+from spark.amqp.stream_queue_reader import AmqpStreamQueueReader, StreamRange  # noqa: E402
+
+READ_SIZE = 4096
+CHANNEL = 1
+
+
+class _Connection:
+    """What DeliveryFrames needs of a pika connection."""
+
+    bytes_received = 0
+    frames_received = 0
+
+    def _on_data_available(self, data):
+        raise AssertionError(f"a frame went to pika: {data[:20]!r}")
+
+
+def stream_deliveries(count: int, size: int) -> bytes:
+    body = b"x" * size
+    frames = []
+    for n in range(count):
+        method = pika.spec.Basic.Deliver(consumer_tag="ctag-1", delivery_tag=n + 1,
+                                         exchange="", routing_key="s1")
+        properties = pika.BasicProperties(message_id=str(n), headers={"x-stream-offset": n})
+        frames += [pika.frame.Method(CHANNEL, method).marshal(),
+                   pika.frame.Header(CHANNEL, len(body), properties).marshal(),
+                   pika.frame.Body(CHANNEL, body).marshal()]
+    return b"".join(frames)
+
+
+def parse_cpu(data: bytes, count: int) -> float:
+    """CPU seconds to parse `data` into Deliveries and record batches."""
+    stream = StreamChannel.__new__(StreamChannel)  # only the delivery callback is used
+    stream.queue = "s1"
+    stream.error = None
+    stream.deliveries = []
+    stream._wake = lambda: None
+    frames = DeliveryFrames(_Connection())
+    frames.route(CHANNEL, stream._on_delivery)
+    started = time.process_time()
+    for at in range(0, len(data), READ_SIZE):
+        frames.data_received(data[at:at + READ_SIZE])
+    to_record_batches(stream.deliveries, "s1")
+    elapsed = time.process_time() - started
+    assert len(stream.deliveries) == count, len(stream.deliveries)
+    return elapsed
+
+
+def read_cpu(url: str, stream: str, count: int, prefetch: int) -> tuple:
+    """(CPU seconds, wall seconds) to read offsets [0, count) into record batches, as
+    an executor task does (the reader's ``read``)."""
+    reader = AmqpStreamQueueReader(StreamQueueReadOptions.parse(
+        {"url": url, "queue": stream, "startingOffset": "first", "prefetch": str(prefetch)}))
+    started, wall = time.process_time(), time.perf_counter()
+    rows = sum(batch.num_rows for batch in reader.read(StreamRange(stream, 0, count)))
+    elapsed, wall = time.process_time() - started, time.perf_counter() - wall
+    assert rows == count, rows
+    return elapsed, wall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--prefetch", type=int, default=2_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", choices=("parse", "read"))
+    args = parser.parse_args()
+    warm_up_arrow_in_background()
+    to_record_batches([], "s1")
+    time.sleep(1)  # pyarrow's pandas import, outside the clock
+    if args.only != "read":
+        data = stream_deliveries(args.messages, args.size)
+        for _ in range(args.runs):
+            cpu = parse_cpu(data, args.messages)
+            print(f"parse: {cpu / args.messages * 1e6:.2f} us CPU a message")
+    if args.only == "parse":
+        return 0
+    with tempfile.TemporaryDirectory() as data_dir:
+        broker, port = start_warren(data_dir)
+        try:
+            url = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+            connection = pika.BlockingConnection(pika.URLParameters(url))
+            connection.channel().queue_declare("s1", durable=True,
+                                               arguments={"x-queue-type": "stream"})
+            connection.close()
+            fill_stream(url, "s1", args.messages, args.size)
+            for _ in range(args.runs):
+                cpu, wall = read_cpu(url, "s1", args.messages, args.prefetch)
+                print(f"read: {cpu / args.messages * 1e6:.2f} us CPU a message, "
+                      f"{args.messages / wall:,.0f} msg/s wall")
+        finally:
+            broker.terminate()
+            broker.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
