@@ -1,6 +1,6 @@
-"""CPU per message of the stream-queue source's read path, outside Spark.
+"""CPU per message of the source's read paths, outside Spark.
 
-Two measures, both as CPU time of this process (all threads), so that other work on
+Three measures, both as CPU time of this process (all threads), so that other work on
 the machine changes them much less than it changes wall-clock rates:
 
 parse: ``DeliveryFrames`` fed 4 KiB reads of --messages stream deliveries as Warren
@@ -12,8 +12,12 @@ read: a fresh Warren stream of --messages messages (published as the Spark bench
   them), read as one executor task reads its range (offsets
   [0, --messages), prefetch --prefetch: the reader's ``read``, as an executor task
   runs it; its record batches are only counted).
+queue: a plain queue of --messages messages (as the Spark bench fills them) read by the
+  plain-queue reader as the driver's runner process drives an availableNow query
+  (``prepareForTriggerAvailableNow``, then ``read``/``commit`` until nothing is left;
+  30,000 messages a batch, the first 1,000).
 
-    python3 bench/spark_stream_reader_cpu.py --runs 3
+    python3 bench/spark_reader_cpu.py --runs 3
 """
 
 import argparse
@@ -33,11 +37,12 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 from amqp_codec.header_splice import with_long_header  # noqa: E402
-from bench.spark_source_throughput import fill_stream, start_warren  # noqa: E402
+from bench.spark_source_throughput import fill, fill_stream, start_warren  # noqa: E402
 from spark.amqp.delivery_frames import DeliveryFrames  # noqa: E402
 from spark.amqp.messages import to_record_batches, warm_up_arrow_in_background  # noqa: E402
-from spark.amqp.options import StreamQueueReadOptions  # noqa: E402
+from spark.amqp.options import StreamQueueReadOptions, StreamReadOptions  # noqa: E402
 from spark.amqp.stream_client import StreamChannel  # noqa: E402
+from spark.amqp.stream_reader import AmqpStreamReader  # noqa: E402
 from spark.amqp.stream_queue_reader import AmqpStreamQueueReader, StreamRange  # noqa: E402
 
 READ_SIZE = 4096
@@ -104,6 +109,28 @@ def read_cpu(url: str, stream: str, count: int, prefetch: int) -> tuple:
     return elapsed, wall
 
 
+def queue_cpu(url: str, queue: str, count: int) -> tuple:
+    """(CPU seconds, wall seconds) of an availableNow run of the plain-queue reader."""
+    reader = AmqpStreamReader(StreamReadOptions.parse({"url": url, "queue": queue}))
+    rows = 0
+    started, wall = time.process_time(), time.perf_counter()
+    try:
+        reader.prepareForTriggerAvailableNow()
+        start = reader.initialOffset()
+        while True:
+            batches, end = reader.read(start)
+            if end == start:
+                break
+            rows += sum(batch.num_rows for batch in batches)
+            reader.commit(end)
+            start = end
+    finally:
+        reader.stop()
+    elapsed, wall = time.process_time() - started, time.perf_counter() - wall
+    assert rows == count, rows
+    return elapsed, wall
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -111,18 +138,19 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--prefetch", type=int, default=2_000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", choices=("parse", "read"))
+    parser.add_argument("--only", choices=("parse", "read", "queue"))
     args = parser.parse_args()
     warm_up_arrow_in_background()
     to_record_batches([], "s1")
     time.sleep(1)  # pyarrow's pandas import, outside the clock
-    if args.only != "read":
+    if args.only in (None, "parse"):
         data = stream_deliveries(args.messages, args.size)
         for _ in range(args.runs):
             cpu = parse_cpu(data, args.messages)
             print(f"parse: {cpu / args.messages * 1e6:.2f} us CPU a message")
     if args.only == "parse":
         return 0
+    measures = ("read", "queue") if args.only is None else (args.only,)
     with tempfile.TemporaryDirectory() as data_dir:
         broker, port = start_warren(data_dir)
         try:
@@ -130,12 +158,20 @@ def main() -> int:
             connection = pika.BlockingConnection(pika.URLParameters(url))
             connection.channel().queue_declare("s1", durable=True,
                                                arguments={"x-queue-type": "stream"})
+            connection.channel().queue_declare("q1")
             connection.close()
-            fill_stream(url, "s1", args.messages, args.size)
+            if "read" in measures:
+                fill_stream(url, "s1", args.messages, args.size)
             for _ in range(args.runs):
-                cpu, wall = read_cpu(url, "s1", args.messages, args.prefetch)
-                print(f"read: {cpu / args.messages * 1e6:.2f} us CPU a message, "
-                      f"{args.messages / wall:,.0f} msg/s wall")
+                if "read" in measures:
+                    cpu, wall = read_cpu(url, "s1", args.messages, args.prefetch)
+                    print(f"read: {cpu / args.messages * 1e6:.2f} us CPU a message, "
+                          f"{args.messages / wall:,.0f} msg/s wall")
+                if "queue" in measures:
+                    fill(url, "q1", args.messages, args.size)
+                    cpu, wall = queue_cpu(url, "q1", args.messages)
+                    print(f"queue: {cpu / args.messages * 1e6:.2f} us CPU a message, "
+                          f"{args.messages / wall:,.0f} msg/s wall")
         finally:
             broker.terminate()
             broker.wait(timeout=30)
