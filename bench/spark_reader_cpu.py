@@ -5,9 +5,9 @@ the machine changes them much less than it changes wall-clock rates:
 
 parse: ``DeliveryFrames`` fed 4 KiB reads of --messages stream deliveries as Warren
   sends them (100 B bodies, a message-id each, the ``x-stream-offset`` header spliced
-  in by Warren's own ``with_long_header``), the consumer's ``_on_delivery`` building the Delivery, then the Arrow record
-  batches (``to_record_batches``), with the cyclic garbage collector disabled. No
-  broker.
+  in by Warren's own ``with_long_header``), the consumer's ``_on_delivery`` building
+  the Delivery, then the Arrow record batches (``to_record_batches``), with the cyclic
+  garbage collector disabled. No broker.
 read: a fresh Warren stream of --messages messages (published as the Spark bench fills
   them), read as one executor task reads its range (offsets
   [0, --messages), prefetch --prefetch: the reader's ``read``, as an executor task

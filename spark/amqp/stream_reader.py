@@ -186,6 +186,7 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
             return self._read_after(start, start_offset)
 
     def _read_after(self, start: dict, start_offset: QueueOffset):
+        """read's batch after `start`: the deliveries taken and their record batches."""
         taken = self._take()
         if not taken:
             return iter(()), start
