@@ -1,7 +1,8 @@
 """CPU per message of the source's read paths, outside Spark.
 
-Three measures, both as CPU time of this process (all threads), so that other work on
-the machine changes them much less than it changes wall-clock rates:
+Three measures, as CPU time of this process (all threads), so that other work on the
+machine changes them much less than it changes wall-clock rates; read and queue also
+count the cyclic garbage collector's full collections during the read:
 
 parse: ``DeliveryFrames`` fed 4 KiB reads of --messages stream deliveries as Warren
   sends them (100 B bodies, a message-id each, the ``x-stream-offset`` header spliced
@@ -59,6 +60,21 @@ class _Connection:
 
     def _on_data_available(self, data):
         raise AssertionError(f"a frame went to pika: {data[:20]!r}")
+
+
+class FullCollections:
+    """Counts the cyclic collector's full (generation 2) collections, in all threads."""
+
+    def __init__(self):
+        self.count = 0
+        gc.callbacks.append(self._on_collection)
+
+    def _on_collection(self, phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            self.count += 1
+
+
+FULL_COLLECTIONS = FullCollections()
 
 
 def stream_deliveries(count: int, size: int) -> bytes:
@@ -164,14 +180,18 @@ def main() -> int:
                 fill_stream(url, "s1", args.messages, args.size)
             for _ in range(args.runs):
                 if "read" in measures:
+                    collections = FULL_COLLECTIONS.count
                     cpu, wall = read_cpu(url, "s1", args.messages, args.prefetch)
                     print(f"read: {cpu / args.messages * 1e6:.2f} us CPU a message, "
-                          f"{args.messages / wall:,.0f} msg/s wall")
+                          f"{args.messages / wall:,.0f} msg/s wall, "
+                          f"{FULL_COLLECTIONS.count - collections} full collections")
                 if "queue" in measures:
                     fill(url, "q1", args.messages, args.size)
+                    collections = FULL_COLLECTIONS.count
                     cpu, wall = queue_cpu(url, "q1", args.messages)
                     print(f"queue: {cpu / args.messages * 1e6:.2f} us CPU a message, "
-                          f"{args.messages / wall:,.0f} msg/s wall")
+                          f"{args.messages / wall:,.0f} msg/s wall, "
+                          f"{FULL_COLLECTIONS.count - collections} full collections")
         finally:
             broker.terminate()
             broker.wait(timeout=30)
