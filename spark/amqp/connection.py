@@ -206,10 +206,6 @@ class QueueConsumer:
                 self.amqp.close()
                 raise _queue_error(error, self.queue, self.url) from None
 
-    def start(self) -> None:
-        self.open()
-        self.consume()
-
     @property
     def is_open(self) -> bool:
         return self.amqp.is_open

@@ -12,9 +12,10 @@ from pika_helpers import (  # noqa: F401  (names: fixture)
     _test_deadline, close_quietly, connect, names, wait_for_count,
 )
 from spark.amqp.connection import QueueConsumer
-from spark.amqp.options import StreamQueueReadOptions
+from spark.amqp.options import StreamQueueReadOptions, StreamReadOptions
 from spark.amqp.stream_client import StreamRangeConsumer
 from spark.amqp.stream_queue_reader import AmqpStreamQueueReader, StreamRange
+from spark.amqp.stream_reader import AmqpStreamReader
 
 WAIT = 30.0
 
@@ -138,3 +139,28 @@ def test_a_stream_tasks_rows_come_with_the_garbage_collector_on(broker, names):
     next(stopped_early)
     stopped_early.close()
     assert gc.isenabled()
+
+
+def test_an_available_now_read_takes_what_was_ready_when_it_started(broker, names):
+    """The plain-queue reader's availableNow target: the messages ready when the query
+    started (counted before its consumer starts), not those published later."""
+    queue = names.queue("spark-consumer-available-now")
+    publish(broker, queue, [(b"m%d" % n, pika.BasicProperties()) for n in range(50)])
+    assert ready(broker, queue, 50) == 50
+    reader = AmqpStreamReader(StreamReadOptions.parse(
+        {"url": url_of(broker), "queue": queue, "maxMessagesPerTrigger": "20"}))
+    try:
+        reader.prepareForTriggerAvailableNow()
+        publish(broker, queue, [(b"later%d" % n, pika.BasicProperties()) for n in range(10)])
+        start, bodies = reader.initialOffset(), []
+        while True:
+            batches, end = reader.read(start)
+            if end == start:
+                break
+            bodies += [row["body"] for batch in batches for row in batch.to_pylist()]
+            reader.commit(end)
+            start = end
+    finally:
+        reader.stop()
+    assert bodies == [b"m%d" % n for n in range(50)]
+    assert ready(broker, queue, 10) == 10  # the later ones, back in the queue
