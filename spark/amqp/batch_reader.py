@@ -17,6 +17,7 @@ import logging
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .connection import QueueConsumer
+from .gc_pause import cyclic_gc_paused
 from .messages import to_record_batches
 from .options import MAX_PREFETCH, BatchReadOptions
 
@@ -59,8 +60,9 @@ class AmqpBatchReader(DataSourceReader):
         if not deliveries:
             return
         consumer.cancel()
-        for batch in to_record_batches(deliveries, options.queue):
-            yield batch
+        with cyclic_gc_paused():  # not while Spark takes the rows
+            batches = to_record_batches(deliveries, options.queue)
+        yield from batches
         # Spark consumed every row: the read is complete.
         consumer.ack_through(deliveries[-1].tag)
         log.info("event=amqp_batch_read queue=%r messages=%d", options.queue, len(deliveries))

@@ -30,6 +30,7 @@ import pika
 import pika.exceptions
 
 from .delivery_frames import DeliveryFrames
+from .gc_pause import cyclic_gc_paused
 from .messages import Delivery
 from .options import redact_url
 
@@ -114,7 +115,8 @@ class AmqpConnection:
                 return False
             before = self.received() if self.received else 0
             try:
-                self.connection.process_data_events(time_limit=0)
+                with cyclic_gc_paused():  # deliveries parsed into the buffer
+                    self.connection.process_data_events(time_limit=0)
             except CONNECTION_ERRORS as error:
                 self.failure = error
                 log.warning("event=amqp_connection_lost purpose=%r url=%s error=%r",
@@ -204,10 +206,6 @@ class QueueConsumer:
                 self.amqp.close()
                 raise _queue_error(error, self.queue, self.url) from None
 
-    def start(self) -> None:
-        self.open()
-        self.consume()
-
     @property
     def is_open(self) -> bool:
         return self.amqp.is_open
@@ -222,11 +220,12 @@ class QueueConsumer:
         with self.amqp.lock:
             self._check()
             try:
-                while True:
-                    before = len(self.buffer)
-                    self.amqp.connection.process_data_events(time_limit=0)
-                    if len(self.buffer) == before:
-                        return
+                with cyclic_gc_paused():
+                    while True:
+                        before = len(self.buffer)
+                        self.amqp.connection.process_data_events(time_limit=0)
+                        if len(self.buffer) == before:
+                            return
             except CONNECTION_ERRORS as error:
                 self.amqp.failure = error
                 raise AmqpConnectorError(f"consuming {self.queue!r}: {error!r}") from None
@@ -237,7 +236,8 @@ class QueueConsumer:
             self._check()
             self._waiting = True
             try:
-                self.amqp.connection.process_data_events(time_limit=seconds)
+                with cyclic_gc_paused():
+                    self.amqp.connection.process_data_events(time_limit=seconds)
             except CONNECTION_ERRORS as error:
                 self.amqp.failure = error
                 raise AmqpConnectorError(f"consuming {self.queue!r}: {error!r}") from None

@@ -12,8 +12,9 @@ frame (heartbeats, method replies, Basic.Cancel, Channel.Close, Connection.Close
 frames of other channels, anything malformed) goes to pika's own ``_on_data_available``,
 whole and in order, so the handshake, acknowledgements, heartbeats and failures stay
 pika's. Properties become ``ReceivedProperties`` (pika's ``BasicProperties`` attribute
-names and values; header tables decoded by pika's own ``decode_table``), decoded once
-per run of deliveries whose raw properties are equal.
+names and values; header tables decoded by pika's own ``decode_table``, except a stream
+queue's table of x-stream-offset alone, read directly), decoded once per run of
+deliveries whose raw properties are equal.
 """
 
 import functools
@@ -41,6 +42,13 @@ PROPERTY_NAMES = ("content_type", "content_encoding", "headers", "delivery_mode"
                   "type", "user_id", "app_id", "cluster_id")
 _PROPERTY_KINDS = "sstoossssqssss"
 _NO_PROPERTIES = (None,) * len(PROPERTY_NAMES)
+
+# The headers table a stream queue delivers when the publisher sent no headers: one
+# entry, x-stream-offset, a signed long long (type "l"), 25 bytes after the table size.
+STREAM_OFFSET_HEADER = "x-stream-offset"
+_STREAM_OFFSET_TABLE = b"\x00\x00\x00\x19\x0fx-stream-offsetl"
+_STREAM_OFFSET_TABLE_SIZE = len(_STREAM_OFFSET_TABLE) + 8
+_LONG_LONG = struct.Struct(">q")
 ReceivedProperties = namedtuple("ReceivedProperties", PROPERTY_NAMES)
 
 # (delivery_tag, redelivered, exchange, routing_key, properties, body)
@@ -77,7 +85,7 @@ def decode_properties(raw: bytes):
             values[index] = _short_string(raw[at + 1:end])
             at = end
         elif kind == "t":
-            values[index], at = pika.data.decode_table(raw, at)
+            values[index], at = decode_table(raw, at)
         elif kind == "o":
             values[index] = raw[at]
             at += 1
@@ -85,6 +93,15 @@ def decode_properties(raw: bytes):
             values[index] = _TIMESTAMP.unpack_from(raw, at)[0]
             at += 8
     return ReceivedProperties._make(values)
+
+
+def decode_table(raw: bytes, at: int) -> tuple:
+    """(the field table at raw[at:], the index after it), as ``pika.data.decode_table``
+    reads it; a stream queue's table of x-stream-offset alone is read here directly."""
+    if raw.startswith(_STREAM_OFFSET_TABLE, at) and len(raw) >= at + _STREAM_OFFSET_TABLE_SIZE:
+        offset = _LONG_LONG.unpack_from(raw, at + len(_STREAM_OFFSET_TABLE))[0]
+        return {STREAM_OFFSET_HEADER: offset}, at + _STREAM_OFFSET_TABLE_SIZE
+    return pika.data.decode_table(raw, at)
 
 
 def parse_deliver(payload: bytes, start: int) -> tuple:

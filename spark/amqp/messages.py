@@ -68,6 +68,8 @@ def header_text(value):
     """
     if value is None or isinstance(value, str):
         return value
+    if type(value) is int:  # a stream's x-stream-offset in every row (not bool)
+        return str(value)
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", "backslashreplace")
     if isinstance(value, bool):

@@ -40,6 +40,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from .connection import AmqpConnectorError
+from .gc_pause import cyclic_gc_paused
 from .messages import to_record_batches
 from .offsets import StreamOffset, parse_stream_offset
 from .options import StreamQueueReadOptions
@@ -241,10 +242,17 @@ class AmqpStreamQueueReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                                        partition.end, self.options.prefetch,
                                        fail_on_data_loss=self.options.fail_on_data_loss)
         rows = 0
+        batches = consumer.batches()
         try:
-            for deliveries in consumer.batches():
+            while True:
+                with cyclic_gc_paused():  # not while Spark takes the rows
+                    deliveries = next(batches, None)
+                    if deliveries is None:
+                        break
+                    record_batches = to_record_batches(deliveries, partition.queue)
                 rows += len(deliveries)
-                yield from to_record_batches(deliveries, partition.queue)
+                del deliveries
+                yield from record_batches
         finally:
             consumer.close()
         log.info("event=amqp_stream_range_read stream=%r start=%d end=%d rows=%d lost=%d",

@@ -45,6 +45,7 @@ from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from .connection import AmqpConnectorError, QueueConsumer
+from .gc_pause import cyclic_gc_paused
 from .messages import to_record_batches, warm_up_arrow_in_background
 from .offsets import QueueOffset, parse_offset
 from .options import StreamReadOptions, redact_url
@@ -96,6 +97,12 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         consumer = self._consumers.get(queue)
         if consumer is not None and consumer.is_open:
             return consumer
+        return self._new_consumer(queue)[0]
+
+    def _new_consumer(self, queue: str) -> tuple:
+        """A consumer of `queue` on a new connection (replacing a lost one), and the
+        queue's ready-message count from just before its Basic.Consume."""
+        consumer = self._consumers.get(queue)
         if consumer is not None:
             lost = sum(b.count for b in self._pending.values()
                        if b.tags.get(queue, (None,))[0] is consumer)
@@ -105,11 +112,12 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
             warm_up_arrow_in_background()
         consumer = QueueConsumer(self.options.url, queue, self.options.prefetch,
                                  purpose=f"stream reader of {queue}")
-        consumer.start()
+        ready = consumer.open()
+        consumer.consume()
         self._consumers[queue] = consumer
         log.info("event=amqp_stream_reader_connected queue=%r url=%s run=%s prefetch=%d",
                  queue, redact_url(self.options.url), self.run, self.options.prefetch)
-        return consumer
+        return consumer, ready
 
     def initialOffset(self) -> dict:
         return QueueOffset(self.options.queue, self.run, 0).to_dict()
@@ -120,8 +128,14 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         next query."""
         remaining = {}
         for queue in self.options.queues:
-            consumer = self._live_consumer(queue)
-            remaining[queue] = consumer.settle() + len(consumer.buffer)
+            consumer = self._consumers.get(queue)
+            if consumer is not None and consumer.is_open:
+                remaining[queue] = consumer.settle() + len(consumer.buffer)
+            else:
+                # Counted before Basic.Consume, when nothing is delivered yet: counting
+                # after it would first wait for a whole prefetch window of deliveries
+                # (up to 60,000 by default, a second or more before the first trigger).
+                _, remaining[queue] = self._new_consumer(queue)
         self._available_now_remaining = remaining
         log.info("event=amqp_available_now queue=%r target=%d", self.options.queue,
                  sum(remaining.values()))
@@ -181,6 +195,11 @@ class AmqpStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         start_offset = parse_offset(start, self.options.queue)
         # Spark asks for the batch after `start` only once the batch ending there completed.
         self._acknowledge_through(start_offset)
+        with cyclic_gc_paused():
+            return self._read_after(start, start_offset)
+
+    def _read_after(self, start: dict, start_offset: QueueOffset):
+        """read's batch after `start`: the deliveries taken and their record batches."""
         taken = self._take()
         if not taken:
             return iter(()), start

@@ -3,6 +3,8 @@ broker, without Spark: deliveries parsed by DeliveryFrames carry what was publis
 (every property, bodies over several frames, in order), are acknowledged and
 requeued as before, and stream ranges read exactly their offsets."""
 
+import gc
+
 import pika
 import pytest
 
@@ -10,7 +12,10 @@ from pika_helpers import (  # noqa: F401  (names: fixture)
     _test_deadline, close_quietly, connect, names, wait_for_count,
 )
 from spark.amqp.connection import QueueConsumer
+from spark.amqp.options import StreamQueueReadOptions, StreamReadOptions
 from spark.amqp.stream_client import StreamRangeConsumer
+from spark.amqp.stream_queue_reader import AmqpStreamQueueReader, StreamRange
+from spark.amqp.stream_reader import AmqpStreamReader
 
 WAIT = 30.0
 
@@ -109,3 +114,53 @@ def test_a_stream_range_reads_exactly_its_offsets(broker, names, start, end):
     assert [d.offset for d in rows] == list(range(start, end))
     assert [d.body for d in rows] == [b"s%d" % n for n in range(start, end)]
     assert [d.properties.headers["x-stream-offset"] for d in rows] == list(range(start, end))
+
+
+def test_a_stream_tasks_rows_come_with_the_garbage_collector_on(broker, names):
+    """The task's read pauses the cyclic collector only while it makes rows: Spark
+    (and anything else in the worker) runs with it on, also when a read stops early."""
+    stream = names.queue("spark-consumer-stream")
+    publish(broker, stream, [(b"s%d" % n, pika.BasicProperties(message_id=str(n)))
+                             for n in range(30)], arguments={"x-queue-type": "stream"})
+    reader = AmqpStreamQueueReader(StreamQueueReadOptions.parse(
+        {"url": url_of(broker), "queue": stream, "startingOffset": "first"}))
+    assert gc.isenabled()
+    batches = reader.read(StreamRange(stream, 3, 25))
+    first = next(batches)
+    assert gc.isenabled()
+    rows = first.to_pylist() + [row for batch in batches for row in batch.to_pylist()]
+    assert gc.isenabled()
+    assert [row["offset"] for row in rows] == list(range(3, 25))
+    assert [row["body"] for row in rows] == [b"s%d" % n for n in range(3, 25)]
+    assert [row["message_id"] for row in rows] == [str(n) for n in range(3, 25)]
+    assert [dict(row["headers"]) for row in rows] == [
+        {"x-stream-offset": str(n)} for n in range(3, 25)]
+    stopped_early = reader.read(StreamRange(stream, 0, 30))
+    next(stopped_early)
+    stopped_early.close()
+    assert gc.isenabled()
+
+
+def test_an_available_now_read_takes_what_was_ready_when_it_started(broker, names):
+    """The plain-queue reader's availableNow target: the messages ready when the query
+    started (counted before its consumer starts), not those published later."""
+    queue = names.queue("spark-consumer-available-now")
+    publish(broker, queue, [(b"m%d" % n, pika.BasicProperties()) for n in range(50)])
+    assert ready(broker, queue, 50) == 50
+    reader = AmqpStreamReader(StreamReadOptions.parse(
+        {"url": url_of(broker), "queue": queue, "maxMessagesPerTrigger": "20"}))
+    try:
+        reader.prepareForTriggerAvailableNow()
+        publish(broker, queue, [(b"later%d" % n, pika.BasicProperties()) for n in range(10)])
+        start, bodies = reader.initialOffset(), []
+        while True:
+            batches, end = reader.read(start)
+            if end == start:
+                break
+            bodies += [row["body"] for batch in batches for row in batch.to_pylist()]
+            reader.commit(end)
+            start = end
+    finally:
+        reader.stop()
+    assert bodies == [b"m%d" % n for n in range(50)]
+    assert ready(broker, queue, 10) == 10  # the later ones, back in the queue

@@ -5,11 +5,13 @@ order."""
 
 import datetime
 import decimal
+import struct
 
 import pika.frame
 import pika.spec
 import pytest
 
+from amqp_codec.header_splice import with_long_header
 from spark.amqp.delivery_frames import PROPERTY_NAMES, DeliveryFrames, decode_properties
 
 CHANNEL = 1
@@ -131,6 +133,40 @@ def test_each_property_alone_decodes_as_pika_decodes_it(name):
     properties = pika.BasicProperties(**{name: getattr(ALL_PROPERTIES, name)})
     raw = b"".join(properties.encode())
     assert fields(decode_properties(raw)) == vars(pika.spec.BasicProperties().decode(raw))
+
+
+def stream_properties(offset: int, **properties) -> bytes:
+    """Raw properties as a stream queue delivers them: Warren splices x-stream-offset
+    into the publisher's properties as a signed long long."""
+    raw = b"".join(pika.BasicProperties(**properties).encode())
+    return with_long_header(raw, b"x-stream-offset", offset)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2 ** 31, 2 ** 63 - 1, -1])
+@pytest.mark.parametrize("properties", [
+    {}, {"message_id": "m-1", "content_type": "text/plain", "timestamp": 1767225600},
+    {"headers": {"trace": "t-1", "n": 2}, "message_id": "m-2"},  # the offset comes last
+    {"headers": {"x-stream-offset": "old"}},  # replaced by the broker's
+])
+def test_a_streams_offset_header_decodes_as_pika_decodes_it(offset, properties):
+    raw = stream_properties(offset, **properties)
+    decoded = decode_properties(raw)
+    assert fields(decoded) == vars(pika.spec.BasicProperties().decode(raw))
+    assert decoded.headers["x-stream-offset"] == offset
+
+
+def test_an_offset_header_of_another_type_decodes_as_pika_decodes_it():
+    raw = b"".join(pika.BasicProperties(headers={"x-stream-offset": 7}).encode())  # "I"
+    assert fields(decode_properties(raw)) == vars(pika.spec.BasicProperties().decode(raw))
+    assert decode_properties(raw).headers == {"x-stream-offset": 7}
+
+
+def test_a_streams_properties_cut_short_fail_as_with_pika():
+    raw = stream_properties(5)[:-1]
+    with pytest.raises(struct.error):
+        pika.spec.BasicProperties().decode(raw)
+    with pytest.raises(struct.error):
+        decode_properties(raw)
 
 
 def test_text_that_is_not_utf8_stays_bytes_as_with_pika():
