@@ -108,6 +108,13 @@ def pytest_xdist_make_scheduler(config, log):
                 return ONE_AT_A_TIME_PREFIX
             return module
 
+        def _assign_work_unit(self, node) -> None:
+            # the Spark unit, the longest, goes first: xdist orders the units by their
+            # number of tests, which put it late and left the other worker idle at the end
+            if ONE_AT_A_TIME_PREFIX in self.workqueue:
+                self.workqueue.move_to_end(ONE_AT_A_TIME_PREFIX, last=False)
+            super()._assign_work_unit(node)
+
     return SparkModulesTogether(config, log)
 
 def _external_broker():
