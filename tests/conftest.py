@@ -24,7 +24,7 @@ import pytest
 from hypothesis import settings
 
 from broker.build import BuildMismatch, check_expected_build
-from broker.testing.test_broker import SUBPROCESS
+from broker.testing.test_broker import SUBPROCESS, TestBroker
 from broker_address import BrokerAddress
 from broker_process import BrokerProcess
 from rabbitmq_node import RABBITMQ_SERVER, NodeError, RabbitInstance
@@ -147,6 +147,19 @@ def broker_factory(tmp_path_factory):
     yield start
     for broker in started:
         broker.kill()
+
+
+@pytest.fixture(scope="module")
+def broker_of_the_module(tmp_path_factory, pytestconfig):
+    """A Warren test broker for one module, for the modules that move the broker's clock
+    (virtual time: `warren.advance`, "test.advance"): the clock stays ahead, and tests run
+    later on the same pytest-xdist worker compare stream timestamps with the wall clock
+    on the session broker. Such a module overrides `warren_broker` with it."""
+    broker = TestBroker(data_dir=str(tmp_path_factory.mktemp("module-broker")),
+                        mode=pytestconfig.getoption("--warren-mode"))
+    broker.start()
+    yield broker
+    broker.stop()
 
 
 @pytest.fixture(scope="session")
