@@ -96,7 +96,7 @@ ONE_AT_A_TIME_PREFIX = "test_spark_"
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadfile with the Spark modules as one work unit (scripts/test.sh's runs)."""
+    """--dist loadfile with the Spark modules as one work unit (scripts/test.sh)."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling

@@ -41,18 +41,21 @@ SOCKET_MODE = 0o600
 # argument not listed (tags, limits, a policy's definition, a vhost's description) is
 # checked by the operation itself. tests/unit/test_control_arguments.py keeps this
 # table in step with broker/core/admin.py's annotations.
-STRING = (str,)
-STRING_OR_NULL = (str, type(None))
-BOOLEAN = (bool,)
-INTEGER = (int,)
-OBJECT_OR_NULL = (dict, type(None))
-_USER_OR_OPERATOR = {"user": STRING_OR_NULL}   # the topology operations act as a user
-_BINDING = {"vhost": STRING, "source": STRING, "destination_kind": STRING,
-            "destination": STRING, "routing_key": STRING, "arguments": OBJECT_OR_NULL,
-            **_USER_OR_OPERATOR}
-_POLICY = {"vhost": STRING, "name": STRING, "pattern": STRING, "priority": INTEGER,
-           "apply_to": STRING}
-ADMIN_ARGUMENT_TYPES: dict[str, dict[str, tuple[type, ...]]] = {
+JsonTypes = tuple[type, ...]
+STRING: JsonTypes = (str,)
+STRING_OR_NULL: JsonTypes = (str, type(None))
+BOOLEAN: JsonTypes = (bool,)
+INTEGER: JsonTypes = (int,)
+OBJECT_OR_NULL: JsonTypes = (dict, type(None))
+# the topology operations act as a user, or as the operator (None)
+_USER_OR_OPERATOR: dict[str, JsonTypes] = {"user": STRING_OR_NULL}
+_BINDING: dict[str, JsonTypes] = {
+    "vhost": STRING, "source": STRING, "destination_kind": STRING, "destination": STRING,
+    "routing_key": STRING, "arguments": OBJECT_OR_NULL, **_USER_OR_OPERATOR}
+_POLICY: dict[str, JsonTypes] = {
+    "vhost": STRING, "name": STRING, "pattern": STRING, "priority": INTEGER,
+    "apply_to": STRING}
+ADMIN_ARGUMENT_TYPES: dict[str, dict[str, JsonTypes]] = {
     "add_user": {"name": STRING, "password": STRING_OR_NULL,
                  "password_hash": STRING_OR_NULL},
     "change_password": {"name": STRING, "password": STRING},
