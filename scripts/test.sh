@@ -3,11 +3,14 @@
 # Java and Go clients for the interop tests, PostgreSQL for the metadata tests, iproute2
 # for the network namespace of the loopback_users tests, RabbitMQ for the differential
 # tests, which start a throw-away node of their own; .venv with Warren and its test
-# dependencies) and run the whole suite; then run the integration tests again against a
-# throw-away RabbitMQ node (tests/rabbitmq_node.py run), Warren-only tests deselected, so
-# every run proves that they pass against RabbitMQ too (docs/testing.md).
-# Extra arguments go to the first pytest run. The exit status is non-zero when either
-# run fails; pytest's 5 (no tests ran) is a failure too.
+# dependencies) and run the whole suite twice, on the pure-Python build and on the
+# mypyc-compiled build (docs/install.md; compiled in build/compiled in the background
+# while the pure run goes), two pytest-xdist workers each; then run the integration tests
+# again against a throw-away RabbitMQ node (tests/rabbitmq_node.py run), Warren-only
+# tests deselected, so every run proves that they pass against RabbitMQ too
+# (docs/testing.md, "Warren's own test suite").
+# Extra arguments go to both Warren runs. The exit status is non-zero when any run
+# fails; pytest's 5 (no tests ran) is a failure too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,22 +61,53 @@ if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
 fi
 
 source scripts/venv.sh "[test]"
-warren_status=0
-.venv/bin/python -m pytest "$@" || warren_status=$?
+# Two workers, each with its own broker; --dist loadfile keeps a module's tests (and its
+# module-scoped fixtures: a Spark cluster, a dedicated broker) on one worker.
+workers=(-n 2 --dist loadfile)
+mkdir -p build
+echo "== compiling the compiled build in the background (log: build/compile.log)"
+scripts/compiled_tests.sh --build-only >build/compile.log 2>&1 &
+compile_pid=$!
+
+echo "== the whole suite on the pure-Python build"
+start=$SECONDS
+pure_status=0
+.venv/bin/python -m pytest "${workers[@]}" "$@" || pure_status=$?
+echo "== pure-Python run: $((SECONDS - start)) s"
+
+start=$SECONDS
+compiled_status=0
+if wait "$compile_pid"; then
+    echo "== waited $((SECONDS - start)) s for the compile; $(grep '== compiled in' build/compile.log)"
+    echo "== the whole suite on the compiled build (build/compiled)"
+    start=$SECONDS
+    scripts/compiled_tests.sh --built "${workers[@]}" "$@" || compiled_status=$?
+    echo "== compiled run: $((SECONDS - start)) s"
+else
+    compiled_status=$?
+    cat build/compile.log >&2
+    echo "test.sh: the compile failed (exit status $compiled_status)" >&2
+fi
 
 # Not run again against RabbitMQ (docs/testing.md, "The RabbitMQ run"): the Spark tests
 # (`slow`), the differential runner (the first run compared Warren with a throw-away node
 # already), and the loopback_users test that needs a broker listening on every interface.
 echo "== the integration tests against a throw-away RabbitMQ node (Warren-only ones deselected)"
+start=$SECONDS
 rabbitmq_status=0
 .venv/bin/python tests/rabbitmq_node.py run -- \
     .venv/bin/python -m pytest tests/integration -q -m "not slow" \
     --ignore tests/integration/test_differential.py \
     --deselect tests/integration/test_loopback_users.py::test_guest_is_refused_from_a_non_loopback_address_and_accepted_from_loopback \
     || rabbitmq_status=$?
+echo "== RabbitMQ run: $((SECONDS - start)) s"
 
-[ "$warren_status" = 0 ] || echo "test.sh: the test suite failed (pytest exit status $warren_status)" >&2
+[ "$pure_status" = 0 ] \
+    || echo "test.sh: the suite failed on the pure-Python build (pytest exit status $pure_status)" >&2
+[ "$compiled_status" = 0 ] \
+    || echo "test.sh: the suite failed on the compiled build (exit status $compiled_status)" >&2
 [ "$rabbitmq_status" = 0 ] \
     || echo "test.sh: the run against RabbitMQ failed (exit status $rabbitmq_status)" >&2
-if [ "$warren_status" != 0 ]; then exit "$warren_status"; fi
-exit "$rabbitmq_status"
+for status in "$pure_status" "$compiled_status" "$rabbitmq_status"; do
+    if [ "$status" != 0 ]; then exit "$status"; fi
+done

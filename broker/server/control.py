@@ -11,6 +11,7 @@ is made readable and writable by the broker's OS user only: whoever can use it c
 anything to the broker.
 """
 
+import inspect
 import json
 import logging
 import os
@@ -32,6 +33,68 @@ CONTROL_SOCKET_NAME = "control.sock"   # in the data directory, unless configure
 MAX_SOCKET_PATH = 107        # bytes: sun_path is 108 with its NUL
 MAX_REQUEST_BYTES = 1 << 20   # a longer line closes the control connection
 SOCKET_MODE = 0o600
+
+
+# The JSON types of the arguments of Administration's operations, checked here before a
+# call, the same way on both builds: the compiled build's methods have no annotations to
+# read at run time, and they would refuse a wrong type with mypyc's own TypeError. An
+# argument not listed (tags, limits, a policy's definition, a vhost's description) is
+# checked by the operation itself. tests/unit/test_control_arguments.py keeps this
+# table in step with broker/core/admin.py's annotations.
+JsonTypes = tuple[type, ...]
+STRING: JsonTypes = (str,)
+STRING_OR_NULL: JsonTypes = (str, type(None))
+BOOLEAN: JsonTypes = (bool,)
+INTEGER: JsonTypes = (int,)
+OBJECT_OR_NULL: JsonTypes = (dict, type(None))
+# the topology operations act as a user, or as the operator (None)
+_USER_OR_OPERATOR: dict[str, JsonTypes] = {"user": STRING_OR_NULL}
+_BINDING: dict[str, JsonTypes] = {
+    "vhost": STRING, "source": STRING, "destination_kind": STRING, "destination": STRING,
+    "routing_key": STRING, "arguments": OBJECT_OR_NULL, **_USER_OR_OPERATOR}
+_POLICY: dict[str, JsonTypes] = {
+    "vhost": STRING, "name": STRING, "pattern": STRING, "priority": INTEGER,
+    "apply_to": STRING}
+ADMIN_ARGUMENT_TYPES: dict[str, dict[str, JsonTypes]] = {
+    "add_user": {"name": STRING, "password": STRING_OR_NULL,
+                 "password_hash": STRING_OR_NULL},
+    "change_password": {"name": STRING, "password": STRING},
+    "set_password_hash": {"name": STRING, "password_hash": STRING},
+    "clear_password": {"name": STRING},
+    "set_user_tags": {"name": STRING},
+    "delete_user": {"name": STRING},
+    "add_vhost": {"name": STRING},
+    "update_vhost": {"name": STRING},
+    "delete_vhost": {"name": STRING},
+    "set_permissions": {"user": STRING, "vhost": STRING, "configure": STRING,
+                        "write": STRING, "read": STRING},
+    "clear_permissions": {"user": STRING, "vhost": STRING},
+    "set_topic_permissions": {"user": STRING, "vhost": STRING, "exchange": STRING,
+                              "write": STRING, "read": STRING},
+    "clear_topic_permissions": {"user": STRING, "vhost": STRING,
+                                "exchange": STRING_OR_NULL},
+    "set_vhost_limits": {"vhost": STRING},
+    "clear_vhost_limits": {"vhost": STRING},
+    "set_user_limits": {"user": STRING},
+    "clear_user_limits": {"user": STRING, "limit": STRING},
+    "set_policy": _POLICY,
+    "clear_policy": {"vhost": STRING, "name": STRING},
+    "set_operator_policy": _POLICY,
+    "clear_operator_policy": {"vhost": STRING, "name": STRING},
+    "declare_exchange": {"vhost": STRING, "name": STRING, "type": STRING,
+                         "durable": BOOLEAN, "auto_delete": BOOLEAN, "internal": BOOLEAN,
+                         "arguments": OBJECT_OR_NULL, **_USER_OR_OPERATOR},
+    "delete_exchange": {"vhost": STRING, "name": STRING, "if_unused": BOOLEAN,
+                        **_USER_OR_OPERATOR},
+    "declare_queue": {"vhost": STRING, "name": STRING, "durable": BOOLEAN,
+                      "auto_delete": BOOLEAN, "arguments": OBJECT_OR_NULL,
+                      **_USER_OR_OPERATOR},
+    "delete_queue": {"vhost": STRING, "name": STRING, "if_unused": BOOLEAN,
+                     "if_empty": BOOLEAN, **_USER_OR_OPERATOR},
+    "purge_queue": {"vhost": STRING, "name": STRING, **_USER_OR_OPERATOR},
+    "bind": _BINDING,
+    "unbind": _BINDING,
+}
 
 
 class ControlSocket:
@@ -104,9 +167,13 @@ class ControlSocket:
                 if str(operation).startswith(TEST_PREFIX) else ""))
         if not isinstance(arguments, dict):
             return _refused(f'"args" of {operation} must be a JSON object')
-        mistyped = _mistyped_argument(method, arguments)
-        if mistyped:
-            return _refused(f"bad arguments for {operation}: {mistyped}")
+        if test_operation is not None:   # TestHooks.call checks their signature
+            wrong = _mistyped_argument(arguments, _annotated_types(test_operation))
+        else:
+            wrong = (_unbound_argument(method, arguments)
+                     or _mistyped_argument(arguments, ADMIN_ARGUMENT_TYPES[operation]))
+        if wrong:
+            return _refused(f"bad arguments for {operation}: {wrong}")
         if test_operation is not None:
             return await self._answer_test(operation, test_operation, arguments)
         try:
@@ -137,28 +204,45 @@ class ControlSocket:
 
 
 def _operation(admin: Administration, name: object):
-    if not isinstance(name, str) or name.startswith("_"):
+    """The Administration method serving the operation `name`, or None: the operations
+    are ADMIN_ARGUMENT_TYPES' keys."""
+    if not isinstance(name, str) or name not in ADMIN_ARGUMENT_TYPES:
         return None
-    method = getattr(admin, name, None)
-    return method if callable(method) else None
+    return getattr(admin, name)
 
 
-def _mistyped_argument(method, arguments: dict) -> str | None:
-    """What is wrong with the first argument whose JSON type the method's annotation
-    does not accept (a number for a name, an array for limits...), checked before the
-    method runs so that it never sees one."""
-    # a test operation's first parameter names TestHooks only for type checkers
-    hints = typing.get_type_hints(method, localns={"TestHooks": TestHooks})
+def _unbound_argument(method, arguments: dict) -> str | None:
+    """A missing or unknown argument, by the method's signature (inspect reads it from
+    both builds and says it in the same words)."""
+    try:
+        inspect.signature(method).bind(**arguments)
+    except TypeError as error:
+        return str(error)
+    return None
+
+
+def _mistyped_argument(arguments: dict, types: dict[str, tuple[type, ...]]) -> str | None:
+    """What is wrong with the first argument whose JSON type is not one of its `types`
+    (a number for a name, an array for limits...), checked before the operation runs so
+    that it never sees one."""
     for name, value in arguments.items():
-        hint = hints.get(name)
-        if hint is None:
+        accepted = types.get(name)
+        if accepted is None:
             continue
-        accepted = _accepted_types(hint)
         if not isinstance(value, accepted) or (isinstance(value, bool)
                                                and bool not in accepted):
             names = " or ".join(_JSON_NAMES.get(kind, kind.__name__) for kind in accepted)
             return f"{name!r} must be {names}, not {_json_name(value)}"
     return None
+
+
+def _annotated_types(function) -> dict[str, tuple[type, ...]]:
+    """The types a test operation's annotations accept, by parameter (the test hooks
+    are never compiled, so their annotations are there to read)."""
+    # a test operation's first parameter names TestHooks only for type checkers
+    hints = typing.get_type_hints(function, localns={"TestHooks": TestHooks})
+    return {name: _accepted_types(hint) for name, hint in hints.items()
+            if name != "return"}
 
 
 def _accepted_types(hint) -> tuple[type, ...]:

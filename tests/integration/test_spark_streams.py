@@ -310,10 +310,12 @@ def test_offsets_removed_by_retention_fail_the_query_unless_told_otherwise(
 @pytest.mark.warren_only("moves the test broker's clock (virtual time) between two "
                          "publishes instead of waiting for the next second")
 def test_starting_timestamp_reads_from_the_first_message_at_or_after_it(
-        spark_session, broker, names, tmp_path):
+        spark_session, broker_factory, names, tmp_path):
     """startingTimestamp (milliseconds since the epoch) selects stream mode and starts
     every stream at its first message published in that second or later (AMQP
-    timestamps, as x-stream-offset takes them, are whole seconds)."""
+    timestamps, as x-stream-offset takes them, are whole seconds). On a broker of its
+    own: the advanced clock stays ahead (tests/conftest.py, broker_of_the_module)."""
+    broker = broker_factory("--testing")
     stream = declare_stream(broker, names)
     publish(broker, stream, range(10))
     control = ControlClient(broker.control_socket)

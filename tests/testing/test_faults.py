@@ -23,6 +23,12 @@ from broker.testing import BrokerRefused
 WAIT = 30.0
 
 
+@pytest.fixture(scope="module")
+def warren_broker(broker_of_the_module):
+    """This module moves the broker's clock: a broker of its own (tests/conftest.py)."""
+    return broker_of_the_module
+
+
 def connect(warren, name: str = "under-test", **options) -> pika.BlockingConnection:
     return pika.BlockingConnection(warren.connection_parameters(
         client_properties={"connection_name": name}, **options))

@@ -20,6 +20,12 @@ from broker.testing import BrokerRefused
 DELIVERY_WAIT = 10.0   # real seconds a consumer waits for a message before failing
 
 
+@pytest.fixture(scope="module")
+def warren_broker(broker_of_the_module):
+    """This module moves the broker's clock: a broker of its own (tests/conftest.py)."""
+    return broker_of_the_module
+
+
 @pytest.fixture
 def channel(warren):
     connection = pika.BlockingConnection(warren.connection_parameters(heartbeat=0))
