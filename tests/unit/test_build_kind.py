@@ -52,10 +52,9 @@ def test_an_unknown_expected_build_is_a_mismatch(monkeypatch):
 
 
 @pytest.mark.parametrize("compile_asked, compiler, says", [
-    (None, None, "the compiled build is experimental, asked for with WARREN_COMPILE=1: "
-                 "installing the pure-Python build"),
-    ("1", "no-such-compiler", "no C compiler (no-such-compiler): installing the "
-                              "pure-Python build"),
+    ("0", None, "WARREN_COMPILE=0: installing the pure-Python build"),
+    (None, "no-such-compiler", "no C compiler (no-such-compiler): installing the "
+                               "pure-Python build"),
 ])
 def test_a_build_that_cannot_or_must_not_compile_installs_pure_python_and_says_why(
         compile_asked, compiler, says):
