@@ -511,7 +511,16 @@ def machine_info() -> dict:
         pass
     return {"nproc": os.cpu_count(), "cpu": cpu, "mem_gib": mem_gib, "os": os_name,
             "kernel": platform.release(), "python": platform.python_version(),
-            "java": java_line, "client": client_version()}
+            "java": java_line, "client": client_version(), "warren_build": warren_build()}
+
+
+def warren_build() -> str:
+    """Which build of Warren the brokers run ("compiled (mypyc)", "pure Python"): asked
+    of the interpreter, path and directory the brokers start with (`python -m broker`)."""
+    result = subprocess.run(
+        [sys.executable, "-c", "from broker.build import build_kind; print(build_kind())"],
+        capture_output=True, text=True)
+    return result.stdout.strip() or "unknown build"
 
 
 def client_version() -> str:
@@ -551,7 +560,8 @@ def render_markdown(args, results: Results, selected, machine: dict, load_start,
     lines.append(
         f"Machine: {machine['nproc']} CPUs ({machine['cpu'] or 'unknown model'}){mem}, "
         f"{machine['os']} (Linux {machine['kernel']}), Python {machine['python']}, "
-        f"{machine['java']}. Load average (1/5/15 min) at the start "
+        f"{machine['java']}; Warren's build: {machine.get('warren_build', 'unknown')} "
+        f"(docs/install.md). Load average (1/5/15 min) at the start "
         f"{'/'.join(f'{x:.2f}' for x in load_start)}, at the end "
         f"{'/'.join(f'{x:.2f}' for x in load_end)}. The clients run on the same CPUs as "
         f"the broker under test.")
