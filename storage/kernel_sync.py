@@ -28,7 +28,7 @@ _SYSCALLS = {
 _IOCB_CMD_FSYNC = 2
 _IOCB_CMD_FDSYNC = 3
 _IOCB_FLAG_RESFD = 1
-CAPACITY = 256          # requests in flight at most (one per store of one commit)
+CAPACITY = 128          # syncs in flight at most (one per queue file of a commit)
 
 
 class _IoCb(ctypes.Structure):
@@ -97,11 +97,8 @@ class KernelSync:
                 probe.write(b"probe")
                 probe.flush()
                 self.submit([(probe.fileno(), True)])
-                results: dict[int, int] = {}
-                while not results:
-                    select.select([self._eventfd], [], [], 5.0)
-                    results.update(self.completed())
-                return results == {0: 0}
+                select.select([self._eventfd], [], [], 5.0)
+                return self.completed() == [(0, 0)]
         except OSError:
             return False
 
@@ -149,10 +146,6 @@ class KernelSync:
                 self._in_flight.pop(event.data, None)
                 ended.append((event.data, event.res))
         return ended
-
-    @property
-    def busy(self) -> bool:
-        return bool(self._in_flight)
 
     def close(self) -> None:
         """Release the context (waits for syncs in flight) and the eventfd."""

@@ -11,7 +11,7 @@ import os
 import trio
 
 from broker.core.persistence import Persistence
-from storage.kernel_sync import KernelSync
+from storage.kernel_sync import CAPACITY as KERNEL_SYNC_CAPACITY, KernelSync
 
 log = logging.getLogger("warren.storage")
 
@@ -126,10 +126,12 @@ class GroupCommitter:
 
     def _syncs_in_kernel(self, changes: list, stores: list) -> bool:
         """Whether this commit can run on the loop with `KernelSync`: no metadata
-        change, only queue files that write into their open segment (nothing to create
-        or to fsync but the segments), and no failed commit to recover from (claiming
-        the disk reserve back writes it: a thread's job)."""
+        change, only queue files (no more than the kernel takes at once) that write
+        into their open segment (nothing to create or to fsync but the segments), and
+        no failed commit to recover from (claiming the disk reserve back writes it: a
+        thread's job)."""
         return (self._kernel_sync is not None and not changes
+                and len(stores) <= KERNEL_SYNC_CAPACITY
                 and (self._disk is None or self._disk.write_error is None)
                 and all(getattr(store, "appends_in_place", False) for store in stores))
 

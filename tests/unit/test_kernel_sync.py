@@ -12,7 +12,7 @@ import trio
 from broker.core.persistence import Persistence
 from broker.server.committer import GroupCommitter
 from broker.server.durable_store import DurableQueueStore
-from storage.kernel_sync import KernelSync
+from storage.kernel_sync import CAPACITY as KERNEL_SYNC_CAPACITY, KernelSync
 from storage.queue_file import QueueFile
 
 
@@ -185,3 +185,26 @@ def test_a_write_that_fails_on_the_loop_is_refused_and_written_again(kernel, tmp
     assert commit_one(committer, persistence, store, b"third") == "durable"
     store.queue_file.close()
     assert stored_bodies(tmp_path / "q") == [b"first", b"second", b"third"]
+
+
+def test_a_commit_of_more_queue_files_than_the_kernel_takes_at_once_uses_a_thread(
+        kernel, tmp_path):
+    persistence = Persistence()
+    thread_syncs = ThreadSyncs()
+    committer = GroupCommitter(persistence, lambda changes: None, thread_syncs,
+                               lambda stores: [], kernel)
+    stores = [DurableQueueStore(QueueFile(tmp_path / f"q{number}"), persistence,
+                                f"q{number}", reads=None)
+              for number in range(KERNEL_SYNC_CAPACITY + 1)]
+    for round_number in (1, 2):
+        for store in stores:
+            store.queue_file.append(round_number, "", "q", b"", b"body")
+            persistence.store_written(store)
+        waiter = Waiter(persistence.writes)
+        persistence.wait_durable(waiter)
+        trio.run(committer.flush)
+        assert waiter.outcome == "durable"
+    assert thread_syncs.commits == 2
+    assert all(store.queue_file.durable_seq == 2 for store in stores)
+    for store in stores:
+        store.queue_file.close()
