@@ -23,7 +23,7 @@ import logging
 import os
 import shutil
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .names import decode_name, encode_name
@@ -60,6 +60,27 @@ class RecoveredMessage:
     body: bytes | None          # None when recovered with load_bodies=False (use `read`)
     redelivered: bool
     body_size: int              # the body's length, known with or without the body
+
+
+@dataclass(slots=True, eq=False)
+class UnsyncedBatch:
+    """A batch `QueueFile.write_for_sync` wrote and `finish_sync` completes: `fd` (a
+    duplicate of its segment's descriptor; None when nothing needed writing) must be
+    fdatasynced first, and the queue file's directory fsynced too when `new_entry` (the
+    segment was created for it)."""
+
+    target: int                 # the last seq appended when it was taken
+    batch: dict                 # what was taken, to buffer again if the sync fails
+    acks: list
+    delivered: dict
+    written: list = field(default_factory=list)     # (seq, offset in batch, length, flags)
+    acked: dict = field(default_factory=dict)       # seq -> its location before the ack
+    marked: list = field(default_factory=list)      # (seq, location) given a delivered mark
+    segment: "_Segment | None" = None
+    base: int = 0               # where in the segment the write began
+    end: int = 0                # and ended
+    fd: int | None = None
+    new_entry: bool = False
 
 
 class _Segment:
@@ -301,6 +322,25 @@ class QueueFile:
         Every message appended with a seq <= the returned value is on disk (or was acked
         and need not be), and every ack given before this call started is on disk.
         """
+        unsynced = self.write_for_sync()
+        if unsynced is not None:
+            try:
+                self._make_durable(unsynced)
+            except OSError as error:
+                self.finish_sync(unsynced, error)
+                raise
+            self.finish_sync(unsynced)
+            self.collect_garbage()
+        return self._durable_seq
+
+    def write_for_sync(self) -> "UnsyncedBatch | None":
+        """The first half of `sync`, for a caller that makes the write durable itself
+        (the group committer, with `KernelSync`): take what was buffered and write it
+        (into the page cache: no fsync). Returns what to sync, or None when nothing was
+        to be written (then `durable_seq` already covers every append). The caller must
+        then sync `fd` (fdatasync; and the directory when `new_entry`) and call
+        `finish_sync` before any other write to this queue file. Raises OSError when
+        the write fails (the batch is buffered again, as by a failed `sync`)."""
         with self._sync_lock:
             self._check_usable()
             with self._lock:
@@ -309,28 +349,85 @@ class QueueFile:
                         self._pending or self._pending_acks or self._pending_delivered):
                     if not self._dropped and not self._closed:
                         self._durable_seq = target
-                    return self._durable_seq
+                    return None
                 batch, acks, delivered = \
                     self._pending, self._pending_acks, self._pending_delivered
                 self._pending, self._pending_acks, self._pending_delivered = {}, [], {}
                 self._inflight = batch
+            unsynced = UnsyncedBatch(target, batch, acks, delivered)
             try:
-                self._write_batch(batch, acks, delivered)
+                self._write_records(unsynced)
             except OSError:
                 self._return_to_buffer(batch, acks, delivered)
                 raise
             except BaseException as exc:
                 self._failed = exc
                 raise
+            return unsynced
+
+    def finish_sync(self, unsynced: "UnsyncedBatch", error: OSError | None = None) -> None:
+        """The second half of `sync`: `unsynced` was made durable (`error` None), or its
+        sync failed with `error`: the segment is cut back to where the batch began and
+        the batch is buffered again for the next sync. Closes `unsynced.fd`."""
+        with self._sync_lock:
+            wrote = unsynced.fd is not None
+            if wrote:
+                os.close(unsynced.fd)
+                unsynced.fd = None
+            segment = unsynced.segment
+            if self._dropped or self._closed:
+                return
+            if error is not None:
+                if wrote:
+                    self._cut_back(segment, error)
+                self._return_to_buffer(unsynced.batch, unsynced.acks, unsynced.delivered)
+                return
             try:
-                self._collect_garbage()
+                if wrote:
+                    segment.dir_dirty = False
+                    self.written_bytes += unsynced.end - segment.size
+                    segment.size = unsynced.end
+                    self._step("synced")
+                self._apply_written(unsynced)
             except BaseException as exc:
                 self._failed = exc
                 raise
             with self._lock:
                 self._inflight = None
-                self._durable_seq = target
-            return target
+                self._durable_seq = unsynced.target
+
+    def collect_garbage(self) -> None:
+        """Delete the segments that hold nothing needed any more (blocking: unlink and
+        fsync the directory); `sync` does it after each batch, a caller of
+        `write_for_sync` when `garbage_due` says so."""
+        with self._sync_lock:
+            if self._dropped or self._closed:
+                return
+            try:
+                self._collect_garbage()
+            except BaseException as exc:
+                self._failed = exc
+                raise
+
+    @property
+    def appends_in_place(self) -> bool:
+        """Whether the next write goes into the open active segment: no file or
+        directory to create, so `write_for_sync` blocks on nothing but its `pwrite`, and
+        only the segment needs syncing (`UnsyncedBatch.new_entry` is False)."""
+        active = self._active
+        return (active is not None and active.fd is not None and not active.dir_dirty
+                and active.size < self.segment_size and self._failed is None)
+
+    @property
+    def garbage_due(self) -> bool:
+        """Whether segments may have become deletable (`collect_garbage`)."""
+        return self._collect_due
+
+    def _make_durable(self, unsynced: "UnsyncedBatch") -> None:
+        if unsynced.fd is not None:
+            _fdatasync(unsynced.fd)
+            if unsynced.new_entry:
+                _fsync_directory(self.directory)
 
     def _return_to_buffer(self, batch: dict, acks: list, delivered: dict) -> None:
         """A batch failed to reach the disk: buffer it again, ahead of what was appended
@@ -573,36 +670,48 @@ class QueueFile:
     def _path(self, number: int) -> str:
         return os.path.join(self.directory, segment_name(number))
 
-    def _write_batch(self, batch: dict, acks: list, delivered: dict) -> None:
+    def _write_records(self, unsynced: "UnsyncedBatch") -> None:
+        """Encode `unsynced`'s messages, acks and delivered marks and write them at the
+        end of the active segment, not synced; note in `unsynced` what `finish_sync`
+        applies to the index once they are durable."""
         index = self._index
         buffer = bytearray()
-        written = []                # (seq, relative offset, length, flags)
-        for seq, (flags, exchange, routing_key, properties, body) in batch.items():
+        written = unsynced.written          # (seq, relative offset, length, flags)
+        for seq, (flags, exchange, routing_key, properties, body) in unsynced.batch.items():
             offset = len(buffer)
             length = append_message(buffer, seq, flags, exchange, routing_key, properties, body)
             written.append((seq, offset, length, flags))
-        acked = {}                  # seq -> location, in ack order
-        for seq in acks:
+        acked = unsynced.acked              # seq -> location, in ack order
+        for seq in unsynced.acks:
             location = index.get(seq)
             if location is not None and seq not in acked:
                 acked[seq] = location
                 if location[3] & FLAG_PERSISTENT:
                     append_marker(buffer, KIND_ACK, seq)
-        marked = []
-        for seq in delivered:
+        for seq in unsynced.delivered:
             location = index.get(seq)
             if (location is not None and location[3] & FLAG_PERSISTENT
                     and seq not in acked and seq not in self._delivered):
-                marked.append((seq, location))
+                unsynced.marked.append((seq, location))
                 append_marker(buffer, KIND_DELIVERED, seq)
-
         segment = self._active
         if buffer:
             segment = self._writable_segment()
-            base = segment.size
-            self._write(segment, buffer)
-            if written:     # batches are in seq order; acks and marks name older seqs
-                self._high_seq = max(self._high_seq, written[-1][0])
+            unsynced.base = segment.size
+            unsynced.end = self._append_bytes(segment, buffer)
+            unsynced.new_entry = segment.dir_dirty
+            unsynced.fd = os.dup(segment.fd)
+        unsynced.segment = segment
+
+    def _apply_written(self, unsynced: "UnsyncedBatch") -> None:
+        """The records of `unsynced` are durable: index them, and count what they make
+        live and dead."""
+        index = self._index
+        segment = unsynced.segment
+        written, acked = unsynced.written, unsynced.acked
+        if written:     # batches are in seq order; acks and marks name older seqs
+            self._high_seq = max(self._high_seq, written[-1][0])
+        base = unsynced.base
         with self._lock:
             for seq, offset, length, flags in written:
                 index[seq] = (segment.number, base + offset, length, flags)
@@ -625,7 +734,7 @@ class QueueFile:
                 self._add_ref(segment, number)
                 for dup in dups:
                     self._add_ref(segment, dup)
-        for seq, (number, *_rest) in marked:
+        for seq, (number, *_rest) in unsynced.marked:
             self._delivered.add(seq)
             self._add_ref(segment, number)
             for dup in self._dups.get(seq, ()):
@@ -658,6 +767,22 @@ class QueueFile:
 
     def _write(self, segment: _Segment, buffer) -> None:
         """Write `buffer` at the end of `segment` and make it (and the file) durable."""
+        end = self._append_bytes(segment, buffer)
+        try:
+            _fdatasync(segment.fd)
+            if segment.dir_dirty:
+                _fsync_directory(self.directory)
+                segment.dir_dirty = False
+        except OSError as error:
+            self._cut_back(segment, error)
+            raise
+        self.written_bytes += end - segment.size
+        segment.size = end
+        self._step("synced")
+
+    def _append_bytes(self, segment: _Segment, buffer) -> int:
+        """Write `buffer` at the end of `segment` (not synced); returns where it ends.
+        On failure the segment is cut back to where it ended before."""
         view = memoryview(buffer)
         offset = segment.size
         try:
@@ -666,16 +791,10 @@ class QueueFile:
                 view = view[written:]
                 offset += written
             self._step("written")
-            _fdatasync(segment.fd)
-            if segment.dir_dirty:
-                _fsync_directory(self.directory)
-                segment.dir_dirty = False
         except OSError as error:
             self._cut_back(segment, error)
             raise
-        self.written_bytes += offset - segment.size
-        segment.size = offset
-        self._step("synced")
+        return offset
 
     def _cut_back(self, segment: _Segment, error: OSError) -> None:
         """A write failed: remove whatever part of it reached the file (a later write

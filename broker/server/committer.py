@@ -6,10 +6,12 @@ it took goes back into the journal for the next commit, and the replies waiting 
 are released refused (`Persistence.failed`). Nothing it took is reported durable."""
 
 import logging
+import os
 
 import trio
 
 from broker.core.persistence import Persistence
+from storage.kernel_sync import CAPACITY as KERNEL_SYNC_CAPACITY, KernelSync
 
 log = logging.getLogger("warren.storage")
 
@@ -24,8 +26,9 @@ class GroupCommitter:
     """
 
     def __init__(self, persistence: Persistence, apply_changes, sync_stores,
-                 maintain_stores):
+                 maintain_stores, kernel_sync: KernelSync | None = None):
         self.persistence = persistence
+        self._kernel_sync = kernel_sync     # syncs queue-file-only commits on the loop
         self._apply_changes = apply_changes   # blocking: list[JournalEntry] -> None
         self._sync_stores = sync_stores       # blocking: list[store] -> None
         self._maintain_stores = maintain_stores  # blocking: list[store] -> unfinished
@@ -111,37 +114,119 @@ class GroupCommitter:
             async with self._storage_job:
                 if not self.persistence.has_pending():
                     return True             # a commit that ran meanwhile took it all
-                finished = self._start_commit()
-                await finished.wait()
+                self._committing = True
+                finished = self._finished = _CommitDone()
+                changes, stores, writes = self.persistence.take_pending()
+                if self._syncs_in_kernel(changes, stores):
+                    await self._commit_on_loop(stores, writes)
+                else:
+                    self._start_thread(changes, stores, writes)
+                    await finished.wait()
         return finished.succeeded
 
-    def _start_commit(self) -> "_CommitDone":
-        """Hand everything pending to a worker thread now. The thread's wake-up of the
-        event loop runs `_commit_done` directly, not a task: confirms wait for it."""
-        self._committing = True
-        finished = self._finished = _CommitDone()
-        changes, stores, writes = self.persistence.take_pending()
+    def _syncs_in_kernel(self, changes: list, stores: list) -> bool:
+        """Whether this commit can run on the loop with `KernelSync`: no metadata
+        change, only queue files (no more than the kernel takes at once) that write
+        into their open segment (nothing to create or to fsync but the segments), and
+        no failed commit to recover from (claiming the disk reserve back writes it: a
+        thread's job)."""
+        return (self._kernel_sync is not None and not changes
+                and len(stores) <= KERNEL_SYNC_CAPACITY
+                and (self._disk is None or self._disk.write_error is None)
+                and all(getattr(store, "appends_in_place", False) for store in stores))
+
+    async def _commit_on_loop(self, stores: list, writes: int) -> None:
+        """A commit without a worker thread: the batches are written here, into the
+        page cache, and the kernel fdatasyncs them while the loop serves connections.
+        The release follows when the eventfd says they are done; the next commit starts
+        two turns after it, as after a thread's commit, so that the connections it woke
+        have read their next publishes."""
+        error, written = await self._sync_in_kernel(stores)
+        if error is not None:
+            # The disk reserve is handed back (a file deleted): in a thread.
+            await trio.to_thread.run_sync(self._report_to_disk, error, 0)
+        else:
+            self._report_to_disk(None, written)
+        self._commit_done([], stores, writes, error)
+        await trio.lowlevel.checkpoint()
+        if error is None:
+            await self._collect_garbage(stores)
+
+    async def _sync_in_kernel(self, stores: list) -> tuple[Exception | None, int]:
+        """Write each store's batch and have the kernel fdatasync them all; a failed
+        write or sync buffers every batch again (none is reported durable). Returns the
+        error, and the bytes written."""
+        unsynced = []
+        error = None
+        before = sum(store.written_bytes for store in stores)
+        try:
+            for store in stores:
+                if not store.dropped:
+                    batch = store.write_for_sync()
+                    if batch is not None:
+                        unsynced.append((store, batch))
+            if unsynced:
+                await self._fdatasync([batch.fd for _store, batch in unsynced])
+        except Exception as failure:    # OSError; anything else fails the commit too
+            error = failure
+        for store, batch in unsynced:
+            try:
+                store.finish_sync(batch, error)
+            except Exception as failure:
+                error = error or failure
+        return error, sum(store.written_bytes for store in stores) - before
+
+    async def _fdatasync(self, descriptors: list[int]) -> None:
+        """fdatasync every descriptor through the kernel's AIO, waiting on its eventfd;
+        raises OSError for the first that failed."""
+        kernel = self._kernel_sync
+        kernel.submit([(fd, True) for fd in descriptors])
+        ended = dict(kernel.completed())
+        while len(ended) < len(descriptors):
+            await trio.lowlevel.wait_readable(kernel.fileno())
+            ended.update(kernel.completed())
+        for number in range(len(descriptors)):
+            if ended[number] < 0:
+                raise OSError(-ended[number], os.strerror(-ended[number]))
+
+    async def _collect_garbage(self, stores: list) -> None:
+        """Delete the segments a commit on the loop left deletable (in a worker
+        thread, as `sync` does in the thread's commits)."""
+        due = [store for store in stores if not store.dropped and store.garbage_due]
+        if due:
+            try:
+                await trio.to_thread.run_sync(_collect_garbage, due)
+            except Exception as error:
+                log.error("event=segment_collection_failed error=%r", error)
+
+    def _start_thread(self, changes: list, stores: list, writes: int) -> None:
+        """Hand the commit to a worker thread now. The thread's wake-up of the event
+        loop runs `_commit_done` directly, not a task: confirms wait for it."""
         token = trio.lowlevel.current_trio_token()
 
         def deliver(result) -> None:
+            error = None
             try:
-                token.run_sync_soon(self._commit_done, changes, stores, writes, result)
+                result.unwrap()
+            except Exception as failure:
+                error = failure
+            try:
+                token.run_sync_soon(self._commit_done, changes, stores, writes, error)
             except trio.RunFinishedError:
                 pass            # the broker stopped; the commit's outcome is moot
 
         trio.lowlevel.start_thread_soon(lambda: self._write(changes, stores), deliver)
-        return finished
 
-    def _commit_done(self, changes: list, stores: list, writes: int, result) -> None:
-        """On the event loop, from the worker thread's wake-up: release what waited for
-        the commit at once (confirms are sent here, not by a task on a later turn).
+    def _commit_done(self, changes: list, stores: list, writes: int,
+                     error: Exception | None) -> None:
+        """On the event loop, from the worker thread's wake-up (or in the committer task,
+        for a commit on the loop): release what waited for the commit at once (confirms
+        are sent here, not by a task on a later turn).
         The next commit is the committer task's (see `_commit_asked`). Nothing raised
         here may escape (it would stop the event loop)."""
         finished = self._finished
         self._committing = False
-        try:
-            result.unwrap()
-        except Exception as error:
+        if error is not None:
             # Nothing taken by this commit is reported durable; it is tried again.
             self._settle(lambda: self._commit_failed(changes, stores, writes, error))
             finished.set(succeeded=False)
@@ -177,16 +262,26 @@ class GroupCommitter:
     def _write(self, changes, stores) -> None:
         """The blocking part of a commit. `apply_changes` removes from `changes` what
         it applied, so a failure leaves there what is still to do."""
-        disk = self._disk
         try:
             self._apply_changes(changes)
             written = self._sync_stores(stores)
         except Exception as error:
-            if disk is not None:
-                disk.write_failed(failure_reason(error))
+            self._report_to_disk(error, 0)
             raise
+        self._report_to_disk(None, written)
+
+    def _report_to_disk(self, error: Exception | None, written: int) -> None:
+        disk = self._disk
         if disk is not None:
-            disk.wrote(written)
+            if error is not None:
+                disk.write_failed(failure_reason(error))
+            else:
+                disk.wrote(written)
+
+
+def _collect_garbage(stores: list) -> None:
+    for store in stores:
+        store.collect_garbage()
 
 
 class _CommitDone:

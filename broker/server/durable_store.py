@@ -98,6 +98,22 @@ class DurableQueueStore:
     def synced(self) -> None:
         """After a commit: nothing waits on the event loop for a queue file's sync."""
 
+    # -- the group committer's sync without a thread (KernelSync), on the event loop --
+
+    @property
+    def appends_in_place(self) -> bool:
+        return self.queue_file.appends_in_place
+
+    def write_for_sync(self):
+        return self.queue_file.write_for_sync()
+
+    def finish_sync(self, unsynced, error: OSError | None = None) -> None:
+        self.queue_file.finish_sync(unsynced, error)
+
+    @property
+    def garbage_due(self) -> bool:
+        return self.queue_file.garbage_due
+
     # -- blocking, in the committer's worker thread -----------------------------------
 
     @property
@@ -107,6 +123,9 @@ class DurableQueueStore:
 
     def sync(self) -> int:
         return self.queue_file.sync()
+
+    def collect_garbage(self) -> None:
+        self.queue_file.collect_garbage()
 
     def maintain(self) -> bool:
         """Give a drained queue's segment back, or compact one mostly-dead segment, if

@@ -16,6 +16,7 @@ from broker.config import ServeSettings
 from broker.core import definitions
 from broker.core.admin import Administration
 from broker.core.broker import Broker
+from storage.kernel_sync import KernelSync
 
 from .admission import default_connection_caps, raise_file_limit
 from .committer import GroupCommitter
@@ -50,6 +51,9 @@ class Node:
         self.virtual_clock = VirtualClock() if testing else None
         wall_clock = self.virtual_clock.wall_time if self.virtual_clock else time.time
         self.storage = DurableStorage(settings.data_dir, settings.metadata_url, wall_clock)
+        self.kernel_sync = KernelSync.open(self.storage.queues_dir)
+        log.debug("event=commit_sync mode=%s", "kernel_aio" if self.kernel_sync
+                  else "worker_thread")
         self.broker = Broker(settings.limits, persistence=self.storage.persistence,
                              version=__version__, loopback_users=settings.loopback_users)
         if self.virtual_clock is not None:
@@ -61,7 +65,7 @@ class Node:
             self._load_definitions(settings.load_definitions)
         self.committer = GroupCommitter(self.storage.persistence, self.storage.apply_changes,
                                         self.storage.sync_stores,
-                                        self.storage.maintain_stores)
+                                        self.storage.maintain_stores, self.kernel_sync)
         self.server = Server(self.broker, settings.host, settings.port, self.committer,
                              settings.alarms, settings.data_dir,
                              control=self._control_socket(), tls=tls,
@@ -78,6 +82,8 @@ class Node:
 
     def close(self) -> None:
         self.storage.close(self.broker)
+        if self.kernel_sync is not None:
+            self.kernel_sync.close()
 
     def _load_definitions(self, path: str) -> None:
         try:

@@ -1,0 +1,158 @@
+"""fdatasync without a worker thread: Linux's native AIO (`io_submit` with
+IOCB_CMD_FDSYNC), its completions counted on an eventfd that an event loop waits on.
+
+A commit that only writes queue files (the confirm path) would otherwise hand its
+`fdatasync` to a worker thread, and the thread and the event loop then wait for each
+other's GIL before, during and after it (docs/benchmarks.md, issue 18, "confirms without
+a worker thread"). With `KernelSync` the loop writes the batch (a `pwrite` into the page
+cache), submits the sync, goes on serving connections, and is woken through the eventfd
+when the kernel's own worker has finished it.
+
+Linux only (4.18 or later: older kernels refuse IOCB_CMD_FDSYNC), on the architectures
+whose system call numbers are listed below. `KernelSync.open` probes it once in the data
+directory and returns None where it cannot be used; callers then sync in a thread.
+"""
+
+import ctypes
+import errno
+import os
+import platform
+import select
+import tempfile
+
+# io_setup, io_destroy, io_getevents, io_submit
+_SYSCALLS = {
+    "x86_64": (206, 207, 208, 209),
+    "aarch64": (0, 1, 4, 2),
+}
+_IOCB_CMD_FSYNC = 2
+_IOCB_CMD_FDSYNC = 3
+_IOCB_FLAG_RESFD = 1
+CAPACITY = 128          # syncs in flight at most (one per queue file of a commit)
+
+
+class _IoCb(ctypes.Structure):
+    """struct iocb of linux/aio_abi.h (little-endian layout)."""
+
+    _fields_ = [("data", ctypes.c_uint64), ("key", ctypes.c_uint32),
+                ("rw_flags", ctypes.c_int32), ("lio_opcode", ctypes.c_uint16),
+                ("reqprio", ctypes.c_int16), ("fildes", ctypes.c_uint32),
+                ("buf", ctypes.c_uint64), ("nbytes", ctypes.c_uint64),
+                ("offset", ctypes.c_int64), ("reserved2", ctypes.c_uint64),
+                ("flags", ctypes.c_uint32), ("resfd", ctypes.c_uint32)]
+
+
+class _IoEvent(ctypes.Structure):
+    """struct io_event of linux/aio_abi.h."""
+
+    _fields_ = [("data", ctypes.c_uint64), ("obj", ctypes.c_uint64),
+                ("res", ctypes.c_int64), ("res2", ctypes.c_int64)]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class KernelSync:
+    """One AIO context and its eventfd. `submit` starts syncs; once `fileno()` is
+    readable, `completed()` says which ended and how. One caller at a time (the
+    committer), on one thread."""
+
+    def __init__(self, context: int, eventfd: int, syscalls: tuple, libc):
+        self._context = context
+        self._eventfd = eventfd
+        self._setup, self._destroy, self._getevents, self._submit = syscalls
+        self._libc = libc
+        self._in_flight: dict[int, _IoCb] = {}      # request number -> its iocb (kept alive)
+        self._refused: list[tuple[int, int]] = []   # requests the kernel did not take
+        self._events = (_IoEvent * CAPACITY)()
+        self._no_wait = _Timespec(0, 0)
+
+    @classmethod
+    def open(cls, directory: str) -> "KernelSync | None":
+        """A KernelSync whose syncs were seen to work on a file in `directory`, or None
+        (not Linux, an unknown architecture, AIO disabled, or a kernel or file system
+        that refuses IOCB_CMD_FDSYNC)."""
+        syscalls = _SYSCALLS.get(platform.machine())
+        if syscalls is None or not hasattr(os, "eventfd"):
+            return None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+        except (OSError, AttributeError):
+            return None
+        context = ctypes.c_ulong(0)
+        if libc.syscall(syscalls[0], CAPACITY, ctypes.byref(context)) != 0:
+            return None
+        eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        kernel_sync = cls(context.value, eventfd, syscalls, libc)
+        if not kernel_sync._works_in(directory):
+            kernel_sync.close()
+            return None
+        return kernel_sync
+
+    def _works_in(self, directory: str) -> bool:
+        try:
+            with tempfile.TemporaryFile(dir=directory) as probe:
+                probe.write(b"probe")
+                probe.flush()
+                self.submit([(probe.fileno(), True)])
+                select.select([self._eventfd], [], [], 5.0)
+                return self.completed() == [(0, 0)]
+        except OSError:
+            return False
+
+    def fileno(self) -> int:
+        """The eventfd: readable when a submitted sync has ended."""
+        return self._eventfd
+
+    def submit(self, requests: list[tuple[int, bool]]) -> None:
+        """Start one sync per (descriptor, data_only) request: fdatasync when
+        `data_only`, else fsync (a directory). The requests are numbered 0, 1, ... in
+        `completed()`. Raises OSError when the kernel refuses them (none started)."""
+        if self._in_flight:
+            raise RuntimeError("KernelSync.submit: the previous syncs have not ended")
+        if len(requests) > CAPACITY:
+            raise OSError(errno.EAGAIN, f"more than {CAPACITY} syncs at once")
+        control_blocks = []
+        for number, (fd, data_only) in enumerate(requests):
+            block = _IoCb(data=number, fildes=fd, flags=_IOCB_FLAG_RESFD,
+                          resfd=self._eventfd,
+                          lio_opcode=_IOCB_CMD_FDSYNC if data_only else _IOCB_CMD_FSYNC)
+            control_blocks.append(block)
+        pointers = (ctypes.POINTER(_IoCb) * len(requests))(
+            *(ctypes.pointer(block) for block in control_blocks))
+        started = self._libc.syscall(self._submit, ctypes.c_ulong(self._context),
+                                     ctypes.c_long(len(requests)), pointers)
+        if started < 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"io_submit: {os.strerror(error)}")
+        self._in_flight = dict(enumerate(control_blocks[:started]))
+        # The kernel may take only the first ones: the rest end at once, refused.
+        self._refused = [(number, -errno.EAGAIN) for number in range(started, len(requests))]
+
+    def completed(self) -> list[tuple[int, int]]:
+        """(request number, 0 or -errno) for every sync that ended since the last call."""
+        try:
+            os.eventfd_read(self._eventfd)
+        except BlockingIOError:
+            pass
+        ended, self._refused = self._refused, []
+        if self._in_flight:
+            count = self._libc.syscall(self._getevents, ctypes.c_ulong(self._context),
+                                       ctypes.c_long(0), ctypes.c_long(CAPACITY),
+                                       self._events, ctypes.byref(self._no_wait))
+            for event in self._events[:max(count, 0)]:
+                self._in_flight.pop(event.data, None)
+                ended.append((event.data, event.res))
+        return ended
+
+    def close(self) -> None:
+        """Release the context (waits for syncs in flight) and the eventfd."""
+        if self._context:
+            self._libc.syscall(self._destroy, ctypes.c_ulong(self._context))
+            self._context = 0
+            self._in_flight = {}
+        if self._eventfd >= 0:
+            os.close(self._eventfd)
+            self._eventfd = -1
