@@ -25,7 +25,6 @@ _SYSCALLS = {
     "x86_64": (206, 207, 208, 209),
     "aarch64": (0, 1, 4, 2),
 }
-_IOCB_CMD_FSYNC = 2
 _IOCB_CMD_FDSYNC = 3
 _IOCB_FLAG_RESFD = 1
 CAPACITY = 128          # syncs in flight at most (one per queue file of a commit)
@@ -61,10 +60,10 @@ class KernelSync:
     def __init__(self, context: int, eventfd: int, syscalls: tuple, libc):
         self._context = context
         self._eventfd = eventfd
-        self._setup, self._destroy, self._getevents, self._submit = syscalls
+        _setup, self._destroy, self._getevents, self._submit = syscalls
         self._libc = libc
         self._in_flight: dict[int, _IoCb] = {}      # request number -> its iocb (kept alive)
-        self._refused: list[tuple[int, int]] = []   # requests the kernel did not take
+        self._refused: list[tuple[int, int]] = []   # syncs the kernel did not take
         self._events = (_IoEvent * CAPACITY)()
         self._no_wait = _Timespec(0, 0)
 
@@ -96,7 +95,7 @@ class KernelSync:
             with tempfile.TemporaryFile(dir=directory) as probe:
                 probe.write(b"probe")
                 probe.flush()
-                self.submit([(probe.fileno(), True)])
+                self.submit([probe.fileno()])
                 select.select([self._eventfd], [], [], 5.0)
                 return self.completed() == [(0, 0)]
         except OSError:
@@ -106,30 +105,27 @@ class KernelSync:
         """The eventfd: readable when a submitted sync has ended."""
         return self._eventfd
 
-    def submit(self, requests: list[tuple[int, bool]]) -> None:
-        """Start one sync per (descriptor, data_only) request: fdatasync when
-        `data_only`, else fsync (a directory). The requests are numbered 0, 1, ... in
+    def submit(self, descriptors: list[int]) -> None:
+        """Start an fdatasync of each descriptor; they are numbered 0, 1, ... in
         `completed()`. Raises OSError when the kernel refuses them (none started)."""
         if self._in_flight:
             raise RuntimeError("KernelSync.submit: the previous syncs have not ended")
-        if len(requests) > CAPACITY:
+        if len(descriptors) > CAPACITY:
             raise OSError(errno.EAGAIN, f"more than {CAPACITY} syncs at once")
-        control_blocks = []
-        for number, (fd, data_only) in enumerate(requests):
-            block = _IoCb(data=number, fildes=fd, flags=_IOCB_FLAG_RESFD,
-                          resfd=self._eventfd,
-                          lio_opcode=_IOCB_CMD_FDSYNC if data_only else _IOCB_CMD_FSYNC)
-            control_blocks.append(block)
-        pointers = (ctypes.POINTER(_IoCb) * len(requests))(
+        control_blocks = [_IoCb(data=number, fildes=fd, lio_opcode=_IOCB_CMD_FDSYNC,
+                                flags=_IOCB_FLAG_RESFD, resfd=self._eventfd)
+                          for number, fd in enumerate(descriptors)]
+        pointers = (ctypes.POINTER(_IoCb) * len(descriptors))(
             *(ctypes.pointer(block) for block in control_blocks))
         started = self._libc.syscall(self._submit, ctypes.c_ulong(self._context),
-                                     ctypes.c_long(len(requests)), pointers)
+                                     ctypes.c_long(len(descriptors)), pointers)
         if started < 0:
             error = ctypes.get_errno()
             raise OSError(error, f"io_submit: {os.strerror(error)}")
         self._in_flight = dict(enumerate(control_blocks[:started]))
         # The kernel may take only the first ones: the rest end at once, refused.
-        self._refused = [(number, -errno.EAGAIN) for number in range(started, len(requests))]
+        self._refused = [(number, -errno.EAGAIN)
+                         for number in range(started, len(descriptors))]
 
     def completed(self) -> list[tuple[int, int]]:
         """(request number, 0 or -errno) for every sync that ended since the last call."""

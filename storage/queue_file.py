@@ -66,8 +66,8 @@ class RecoveredMessage:
 class UnsyncedBatch:
     """A batch `QueueFile.write_for_sync` wrote and `finish_sync` completes: `fd` (a
     duplicate of its segment's descriptor; None when nothing needed writing) must be
-    fdatasynced first, and the queue file's directory fsynced too when `new_entry` (the
-    segment was created for it)."""
+    fdatasynced first, and the queue file's directory fsynced too when the segment was
+    created for it (`segment.dir_dirty`)."""
 
     target: int                 # the last seq appended when it was taken
     batch: dict                 # what was taken, to buffer again if the sync fails
@@ -80,7 +80,6 @@ class UnsyncedBatch:
     base: int = 0               # where in the segment the write began
     end: int = 0                # and ended
     fd: int | None = None
-    new_entry: bool = False
 
 
 class _Segment:
@@ -338,7 +337,7 @@ class QueueFile:
         (the group committer, with `KernelSync`): take what was buffered and write it
         (into the page cache: no fsync). Returns what to sync, or None when nothing was
         to be written (then `durable_seq` already covers every append). The caller must
-        then sync `fd` (fdatasync; and the directory when `new_entry`) and call
+        then sync `fd` (fdatasync; and the directory when its segment is new) and call
         `finish_sync` before any other write to this queue file. Raises OSError when
         the write fails (the batch is buffered again, as by a failed `sync`)."""
         with self._sync_lock:
@@ -413,7 +412,7 @@ class QueueFile:
     def appends_in_place(self) -> bool:
         """Whether the next write goes into the open active segment: no file or
         directory to create, so `write_for_sync` blocks on nothing but its `pwrite`, and
-        only the segment needs syncing (`UnsyncedBatch.new_entry` is False)."""
+        only the segment needs syncing (its directory entry is durable)."""
         active = self._active
         return (active is not None and active.fd is not None and not active.dir_dirty
                 and active.size < self.segment_size and self._failed is None)
@@ -425,9 +424,14 @@ class QueueFile:
 
     def _make_durable(self, unsynced: "UnsyncedBatch") -> None:
         if unsynced.fd is not None:
-            _fdatasync(unsynced.fd)
-            if unsynced.new_entry:
-                _fsync_directory(self.directory)
+            self._sync_segment(unsynced.fd, unsynced.segment)
+
+    def _sync_segment(self, fd: int, segment: _Segment) -> None:
+        """fdatasync a segment through `fd`, and its directory entry when it is new
+        (`dir_dirty` is cleared by the caller once the write counts as done)."""
+        _fdatasync(fd)
+        if segment.dir_dirty:
+            _fsync_directory(self.directory)
 
     def _return_to_buffer(self, batch: dict, acks: list, delivered: dict) -> None:
         """A batch failed to reach the disk: buffer it again, ahead of what was appended
@@ -699,7 +703,6 @@ class QueueFile:
             segment = self._writable_segment()
             unsynced.base = segment.size
             unsynced.end = self._append_bytes(segment, buffer)
-            unsynced.new_entry = segment.dir_dirty
             unsynced.fd = os.dup(segment.fd)
         unsynced.segment = segment
 
@@ -769,13 +772,11 @@ class QueueFile:
         """Write `buffer` at the end of `segment` and make it (and the file) durable."""
         end = self._append_bytes(segment, buffer)
         try:
-            _fdatasync(segment.fd)
-            if segment.dir_dirty:
-                _fsync_directory(self.directory)
-                segment.dir_dirty = False
+            self._sync_segment(segment.fd, segment)
         except OSError as error:
             self._cut_back(segment, error)
             raise
+        segment.dir_dirty = False
         self.written_bytes += end - segment.size
         segment.size = end
         self._step("synced")

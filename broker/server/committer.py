@@ -180,7 +180,7 @@ class GroupCommitter:
         """fdatasync every descriptor through the kernel's AIO, waiting on its eventfd;
         raises OSError for the first that failed."""
         kernel = self._kernel_sync
-        kernel.submit([(fd, True) for fd in descriptors])
+        kernel.submit(descriptors)
         ended = dict(kernel.completed())
         while len(ended) < len(descriptors):
             await trio.lowlevel.wait_readable(kernel.fileno())

@@ -89,7 +89,7 @@ def test_a_sync_submitted_to_the_kernel_ends_and_says_so_on_its_eventfd(kernel, 
     try:
         for fd in fds:
             os.write(fd, b"records")
-        kernel.submit([(fd, True) for fd in fds])
+        kernel.submit(fds)
         assert wait_for_syncs(kernel, 2) == {0: 0, 1: 0}
     finally:
         for fd in fds:
@@ -100,7 +100,7 @@ def test_a_descriptor_that_cannot_be_synced_is_refused_at_once(kernel):
     reader, writer = os.pipe()
     try:
         with pytest.raises(OSError):
-            kernel.submit([(reader, True)])
+            kernel.submit([reader])
     finally:
         os.close(reader)
         os.close(writer)
