@@ -165,8 +165,10 @@ class GroupCommitter:
                     batch = store.write_for_sync()
                     if batch is not None:
                         unsynced.append((store, batch))
-            if unsynced:
-                await self._fdatasync([batch.fd for _store, batch in unsynced])
+            # A batch of acks of records never written as persistent wrote nothing.
+            written = [batch.fd for _store, batch in unsynced if batch.fd is not None]
+            if written:
+                await self._fdatasync(written)
         except Exception as failure:    # OSError; anything else fails the commit too
             error = failure
         for store, batch in unsynced:
@@ -253,7 +255,8 @@ class GroupCommitter:
             self._failing = True
             log.error("event=commit_failed writes=%d error=%r hint=%r", writes, error,
                       "confirms of this commit are nacked and durable replies refused; "
-                      "free disk space in the data directory")
+                      + _failure_hint(error),
+                      exc_info=None if _is_storage_failure(error) else error)
         else:
             log.debug("event=commit_failed_again writes=%d error=%r", writes, error)
         self.persistence.failed(changes, stores, writes, reason)
@@ -299,6 +302,19 @@ class _CommitDone:
 
     async def wait(self) -> None:
         await self._event.wait()
+
+
+def _is_storage_failure(error: Exception) -> bool:
+    """Whether the disk or the database refused the write (an OSError, or a
+    SQLAlchemy error wrapping the driver's), rather than a fault in Warren itself."""
+    return isinstance(error, OSError) or getattr(error, "orig", None) is not None
+
+
+def _failure_hint(error: Exception) -> str:
+    if _is_storage_failure(error):
+        return "free disk space in the data directory"
+    return ("this is a fault in Warren, not the disk: the commit is retried; "
+            "report it with the traceback below")
 
 
 def failure_reason(error: Exception) -> str:

@@ -310,6 +310,55 @@ def test_a_failed_commit_releases_its_waiters_refused_and_the_next_one_retries()
     assert persistence.durable == 2
 
 
+class FaultyStore(CountingStore):
+    """A store whose first sync hits a fault in the broker's own code."""
+
+    def sync(self) -> int:
+        if self.syncs == 0 and not getattr(self, "faulted", False):
+            self.faulted = True
+            raise TypeError("'NoneType' object cannot be interpreted as an integer")
+        return super().sync()
+
+
+def test_a_commit_failed_by_a_fault_not_the_disk_is_logged_with_its_traceback(caplog):
+    """Only a full or failing disk is blamed on disk space; any other error is a bug,
+    logged with where it happened, and the next commit still retries the writes."""
+    persistence = Persistence()
+    committer = committer_for(persistence)
+    store = FaultyStore()
+    released = []
+
+    async def main():
+        persistence.store_written(store)
+        persistence.wait_durable(WaitingConnection(persistence.writes, released))
+        await committer.flush()
+        await committer.flush()
+
+    with caplog.at_level("ERROR", logger="warren.storage"):
+        trio.run(main)
+    [record] = [r for r in caplog.records if "event=commit_failed" in r.getMessage()]
+    assert "free disk space" not in record.getMessage()
+    assert "fault in Warren" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is TypeError
+    assert store.syncs == 1 and persistence.durable == 1
+
+
+def test_a_commit_failed_by_a_full_disk_is_logged_without_a_traceback(caplog):
+    persistence = Persistence()
+    committer = committer_for(persistence)
+    store = CountingStore(failures=1)
+
+    async def main():
+        persistence.store_written(store)
+        await committer.flush()
+
+    with caplog.at_level("ERROR", logger="warren.storage"):
+        trio.run(main)
+    [record] = [r for r in caplog.records if "event=commit_failed" in r.getMessage()]
+    assert "free disk space in the data directory" in record.getMessage()
+    assert record.exc_info is None
+
+
 def test_metadata_changes_a_failed_commit_did_not_apply_are_applied_next_in_order():
     persistence = Persistence()
     applied = []

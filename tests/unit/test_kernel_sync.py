@@ -208,3 +208,27 @@ def test_a_commit_of_more_queue_files_than_the_kernel_takes_at_once_uses_a_threa
     assert all(store.queue_file.durable_seq == 2 for store in stores)
     for store in stores:
         store.queue_file.close()
+
+
+def test_a_commit_with_nothing_to_write_for_a_queue_file_succeeds_without_a_sync(
+        kernel, tmp_path):
+    """An ack of a message the queue file never wrote as persistent (a transient one
+    paged out, or one acked before it was written) leaves the file nothing to write:
+    the commit succeeds, and another queue file in it is still synced."""
+    persistence = Persistence()
+    thread_syncs = ThreadSyncs()
+    committer = GroupCommitter(persistence, lambda changes: None, thread_syncs,
+                               lambda stores: [], kernel)
+    quiet = make_store(tmp_path, persistence)
+    busy = DurableQueueStore(QueueFile(tmp_path / "busy"), persistence, "busy", reads=None)
+    quiet.queue_file.append(1, "", "q", b"", b"paged", persistent=False)
+    persistence.store_written(quiet)
+    assert commit_one(committer, persistence, busy, b"first") == "durable"
+    quiet.queue_file.ack(1)
+    persistence.store_touched(quiet)
+    assert commit_one(committer, persistence, busy, b"second") == "durable"
+    assert thread_syncs.commits == 1        # the second commit was the kernel's
+    for store in (quiet, busy):
+        store.queue_file.close()
+    assert stored_bodies(tmp_path / "busy") == [b"first", b"second"]
+    assert stored_bodies(tmp_path / "q") == []
