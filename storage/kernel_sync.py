@@ -62,10 +62,24 @@ class KernelSync:
         self._eventfd = eventfd
         _setup, self._destroy, self._getevents, self._submit = syscalls
         self._libc = libc
-        self._in_flight: dict[int, _IoCb] = {}      # request number -> its iocb (kept alive)
+        self._in_flight: set[int] = set()           # request numbers not ended yet
         self._refused: list[tuple[int, int]] = []   # syncs the kernel did not take
+        # One control block per request number, made once: a submit fills in the
+        # descriptors (building ctypes objects cost more than the system call).
+        self._blocks = (_IoCb * CAPACITY)()
+        for number, block in enumerate(self._blocks):
+            block.data = number
+            block.lio_opcode = _IOCB_CMD_FDSYNC
+            block.flags = _IOCB_FLAG_RESFD
+            block.resfd = eventfd
+        self._pointers = (ctypes.POINTER(_IoCb) * CAPACITY)(
+            *(ctypes.pointer(block) for block in self._blocks))
         self._events = (_IoEvent * CAPACITY)()
         self._no_wait = _Timespec(0, 0)
+        # The system calls' fixed arguments, converted once.
+        self._context_arg = ctypes.c_ulong(context)
+        self._getevents_args = (ctypes.c_long(0), ctypes.c_long(CAPACITY), self._events,
+                                ctypes.byref(self._no_wait))
 
     @classmethod
     def open(cls, directory: str) -> "KernelSync | None":
@@ -112,17 +126,15 @@ class KernelSync:
             raise RuntimeError("KernelSync.submit: the previous syncs have not ended")
         if len(descriptors) > CAPACITY:
             raise OSError(errno.EAGAIN, f"more than {CAPACITY} syncs at once")
-        control_blocks = [_IoCb(data=number, fildes=fd, lio_opcode=_IOCB_CMD_FDSYNC,
-                                flags=_IOCB_FLAG_RESFD, resfd=self._eventfd)
-                          for number, fd in enumerate(descriptors)]
-        pointers = (ctypes.POINTER(_IoCb) * len(descriptors))(
-            *(ctypes.pointer(block) for block in control_blocks))
-        started = self._libc.syscall(self._submit, ctypes.c_ulong(self._context),
-                                     ctypes.c_long(len(descriptors)), pointers)
+        blocks = self._blocks
+        for number, fd in enumerate(descriptors):
+            blocks[number].fildes = fd
+        started = self._libc.syscall(self._submit, self._context_arg,
+                                     ctypes.c_long(len(descriptors)), self._pointers)
         if started < 0:
             error = ctypes.get_errno()
             raise OSError(error, f"io_submit: {os.strerror(error)}")
-        self._in_flight = dict(enumerate(control_blocks[:started]))
+        self._in_flight = set(range(started))
         # The kernel may take only the first ones: the rest end at once, refused.
         self._refused = [(number, -errno.EAGAIN)
                          for number in range(started, len(descriptors))]
@@ -135,11 +147,10 @@ class KernelSync:
             pass
         ended, self._refused = self._refused, []
         if self._in_flight:
-            count = self._libc.syscall(self._getevents, ctypes.c_ulong(self._context),
-                                       ctypes.c_long(0), ctypes.c_long(CAPACITY),
-                                       self._events, ctypes.byref(self._no_wait))
+            count = self._libc.syscall(self._getevents, self._context_arg,
+                                       *self._getevents_args)
             for event in self._events[:max(count, 0)]:
-                self._in_flight.pop(event.data, None)
+                self._in_flight.discard(event.data)
                 ended.append((event.data, event.res))
         return ended
 
@@ -148,7 +159,7 @@ class KernelSync:
         if self._context:
             self._libc.syscall(self._destroy, ctypes.c_ulong(self._context))
             self._context = 0
-            self._in_flight = {}
+            self._in_flight = set()
         if self._eventfd >= 0:
             os.close(self._eventfd)
             self._eventfd = -1
