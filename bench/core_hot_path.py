@@ -2,7 +2,7 @@
 deliver to a consumer and encode Basic.Deliver, in one process, on batches of messages.
 
     python3 bench/core_hot_path.py [--size 16] [--batch 100] [--batches 3000] [--manual-ack]
-                                   [--distinct-ids] [--backlog]
+                                   [--distinct-ids] [--backlog] [--confirm]
 
 Prints the best of five rounds in microseconds per message. This is the Python work a
 message costs Warren before any system call; docs/benchmarks.md quotes it.
@@ -10,10 +10,16 @@ message costs Warren before any system call; docs/benchmarks.md quotes it.
 With --backlog, no consumer is subscribed while a round's messages are published: they
 all wait in the queue (a backlog of batch * batches), then a consumer subscribes, takes
 them all and cancels. That is what a message costs when its consumer fell behind.
+
+With --confirm, the path of PerfTest's confirm scenarios: persistent messages to a durable
+queue whose store is a real queue file (in a temporary directory), publisher confirms, the
+consumer acking each batch; after each batch a commit writes the queue file (`pwrite`,
+without the fdatasync) and releases the confirms, as the group committer does.
 """
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,6 +30,7 @@ from pamqp import body as pamqp_body, commands, frame, header  # noqa: E402
 from amqp_codec import PROTOCOL_HEADER, InboundMethod  # noqa: E402
 from broker.core.broker import Broker  # noqa: E402
 from broker.core.connection import Connection  # noqa: E402
+from broker.server.durability import DurableStorage  # noqa: E402
 
 
 class DiscardingTransport:
@@ -61,14 +68,16 @@ def open_connection(broker: Broker) -> Connection:
     return connection
 
 
-def publish_frames(queue: str, size: int, count: int, distinct_ids: bool) -> bytes:
+def publish_frames(queue: str, size: int, count: int, distinct_ids: bool,
+                   persistent: bool = False) -> bytes:
     """`count` publishes; alike, or each with a message id of its own (as publishers that
     set message_id send them: the decoder then cannot reuse the last one's frames)."""
     publishes = []
     for number in range(1 if not distinct_ids else count):
         properties = commands.Basic.Properties(
             content_type="application/octet-stream",
-            message_id=f"{number:08d}" if distinct_ids else None)
+            message_id=f"{number:08d}" if distinct_ids else None,
+            delivery_mode=2 if persistent else None)
         publishes.append(
             frame.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1)
             + frame.marshal(header.ContentHeader(0, size, properties), 1)
@@ -81,6 +90,27 @@ def drain(consumer: Connection, subscribe: InboundMethod, cancel: InboundMethod)
     consumer.handle(subscribe)
     consumer.end_of_batch()
     consumer.handle(cancel)
+
+
+class Commits:
+    """The group committer's work without its thread or fsync: each commit applies the
+    metadata changes, writes every store's batch (into the page cache) and releases
+    what waited for it (the confirms)."""
+
+    def __init__(self, storage: DurableStorage):
+        self.storage = storage
+
+    def commit(self) -> None:
+        persistence = self.storage.persistence
+        if not persistence.has_pending():
+            return
+        changes, stores, writes = persistence.take_pending()
+        self.storage.apply_changes(changes)
+        for store in stores:
+            batch = store.write_for_sync()
+            if batch is not None:
+                store.finish_sync(batch)
+        persistence.committed(stores, writes)
 
 
 def main() -> int:
@@ -96,17 +126,39 @@ def main() -> int:
                         help="each message of a batch has its own message_id")
     parser.add_argument("--backlog", action="store_true",
                         help="publish a round with no consumer, then drain the queue")
+    parser.add_argument("--confirm", action="store_true",
+                        help="persistent messages, a durable queue file, publisher confirms, "
+                             "manual acks, a commit (without fsync) after each batch")
     args = parser.parse_args()
-    broker = Broker()
+    if args.confirm:
+        if args.backlog:
+            parser.error("--confirm measures a consumer that keeps up: not with --backlog")
+        args.manual_ack = True
+        with tempfile.TemporaryDirectory(prefix="warren-bench-") as data_dir:
+            storage = DurableStorage(data_dir)
+            broker = Broker(persistence=storage.persistence)
+            try:
+                return measure(args, broker, Commits(storage))
+            finally:
+                storage.close(broker)
+    return measure(args, Broker(), None)
+
+
+def measure(args, broker: Broker, commits: Commits | None) -> int:
     publisher = open_connection(broker)
     consumer = open_connection(broker)
-    publisher.handle(InboundMethod(1, commands.Queue.Declare(queue=args.queue)))
+    publisher.handle(InboundMethod(1, commands.Queue.Declare(queue=args.queue,
+                                                             durable=commits is not None)))
+    if commits is not None:
+        publisher.handle(InboundMethod(1, commands.Confirm.Select()))
+        commits.commit()
     subscribe = InboundMethod(1, commands.Basic.Consume(
         queue=args.queue, consumer_tag="bench", no_ack=not args.manual_ack))
     cancel = InboundMethod(1, commands.Basic.Cancel(consumer_tag="bench"))
     if not args.backlog:
         consumer.handle(subscribe)
-    data = publish_frames(args.queue, args.size, args.batch, args.distinct_ids)
+    data = publish_frames(args.queue, args.size, args.batch, args.distinct_ids,
+                          persistent=commits is not None)
     framer = publisher.framer      # as the server feeds it what it reads
     framer.feed(PROTOCOL_HEADER)
     best = float("inf")
@@ -116,6 +168,8 @@ def main() -> int:
         for _ in range(args.batches):
             publisher.handle_all(framer.feed(data))
             publisher.end_of_batch()
+            if commits is not None:
+                commits.commit()    # the acks come after it: the messages are written
             if args.manual_ack and not args.backlog:
                 tag += args.batch
                 consumer.handle(InboundMethod(1, commands.Basic.Ack(tag, multiple=True)))
@@ -126,7 +180,8 @@ def main() -> int:
                 consumer.handle(InboundMethod(1, commands.Basic.Ack(tag, multiple=True)))
         elapsed = time.perf_counter() - started
         best = min(best, elapsed / (args.batches * args.batch))
-    mode = ("manual ack" if args.manual_ack else "auto-ack") + (
+    mode = ("persistent, confirms, durable queue file, " if commits else "") + (
+        "manual ack" if args.manual_ack else "auto-ack") + (
         ", distinct message ids" if args.distinct_ids else "") + (
         ", through a backlog" if args.backlog else "")
     print(f"{best * 1e6:.2f} us per message ({args.size} B, {mode}, batches of "
