@@ -1,165 +1,69 @@
-"""fdatasync without a worker thread: Linux's native AIO (`io_submit` with
-IOCB_CMD_FDSYNC), its completions counted on an eventfd that an event loop waits on.
+"""fdatasync without a worker thread: the kernel syncs, and says so on an eventfd
+that an event loop waits on like a socket.
 
 A commit that only writes queue files (the confirm path) would otherwise hand its
 `fdatasync` to a worker thread, and the thread and the event loop then wait for each
 other's GIL before, during and after it (docs/benchmarks.md, issue 18, "confirms without
-a worker thread"). With `KernelSync` the loop writes the batch (a `pwrite` into the page
-cache), submits the sync, goes on serving connections, and is woken through the eventfd
-when the kernel's own worker has finished it.
+a worker thread"). With a `KernelSync` the loop writes the batch (a `pwrite` into the
+page cache), submits the syncs, goes on serving connections, and is woken through the
+eventfd when the kernel has finished them.
 
-Linux only (4.18 or later: older kernels refuse IOCB_CMD_FDSYNC), on the architectures
-whose system call numbers are listed below. `KernelSync.open` probes it once in the data
-directory and returns None where it cannot be used; callers then sync in a thread.
+Two kernel interfaces can do it: io_uring (`uring_sync.py`), whose syncs run on kernel
+threads that may use any CPU, and native AIO (`aio_sync.py`), whose syncs run on the
+submitting CPU. `open_kernel_sync` takes the first that works in the data directory
+and returns None where neither does; callers then sync in a thread.
 """
 
-import ctypes
-import errno
-import os
-import platform
 import select
 import tempfile
+from typing import Protocol
 
-# io_setup, io_destroy, io_getevents, io_submit
-_SYSCALLS = {
-    "x86_64": (206, 207, 208, 209),
-    "aarch64": (0, 1, 4, 2),
-}
-_IOCB_CMD_FDSYNC = 3
-_IOCB_FLAG_RESFD = 1
+from .aio_sync import AioSync
+from .uring_sync import UringSync
+
 CAPACITY = 128          # syncs in flight at most (one per queue file of a commit)
+KINDS = ("io_uring", "aio")     # in the order they are tried
+_BACKENDS: dict[str, type[UringSync] | type[AioSync]] = {"io_uring": UringSync,
+                                                          "aio": AioSync}
 
 
-class _IoCb(ctypes.Structure):
-    """struct iocb of linux/aio_abi.h (little-endian layout)."""
+class KernelSync(Protocol):
+    """`submit` starts an fdatasync of each descriptor (numbered 0, 1, ...; OSError
+    when the kernel refuses them all); once `fileno()` is readable, `completed()` gives
+    (number, 0 or -errno) for each that ended since the last call. One caller at a time,
+    on one thread, and one submit at a time."""
 
-    _fields_ = [("data", ctypes.c_uint64), ("key", ctypes.c_uint32),
-                ("rw_flags", ctypes.c_int32), ("lio_opcode", ctypes.c_uint16),
-                ("reqprio", ctypes.c_int16), ("fildes", ctypes.c_uint32),
-                ("buf", ctypes.c_uint64), ("nbytes", ctypes.c_uint64),
-                ("offset", ctypes.c_int64), ("reserved2", ctypes.c_uint64),
-                ("flags", ctypes.c_uint32), ("resfd", ctypes.c_uint32)]
+    kind: str
 
+    def submit(self, descriptors: list[int]) -> None: ...
 
-class _IoEvent(ctypes.Structure):
-    """struct io_event of linux/aio_abi.h."""
+    def completed(self) -> list[tuple[int, int]]: ...
 
-    _fields_ = [("data", ctypes.c_uint64), ("obj", ctypes.c_uint64),
-                ("res", ctypes.c_int64), ("res2", ctypes.c_int64)]
+    def fileno(self) -> int: ...
 
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+    def close(self) -> None: ...
 
 
-class KernelSync:
-    """One AIO context and its eventfd. `submit` starts syncs; once `fileno()` is
-    readable, `completed()` says which ended and how. One caller at a time (the
-    committer), on one thread."""
+def open_kernel_sync(directory: str, kinds: tuple[str, ...] = KINDS) -> KernelSync | None:
+    """The first of `kinds` whose sync of a temporary file in `directory` worked, or
+    None (not Linux, both interfaces refused, or a file system that refuses them)."""
+    for kind in kinds:
+        kernel_sync = _BACKENDS[kind].start(CAPACITY)
+        if kernel_sync is None:
+            continue
+        if _syncs_in(kernel_sync, directory):
+            return kernel_sync
+        kernel_sync.close()
+    return None
 
-    def __init__(self, context: int, eventfd: int, syscalls: tuple, libc):
-        self._context = context
-        self._eventfd = eventfd
-        _setup, self._destroy, self._getevents, self._submit = syscalls
-        self._libc = libc
-        self._in_flight: set[int] = set()           # request numbers not ended yet
-        self._refused: list[tuple[int, int]] = []   # syncs the kernel did not take
-        # One control block per request number, made once: a submit fills in the
-        # descriptors (building ctypes objects cost more than the system call).
-        self._blocks = (_IoCb * CAPACITY)()
-        for number, block in enumerate(self._blocks):
-            block.data = number
-            block.lio_opcode = _IOCB_CMD_FDSYNC
-            block.flags = _IOCB_FLAG_RESFD
-            block.resfd = eventfd
-        self._pointers = (ctypes.POINTER(_IoCb) * CAPACITY)(
-            *(ctypes.pointer(block) for block in self._blocks))
-        self._events = (_IoEvent * CAPACITY)()
-        self._no_wait = _Timespec(0, 0)
-        # The system calls' fixed arguments, converted once.
-        self._context_arg = ctypes.c_ulong(context)
-        self._getevents_args = (ctypes.c_long(0), ctypes.c_long(CAPACITY), self._events,
-                                ctypes.byref(self._no_wait))
 
-    @classmethod
-    def open(cls, directory: str) -> "KernelSync | None":
-        """A KernelSync whose syncs were seen to work on a file in `directory`, or None
-        (not Linux, an unknown architecture, AIO disabled, or a kernel or file system
-        that refuses IOCB_CMD_FDSYNC)."""
-        syscalls = _SYSCALLS.get(platform.machine())
-        if syscalls is None or not hasattr(os, "eventfd"):
-            return None
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.syscall.restype = ctypes.c_long
-        except (OSError, AttributeError):
-            return None
-        context = ctypes.c_ulong(0)
-        if libc.syscall(syscalls[0], CAPACITY, ctypes.byref(context)) != 0:
-            return None
-        eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        kernel_sync = cls(context.value, eventfd, syscalls, libc)
-        if not kernel_sync._works_in(directory):
-            kernel_sync.close()
-            return None
-        return kernel_sync
-
-    def _works_in(self, directory: str) -> bool:
-        try:
-            with tempfile.TemporaryFile(dir=directory) as probe:
-                probe.write(b"probe")
-                probe.flush()
-                self.submit([probe.fileno()])
-                select.select([self._eventfd], [], [], 5.0)
-                return self.completed() == [(0, 0)]
-        except OSError:
-            return False
-
-    def fileno(self) -> int:
-        """The eventfd: readable when a submitted sync has ended."""
-        return self._eventfd
-
-    def submit(self, descriptors: list[int]) -> None:
-        """Start an fdatasync of each descriptor; they are numbered 0, 1, ... in
-        `completed()`. Raises OSError when the kernel refuses them (none started)."""
-        if self._in_flight:
-            raise RuntimeError("KernelSync.submit: the previous syncs have not ended")
-        if len(descriptors) > CAPACITY:
-            raise OSError(errno.EAGAIN, f"more than {CAPACITY} syncs at once")
-        blocks = self._blocks
-        for number, fd in enumerate(descriptors):
-            blocks[number].fildes = fd
-        started = self._libc.syscall(self._submit, self._context_arg,
-                                     ctypes.c_long(len(descriptors)), self._pointers)
-        if started < 0:
-            error = ctypes.get_errno()
-            raise OSError(error, f"io_submit: {os.strerror(error)}")
-        self._in_flight = set(range(started))
-        # The kernel may take only the first ones: the rest end at once, refused.
-        self._refused = [(number, -errno.EAGAIN)
-                         for number in range(started, len(descriptors))]
-
-    def completed(self) -> list[tuple[int, int]]:
-        """(request number, 0 or -errno) for every sync that ended since the last call."""
-        try:
-            os.eventfd_read(self._eventfd)
-        except BlockingIOError:
-            pass
-        ended, self._refused = self._refused, []
-        if self._in_flight:
-            count = self._libc.syscall(self._getevents, self._context_arg,
-                                       *self._getevents_args)
-            for event in self._events[:max(count, 0)]:
-                self._in_flight.discard(event.data)
-                ended.append((event.data, event.res))
-        return ended
-
-    def close(self) -> None:
-        """Release the context (waits for syncs in flight) and the eventfd."""
-        if self._context:
-            self._libc.syscall(self._destroy, ctypes.c_ulong(self._context))
-            self._context = 0
-            self._in_flight = set()
-        if self._eventfd >= 0:
-            os.close(self._eventfd)
-            self._eventfd = -1
+def _syncs_in(kernel_sync: KernelSync, directory: str) -> bool:
+    try:
+        with tempfile.TemporaryFile(dir=directory) as probe:
+            probe.write(b"probe")
+            probe.flush()
+            kernel_sync.submit([probe.fileno()])
+            select.select([kernel_sync.fileno()], [], [], 5.0)
+            return kernel_sync.completed() == [(0, 0)]
+    except OSError:
+        return False

@@ -16,7 +16,7 @@ from broker.config import ServeSettings
 from broker.core import definitions
 from broker.core.admin import Administration
 from broker.core.broker import Broker
-from storage.kernel_sync import KernelSync
+from storage.kernel_sync import open_kernel_sync
 
 from .admission import default_connection_caps, raise_file_limit
 from .committer import GroupCommitter
@@ -51,9 +51,9 @@ class Node:
         self.virtual_clock = VirtualClock() if testing else None
         wall_clock = self.virtual_clock.wall_time if self.virtual_clock else time.time
         self.storage = DurableStorage(settings.data_dir, settings.metadata_url, wall_clock)
-        self.kernel_sync = KernelSync.open(self.storage.queues_dir)
-        log.debug("event=commit_sync mode=%s", "kernel_aio" if self.kernel_sync
-                  else "worker_thread")
+        self.kernel_sync = open_kernel_sync(self.storage.queues_dir)
+        log.debug("event=commit_sync mode=%s",
+                  self.kernel_sync.kind if self.kernel_sync else "worker_thread")
         self.broker = Broker(settings.limits, persistence=self.storage.persistence,
                              version=__version__, loopback_users=settings.loopback_users)
         if self.virtual_clock is not None:

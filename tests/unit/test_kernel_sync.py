@@ -1,6 +1,7 @@
-"""Commits of queue files synced by the kernel (Linux AIO fdatasync) on the event loop:
-a confirm is released only once the kernel says the batch is on disk, and a failed
-write or sync is never reported durable: the batch is written again by the next commit."""
+"""Commits of queue files synced by the kernel (io_uring or native AIO fdatasync) on the
+event loop: a confirm is released only once the kernel says the batch is on disk, and a
+failed write or sync is never reported durable: the batch is written again by the next
+commit. Every test runs on both kernel interfaces."""
 
 import errno
 import os
@@ -12,7 +13,8 @@ import trio
 from broker.core.persistence import Persistence
 from broker.server.committer import GroupCommitter
 from broker.server.durable_store import DurableQueueStore
-from storage.kernel_sync import CAPACITY as KERNEL_SYNC_CAPACITY, KernelSync
+from storage.kernel_sync import (CAPACITY as KERNEL_SYNC_CAPACITY, KINDS, KernelSync,
+                                 open_kernel_sync)
 from storage.queue_file import QueueFile
 
 
@@ -67,10 +69,11 @@ class FailingKernelSync:
                 for number, result in self.kernel.completed()]
 
 
-@pytest.fixture
-def kernel(tmp_path):
-    kernel_sync = KernelSync.open(str(tmp_path))
-    assert kernel_sync is not None, "Linux AIO fdatasync is expected on this machine"
+@pytest.fixture(params=KINDS)
+def kernel(request, tmp_path):
+    kernel_sync = open_kernel_sync(str(tmp_path), kinds=(request.param,))
+    assert kernel_sync is not None, f"{request.param} fdatasync is expected on this machine"
+    assert kernel_sync.kind == request.param
     yield kernel_sync
     kernel_sync.close()
 
@@ -96,18 +99,30 @@ def test_a_sync_submitted_to_the_kernel_ends_and_says_so_on_its_eventfd(kernel, 
             os.close(fd)
 
 
-def test_a_descriptor_that_cannot_be_synced_is_refused_at_once(kernel):
+def test_a_descriptor_that_cannot_be_synced_ends_with_an_error(kernel):
+    """AIO refuses a pipe when it is submitted; io_uring takes it and ends its sync
+    with EINVAL. The committer fails the commit either way."""
     reader, writer = os.pipe()
     try:
-        with pytest.raises(OSError):
+        if kernel.kind == "aio":
+            with pytest.raises(OSError):
+                kernel.submit([reader])
+        else:
             kernel.submit([reader])
+            assert wait_for_syncs(kernel, 1) == {0: -errno.EINVAL}
     finally:
         os.close(reader)
         os.close(writer)
 
 
 def test_there_is_no_kernel_sync_without_a_directory_to_probe(tmp_path):
-    assert KernelSync.open(str(tmp_path / "missing")) is None
+    assert open_kernel_sync(str(tmp_path / "missing")) is None
+
+
+def test_io_uring_is_taken_first_where_both_work(tmp_path):
+    kernel_sync = open_kernel_sync(str(tmp_path))
+    assert kernel_sync is not None and kernel_sync.kind == "io_uring"
+    kernel_sync.close()
 
 
 def commit_one(committer: GroupCommitter, persistence: Persistence, store, body: bytes):
