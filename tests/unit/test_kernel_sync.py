@@ -119,6 +119,15 @@ def test_there_is_no_kernel_sync_without_a_directory_to_probe(tmp_path):
     assert open_kernel_sync(str(tmp_path / "missing")) is None
 
 
+def test_aio_is_taken_where_io_uring_is_refused(tmp_path, monkeypatch):
+    """As under a seccomp profile that refuses io_uring's system calls."""
+    monkeypatch.setattr("storage.uring_sync.UringSync.start",
+                        classmethod(lambda cls, capacity: None))
+    kernel_sync = open_kernel_sync(str(tmp_path))
+    assert kernel_sync is not None and kernel_sync.kind == "aio"
+    kernel_sync.close()
+
+
 def test_io_uring_is_taken_first_where_both_work(tmp_path):
     kernel_sync = open_kernel_sync(str(tmp_path))
     assert kernel_sync is not None and kernel_sync.kind == "io_uring"
