@@ -11,9 +11,10 @@ whose system call numbers are listed below.
 """
 
 import ctypes
-import errno
 import os
 import platform
+
+from .eventfd_sync import EventfdSync, system_call_library
 
 # io_setup, io_destroy, io_getevents, io_submit
 _SYSCALLS = {
@@ -46,21 +47,17 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
-class AioSync:
-    """One AIO context and its eventfd. `submit` starts syncs; once `fileno()` is
-    readable, `completed()` says which ended and how. One caller at a time, on one
-    thread."""
+class AioSync(EventfdSync):
+    """One AIO context and its eventfd."""
 
     kind = "aio"
 
     def __init__(self, context: int, eventfd: int, capacity: int, syscalls: tuple, libc):
+        super().__init__(eventfd, capacity)
         self._context = context
-        self._eventfd = eventfd
-        self.capacity = capacity
         _setup, self._destroy, self._getevents, self._submit = syscalls
         self._libc = libc
         self._in_flight: set[int] = set()           # request numbers not ended yet
-        self._refused: list[tuple[int, int]] = []   # syncs the kernel did not take
         # One control block per request number, made once: a submit fills in the
         # descriptors (building ctypes objects cost more than the system call).
         self._blocks = (_IoCb * capacity)()
@@ -85,10 +82,8 @@ class AioSync:
         syscalls = _SYSCALLS.get(platform.machine())
         if syscalls is None or not hasattr(os, "eventfd"):
             return None
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.syscall.restype = ctypes.c_long
-        except (OSError, AttributeError):
+        libc = system_call_library()
+        if libc is None:
             return None
         context = ctypes.c_ulong(0)
         if libc.syscall(syscalls[0], capacity, ctypes.byref(context)) != 0:
@@ -96,17 +91,8 @@ class AioSync:
         eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         return cls(context.value, eventfd, capacity, syscalls, libc)
 
-    def fileno(self) -> int:
-        """The eventfd: readable when a submitted sync has ended."""
-        return self._eventfd
-
     def submit(self, descriptors: list[int]) -> None:
-        """Start an fdatasync of each descriptor; they are numbered 0, 1, ... in
-        `completed()`. Raises OSError when the kernel refuses them (none started)."""
-        if self._in_flight:
-            raise RuntimeError("AioSync.submit: the previous syncs have not ended")
-        if len(descriptors) > self.capacity:
-            raise OSError(errno.EAGAIN, f"more than {self.capacity} syncs at once")
+        self._check_submit(len(descriptors), busy=bool(self._in_flight))
         blocks = self._blocks
         for number, fd in enumerate(descriptors):
             blocks[number].fildes = fd
@@ -116,17 +102,10 @@ class AioSync:
             error = ctypes.get_errno()
             raise OSError(error, f"io_submit: {os.strerror(error)}")
         self._in_flight = set(range(started))
-        # The kernel may take only the first ones: the rest end at once, refused.
-        self._refused = [(number, -errno.EAGAIN)
-                         for number in range(started, len(descriptors))]
+        self._refuse_from(started, len(descriptors))
 
     def completed(self) -> list[tuple[int, int]]:
-        """(request number, 0 or -errno) for every sync that ended since the last call."""
-        try:
-            os.eventfd_read(self._eventfd)
-        except BlockingIOError:
-            pass
-        ended, self._refused = self._refused, []
+        ended = self._ended_at_once()
         if self._in_flight:
             count = self._libc.syscall(self._getevents, self._context_arg,
                                        *self._getevents_args)
@@ -141,6 +120,4 @@ class AioSync:
             self._libc.syscall(self._destroy, ctypes.c_ulong(self._context))
             self._context = 0
             self._in_flight = set()
-        if self._eventfd >= 0:
-            os.close(self._eventfd)
-            self._eventfd = -1
+        self._close_eventfd()

@@ -16,9 +16,9 @@ and returns None where neither does; callers then sync in a thread.
 
 import select
 import tempfile
-from typing import Protocol
 
 from .aio_sync import AioSync
+from .eventfd_sync import EventfdSync
 from .uring_sync import UringSync
 
 CAPACITY = 128          # syncs in flight at most (one per queue file of a commit)
@@ -27,21 +27,7 @@ _BACKENDS: dict[str, type[UringSync] | type[AioSync]] = {"io_uring": UringSync,
                                                           "aio": AioSync}
 
 
-class KernelSync(Protocol):
-    """`submit` starts an fdatasync of each descriptor (numbered 0, 1, ...; OSError
-    when the kernel refuses them all); once `fileno()` is readable, `completed()` gives
-    (number, 0 or -errno) for each that ended since the last call. One caller at a time,
-    on one thread, and one submit at a time."""
-
-    kind: str
-
-    def submit(self, descriptors: list[int]) -> None: ...
-
-    def completed(self) -> list[tuple[int, int]]: ...
-
-    def fileno(self) -> int: ...
-
-    def close(self) -> None: ...
+KernelSync = EventfdSync      # what open_kernel_sync returns, of either kind
 
 
 def open_kernel_sync(directory: str, kinds: tuple[str, ...] = KINDS) -> KernelSync | None:

@@ -14,11 +14,12 @@ architectures would need barriers Python does not give, so there `start` returns
 """
 
 import ctypes
-import errno
 import mmap
 import os
 import platform
 import struct
+
+from .eventfd_sync import EventfdSync, system_call_library
 
 # io_uring_setup, io_uring_enter, io_uring_register: one numbering on every architecture
 _SETUP, _ENTER, _REGISTER = 425, 426, 427
@@ -57,18 +58,16 @@ class _Params(ctypes.Structure):
                 ("sq_off", _SqOffsets), ("cq_off", _CqOffsets)]
 
 
-class UringSync:
-    """One io_uring and its eventfd. `submit` starts syncs; once `fileno()` is
-    readable, `completed()` says which ended and how. One caller at a time, on one
-    thread."""
+class UringSync(EventfdSync):
+    """One io_uring and the eventfd registered with it."""
 
     kind = "io_uring"
 
-    def __init__(self, ring_fd: int, params: _Params, libc):
+    def __init__(self, ring_fd: int, params: _Params, eventfd: int, libc):
+        super().__init__(eventfd, params.sq_entries)
         self._ring_fd = ring_fd
         self._libc = libc
         self._maps: list[mmap.mmap] = []
-        self._eventfd = -1
         sq, cq = params.sq_off, params.cq_off
         sq_size = sq.array + params.sq_entries * 4
         cq_size = cq.cqes + params.cq_entries * _CQE.size
@@ -78,13 +77,12 @@ class UringSync:
             self._sq_ring = self._map(sq_size, _OFF_SQ_RING)
             self._cq_ring = self._map(cq_size, _OFF_CQ_RING)
         self._sqes = self._map(params.sq_entries * _SQE_SIZE, _OFF_SQES)
-        self.capacity = params.sq_entries
         self._sq_tail, self._sq_array = sq.tail, sq.array
         self._sq_mask = _U32.unpack_from(self._sq_ring, sq.ring_mask)[0]
         self._cq_head, self._cq_tail, self._cqes = cq.head, cq.tail, cq.cqes
         self._cq_mask = _U32.unpack_from(self._cq_ring, cq.ring_mask)[0]
         self._in_flight = 0
-        self._refused: list[tuple[int, int]] = []   # syncs the kernel did not take
+        self._register_eventfd()
 
     @classmethod
     def start(cls, capacity: int) -> "UringSync | None":
@@ -93,26 +91,20 @@ class UringSync:
         by the kernel.io_uring_disabled setting or a container's seccomp profile)."""
         if platform.system() != "Linux" or platform.machine() != "x86_64":
             return None
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.syscall.restype = ctypes.c_long
-        except (OSError, AttributeError):
+        libc = system_call_library()
+        if libc is None:
             return None
         params = _Params()
         ring_fd = libc.syscall(_SETUP, ctypes.c_uint32(capacity), ctypes.byref(params))
         if ring_fd < 0:
             return None
-        uring = None
+        eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         try:
-            uring = cls(ring_fd, params, libc)
-            uring._register_eventfd()
-        except OSError:
-            if uring is not None:
-                uring.close()
-            else:
-                os.close(ring_fd)
+            return cls(ring_fd, params, eventfd, libc)
+        except OSError:         # a ring that cannot be mapped or signal the eventfd
+            os.close(ring_fd)
+            os.close(eventfd)
             return None
-        return uring
 
     def _map(self, size: int, offset: int) -> mmap.mmap:
         area = mmap.mmap(self._ring_fd, size, offset=offset)
@@ -120,25 +112,15 @@ class UringSync:
         return area
 
     def _register_eventfd(self) -> None:
-        self._eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         descriptor = ctypes.c_int32(self._eventfd)
         if self._libc.syscall(_REGISTER, self._ring_fd, _REGISTER_EVENTFD,
                               ctypes.byref(descriptor), 1) < 0:
             error = ctypes.get_errno()
             raise OSError(error, f"io_uring_register: {os.strerror(error)}")
 
-    def fileno(self) -> int:
-        """The eventfd: readable when a submitted sync has ended."""
-        return self._eventfd
-
     def submit(self, descriptors: list[int]) -> None:
-        """Start an fdatasync of each descriptor; they are numbered 0, 1, ... in
-        `completed()`. Raises OSError when the kernel refuses them (none started)."""
-        if self._in_flight:
-            raise RuntimeError("UringSync.submit: the previous syncs have not ended")
         count = len(descriptors)
-        if count > self.capacity:
-            raise OSError(errno.EAGAIN, f"more than {self.capacity} syncs at once")
+        self._check_submit(count, busy=self._in_flight > 0)
         ring, sqes, mask = self._sq_ring, self._sqes, self._sq_mask
         tail = _U32.unpack_from(ring, self._sq_tail)[0]
         for number, fd in enumerate(descriptors):
@@ -156,15 +138,10 @@ class UringSync:
             error = ctypes.get_errno()
             raise OSError(error, f"io_uring_enter: {os.strerror(error)}")
         self._in_flight = started
-        self._refused = [(number, -errno.EAGAIN) for number in range(started, count)]
+        self._refuse_from(started, count)
 
     def completed(self) -> list[tuple[int, int]]:
-        """(request number, 0 or -errno) for every sync that ended since the last call."""
-        try:
-            os.eventfd_read(self._eventfd)
-        except BlockingIOError:
-            pass
-        ended, self._refused = self._refused, []
+        ended = self._ended_at_once()
         ring = self._cq_ring
         head = _U32.unpack_from(ring, self._cq_head)[0]
         tail = _U32.unpack_from(ring, self._cq_tail)[0]
@@ -185,6 +162,4 @@ class UringSync:
         if self._ring_fd >= 0:
             os.close(self._ring_fd)
             self._ring_fd = -1
-        if self._eventfd >= 0:
-            os.close(self._eventfd)
-            self._eventfd = -1
+        self._close_eventfd()
