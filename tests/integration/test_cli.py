@@ -74,6 +74,18 @@ def test_configuration_file_sets_the_tune_limits(tmp_path):
     assert (tmp_path / "data").is_dir()
 
 
+def test_serve_keeps_its_start_up_objects_out_of_full_garbage_collections(tmp_path):
+    """They live as long as the process; a full collection walking all of them paused
+    the event loop for tens of milliseconds."""
+    broker = BrokerProcess(data_dir=str(tmp_path),
+                           extra_args=("--log-level", "debug")).start()
+    try:
+        line = broker.wait_for_log("event=start_up_objects_frozen")
+    finally:
+        broker.kill()
+    assert int(line.split("count=")[1].split()[0]) > 10_000
+
+
 def test_the_broker_advertises_its_package_version(broker_factory):
     running = broker_factory()
     connection = pika.BlockingConnection(pika.ConnectionParameters(
