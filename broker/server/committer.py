@@ -169,14 +169,26 @@ class GroupCommitter:
             written = [batch.fd for _store, batch in unsynced if batch.fd is not None]
             if written:
                 await self._fdatasync(written)
-        except Exception as failure:    # OSError; anything else fails the commit too
+        except OSError as failure:
             error = failure
+        except Exception as failure:    # a fault of Warren's, with syncs maybe in flight
+            error = failure
+            self._abandon_kernel_sync(failure)
         for store, batch in unsynced:
             try:
                 store.finish_sync(batch, error)
             except Exception as failure:
                 error = error or failure
         return error, sum(store.written_bytes for store in stores) - before
+
+    def _abandon_kernel_sync(self, fault: Exception) -> None:
+        """Commit through the worker thread from now on: after an unexpected error the
+        kernel may still hold syncs of ours, and nothing says when they end."""
+        self._kernel_sync = None
+        log.error("event=kernel_sync_abandoned error=%r hint=%r", fault,
+                  "commits use the worker thread from now on (slower confirms); this is "
+                  "a fault in Warren: report it with the traceback below",
+                  exc_info=fault)
 
     async def _fdatasync(self, descriptors: list[int]) -> None:
         """fdatasync every descriptor through the kernel's AIO, waiting on its eventfd;

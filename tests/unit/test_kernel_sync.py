@@ -191,6 +191,35 @@ def test_a_sync_the_kernel_failed_is_refused_and_written_again_by_the_next_commi
     assert stored_bodies(tmp_path / "q") == [b"first", b"lost?", b"third"]
 
 
+class FaultyKernelSync(FailingKernelSync):
+    """A KernelSync whose completion check hits a fault in Warren's own code."""
+
+    def completed(self):
+        raise TypeError("a fault in the completion check")
+
+
+def test_after_a_fault_in_the_kernel_path_commits_go_through_the_thread(kernel, tmp_path,
+                                                                        caplog):
+    """The syncs it submitted may still be in flight, so the kernel path is not used
+    again; the failed commit's message is written by the next commit, in the thread."""
+    persistence = Persistence()
+    thread_syncs = ThreadSyncs()
+    committer = GroupCommitter(persistence, lambda changes: None, thread_syncs,
+                               lambda stores: [], FaultyKernelSync(kernel))
+    store = make_store(tmp_path, persistence)
+    assert commit_one(committer, persistence, store, b"first") == "durable"
+    with caplog.at_level("ERROR", logger="warren.storage"):
+        outcome = commit_one(committer, persistence, store, b"second")
+    assert outcome == "failed: a fault in the completion check"
+    assert any("event=kernel_sync_abandoned" in record.getMessage()
+               for record in caplog.records)
+    assert commit_one(committer, persistence, store, b"third") == "durable"
+    assert commit_one(committer, persistence, store, b"fourth") == "durable"
+    assert thread_syncs.commits == 3        # the first, then every one after the fault
+    store.queue_file.close()
+    assert stored_bodies(tmp_path / "q") == [b"first", b"second", b"third", b"fourth"]
+
+
 def test_a_write_that_fails_on_the_loop_is_refused_and_written_again(kernel, tmp_path):
     persistence = Persistence()
     committer = GroupCommitter(persistence, lambda changes: None, ThreadSyncs(),
