@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -58,20 +59,44 @@ class WebUi:
             expected_conditions.visibility_of_element_located((By.CSS_SELECTOR, selector)))
 
     def type(self, selector: str, text: str) -> None:
-        field = self.find(selector)
-        field.clear()
-        field.send_keys(text)
+        def typed(driver) -> bool:
+            field = driver.find_element(By.CSS_SELECTOR, selector)
+            if not field.is_displayed():
+                return False
+            field.clear()
+            field.send_keys(text)
+            return True
+
+        self.wait().until(typed)
 
     def choose(self, selector: str, value: str) -> None:
-        Select(self.find(selector)).select_by_value(value)
+        def chosen(driver) -> bool:
+            field = driver.find_element(By.CSS_SELECTOR, selector)
+            if not field.is_displayed():
+                return False
+            Select(field).select_by_value(value)
+            return True
+
+        self.wait().until(chosen)
 
     def click(self, selector: str) -> None:
-        self.wait().until(expected_conditions.element_to_be_clickable(
-            (By.CSS_SELECTOR, selector))).click()
+        self._click((By.CSS_SELECTOR, selector))
 
     def click_link(self, text: str) -> None:
-        self.wait().until(expected_conditions.element_to_be_clickable(
-            (By.LINK_TEXT, text))).click()
+        self._click((By.LINK_TEXT, text))
+
+    def click_xpath(self, xpath: str) -> None:
+        self._click((By.XPATH, xpath))
+
+    def _click(self, locator: tuple) -> None:
+        def clicked(driver) -> bool:
+            element = driver.find_element(*locator)
+            if not (element.is_displayed() and element.is_enabled()):
+                return False
+            element.click()
+            return True
+
+        self.wait().until(clicked)
 
     def accept_confirmation(self) -> None:
         self.wait().until(expected_conditions.alert_is_present()).accept()
@@ -87,7 +112,10 @@ class WebUi:
             By.CSS_SELECTOR, selector).text)
 
     def wait(self) -> WebDriverWait:
-        return WebDriverWait(self.driver, WAIT)
+        """Waits up to WAIT seconds. The page re-renders while it refreshes its tables:
+        an element found just before is stale then, and is looked up again."""
+        return WebDriverWait(self.driver, WAIT, ignored_exceptions=(
+            NoSuchElementException, StaleElementReferenceException))
 
     def screenshot(self, name: str) -> None:
         """docs/ui/<name>.png when WARREN_UI_SCREENSHOTS names a directory."""

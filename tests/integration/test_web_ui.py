@@ -56,8 +56,7 @@ def queue(connection):
 def row_link(ui: WebUi, table: str, text: str) -> None:
     """Clicks the link of the row of `table` that shows `text` in one of its cells."""
     ui.wait_for_text(table, text)
-    ui.driver.find_element(
-        By.XPATH, f"//table[@id='{table[1:]}']//tr[td[normalize-space()='{text}']]//a").click()
+    ui.click_xpath(f"//table[@id='{table[1:]}']//tr[td[normalize-space()='{text}']]//a")
 
 
 def open_queue(ui: WebUi, name: str) -> None:
