@@ -286,22 +286,69 @@ class RabbitInstance:
 
 
 class Stopped(Exception):
-    """SIGTERM or SIGHUP arrived while the command ran."""
+    """SIGTERM, SIGHUP or SIGINT arrived while the node or the command ran."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
 
-def _raise_stopped(signum, _frame):
-    raise Stopped(signum)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class StopSignals:
+    """Turns the stop signals into Stopped, except while a command is being started:
+    a signal then waits until the command's Popen exists, so that the command is
+    killed and not left running (under load the command can print its first line, and
+    the runner be stopped, before subprocess.Popen has returned in the runner)."""
+
+    def __init__(self):
+        self._held = False
+        self._pending = None
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._received)
+
+    def _received(self, signum, _frame):
+        if self._held:
+            self._pending = signum
+        else:
+            raise Stopped(signum)
+
+    def start(self, command: list[str], environment: dict) -> subprocess.Popen:
+        """Popen(command), with a stop signal that came meanwhile raised only after."""
+        self._held = True
+        try:
+            return subprocess.Popen(command, env=environment)
+        finally:
+            self._held = False
+
+    def raise_pending(self) -> None:
+        if self._pending is not None:
+            raise Stopped(self._pending)
+
+    @staticmethod
+    def ignore() -> None:
+        """A second signal must not leave the node running while it stops."""
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def run_command(command: list[str], environment: dict, stops: StopSignals) -> int:
+    """Run `command` to its end and return its status; a stop signal kills it."""
+    process = stops.start(command, environment)
+    try:
+        stops.raise_pending()
+        return process.wait()
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
 
 
 def run_beside_node(command: list[str], start_timeout: float) -> int:
     """Start a node, run `command` with the node's environment, stop the node."""
     node = RabbitInstance(start_timeout, node_prefix="warren-test", management=True)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _raise_stopped)
+    stops = StopSignals()
     try:
         try:
             node.start()
@@ -311,15 +358,12 @@ def run_beside_node(command: list[str], start_timeout: float) -> int:
             return 1
         print(f"rabbitmq_node: RabbitMQ {node.server.get('version', '?')} node {node.node} "
               f"on {HOST}:{node.port}, started in {node.startup_s:.1f} s", file=sys.stderr)
-        return subprocess.run(command, env={**os.environ, **node.environment()}).returncode
-    except Stopped as stopped:     # subprocess.run has killed the command
+        return run_command(command, {**os.environ, **node.environment()}, stops)
+    except Stopped as stopped:     # run_command has killed the command
         print(f"rabbitmq_node: stopped by {stopped}", file=sys.stderr)
         return 128 + stopped.signum
-    except KeyboardInterrupt:
-        return 128 + signal.SIGINT
     finally:
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(signum, signal.SIG_IGN)   # a second signal must not leave it running
+        stops.ignore()
         node.stop()
 
 

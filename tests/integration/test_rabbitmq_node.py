@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import rabbitmq_node
+
 RUN = [sys.executable, str(Path(__file__).parents[1] / "rabbitmq_node.py"), "run", "--"]
 DEADLINE = 180.0   # a node start (about 5 s idle, much more on a loaded machine) and a stop
 
@@ -83,3 +85,35 @@ def test_sigterm_stops_the_command_and_the_node():
             runner.wait()
     assert "stopped by SIGTERM" in runner.stderr.read()
     assert not accepts_connections(address)
+
+
+@pytest.fixture
+def stop_signal_handlers():
+    """StopSignals installs handlers in this process: the test's are restored after."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP,
+                                                             signal.SIGINT)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def test_a_stop_signal_while_the_command_starts_still_kills_the_command(
+        monkeypatch, stop_signal_handlers):
+    """Under load the command can print its first line, and the runner get SIGTERM, before
+    subprocess.Popen has returned in the runner: the signal waits for the Popen, so the
+    command is killed instead of left running (it held the runner's stderr pipe open)."""
+    started = []
+    real_popen = subprocess.Popen
+
+    def popen_interrupted_by_sigterm(command, env):
+        process = real_popen(command, env=env)
+        started.append(process)
+        os.kill(os.getpid(), signal.SIGTERM)   # handled before Popen returns to the runner
+        return process
+
+    monkeypatch.setattr(rabbitmq_node.subprocess, "Popen", popen_interrupted_by_sigterm)
+    stops = rabbitmq_node.StopSignals()
+    with pytest.raises(rabbitmq_node.Stopped) as stopped:
+        rabbitmq_node.run_command(["sleep", "60"], dict(os.environ), stops)
+    assert stopped.value.signum == signal.SIGTERM
+    assert started[0].wait(5) == -signal.SIGKILL
