@@ -350,6 +350,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         # Some consumer has an x-priority, or (x-single-active-consumer) only the first
         # one is served: either way not plain round-robin.
         self._prioritised = self.single_active
+        # x-single-active-consumer: the active consumer that went while it still held
+        # unacked messages; its successor waits until they are all settled or back.
+        self._handing_over: Consumer | None = None
         self._last_used = 0.0
         self._idle_timer: Timer | None = None
         self.ready: deque[QueueEntry] = deque()
@@ -678,6 +681,11 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                 untried -= 1
             return None
         if self.single_active:
+            gone = self._handing_over
+            if gone is not None:
+                if gone.unacked:
+                    return None     # its messages may come back ahead of the ready ones
+                self._handing_over = None
             consumer = consumers[0]     # the active one
             return consumer if consumer.channel.can_deliver(consumer) else None
         for index, consumer in enumerate(consumers):
@@ -1006,13 +1014,17 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         with the highest x-priority (the first registered among equals) takes over,
         as in RabbitMQ 3.10's classic queues. While the one gone still has unacked
         messages, which may come back ahead of the ready ones, the new one is served
-        from the next ack, requeue or publish on."""
+        nothing: from the moment the last of them is acked, rejected or requeued on.
+        (Its Basic.Cancel and its channel's close are two round trips apart, and a
+        dispatch in between, for another reason, must not hand it the ready ones.)"""
         consumers = self.consumers
         was_active = self.single_active and consumers and consumers[0] is consumer
         super().remove_consumer(consumer)
         if was_active and consumers and not self.deleted:
             self._promote(self._successor())
-            if not consumer.unacked:
+            if consumer.unacked:
+                self._handing_over = consumer
+            else:
                 self.dispatch()
 
     def _successor(self) -> Consumer:

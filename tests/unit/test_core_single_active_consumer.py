@@ -78,3 +78,17 @@ def test_a_waiting_consumer_leaving_changes_nothing():
     assert served(client.method(2, commands.Basic.Cancel(consumer_tag="c1"))) == []
     frames = client.method(1, commands.Basic.Ack(delivery_tag=2, multiple=True))
     assert served(frames) == [("c0", b"2", False), ("c0", b"3", False)]
+
+
+def test_a_dispatch_between_a_cancel_and_the_close_serves_the_successor_nothing():
+    """pika cancels a consumer, then closes its channel, a round trip apart. A dispatch
+    in between for another reason (here the connection's output drained, which redoes
+    every channel's queues) must not hand the ready messages to the successor ahead of
+    the unacked ones that come back with the close (a loaded CI run saw c2 get 2 and 3)."""
+    client = sac_client([5, 1, 3])
+    publish(client, 4)
+    client.method(1, commands.Basic.Cancel(consumer_tag="c0"))
+    client.connection.drained()
+    assert served(client.transport.frames()) == []
+    frames = client.method(1, commands.Channel.Close(reply_code=200))
+    assert served(frames) == [("c2", b"0", True), ("c2", b"1", True)]
