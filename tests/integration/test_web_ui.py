@@ -124,8 +124,12 @@ def test_queues_declared_by_pika_are_listed_filtered_and_sorted(logged_in, conne
 
 
 def listed_names(ui: WebUi) -> list[str]:
-    return [cell.text for cell in ui.driver.find_elements(
-        By.CSS_SELECTOR, "#queues-table tbody td:nth-child(2)")]
+    """The names in the queues table, read in one script: the page re-renders the table
+    as it refreshes, and cells looked up one by one can be stale by the time they are
+    read (StaleElementReferenceException in a loaded CI run)."""
+    return ui.driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]),"
+        " cell => cell.innerText.trim())", "#queues-table tbody td:nth-child(2)")
 
 
 def test_a_message_published_from_the_ui_is_got_by_pika(logged_in, queue, connection):
