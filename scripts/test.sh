@@ -110,7 +110,6 @@ else
     echo "test.sh: the compile failed (exit status $compiled_status)" >&2
 fi
 
-
 [ "$pure_status" = 0 ] \
     || echo "test.sh: the suite failed on the pure-Python build (pytest exit status $pure_status)" >&2
 [ "$compiled_status" = 0 ] \

@@ -59,44 +59,37 @@ class WebUi:
             expected_conditions.visibility_of_element_located((By.CSS_SELECTOR, selector)))
 
     def type(self, selector: str, text: str) -> None:
-        def typed(driver) -> bool:
-            field = driver.find_element(By.CSS_SELECTOR, selector)
-            if not field.is_displayed():
-                return False
+        def type_into(field: WebElement) -> None:
             field.clear()
             field.send_keys(text)
-            return True
 
-        self.wait().until(typed)
+        self._act((By.CSS_SELECTOR, selector), type_into)
 
     def choose(self, selector: str, value: str) -> None:
-        def chosen(driver) -> bool:
-            field = driver.find_element(By.CSS_SELECTOR, selector)
-            if not field.is_displayed():
-                return False
-            Select(field).select_by_value(value)
-            return True
-
-        self.wait().until(chosen)
+        self._act((By.CSS_SELECTOR, selector),
+                  lambda field: Select(field).select_by_value(value))
 
     def click(self, selector: str) -> None:
-        self._click((By.CSS_SELECTOR, selector))
+        self._act((By.CSS_SELECTOR, selector), WebElement.click, enabled=True)
 
     def click_link(self, text: str) -> None:
-        self._click((By.LINK_TEXT, text))
+        self._act((By.LINK_TEXT, text), WebElement.click, enabled=True)
 
     def click_xpath(self, xpath: str) -> None:
-        self._click((By.XPATH, xpath))
+        self._act((By.XPATH, xpath), WebElement.click, enabled=True)
 
-    def _click(self, locator: tuple) -> None:
-        def clicked(driver) -> bool:
+    def _act(self, locator: tuple, action, enabled: bool = False) -> None:
+        """Find the element and, once it is shown (and enabled, if asked), act on it,
+        all in one wait predicate: an element the page re-rendered in between is
+        looked up again."""
+        def acted(driver) -> bool:
             element = driver.find_element(*locator)
-            if not (element.is_displayed() and element.is_enabled()):
+            if not element.is_displayed() or (enabled and not element.is_enabled()):
                 return False
-            element.click()
+            action(element)
             return True
 
-        self.wait().until(clicked)
+        self.wait().until(acted)
 
     def accept_confirmation(self) -> None:
         self.wait().until(expected_conditions.alert_is_present()).accept()
