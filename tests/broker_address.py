@@ -12,9 +12,6 @@ class BrokerAddress:
     port: int
     control_socket: str | None = None   # Warren's; None for an external broker
     management_url: str | None = None   # the management HTTP API (http://host:port)
-    # a throw-away RabbitMQ node's name and Erlang cookie, for rabbitmqctl
-    rabbitmq_node: str | None = None
-    erlang_cookie: str | None = None
 
     def management(self, user: str = "guest", password: str = "guest") -> ManagementApi:
         """A client of this broker's management HTTP API, logged in as `user`."""
@@ -24,7 +21,8 @@ class BrokerAddress:
         return ManagementApi(self.management_url, user, password)
 
     def admin(self):
-        """Admin operations on this broker: its control socket, or rabbitmqctl."""
+        """Admin operations on this broker: its control socket, or RabbitMQ's management
+        API."""
         if self.control_socket is None:
-            return RabbitAdmin(self.rabbitmq_node, self.erlang_cookie)
+            return RabbitAdmin(self.management_url)
         return WarrenAdmin(self.control_socket)

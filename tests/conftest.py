@@ -208,7 +208,6 @@ def rabbitmq_node():
         node.stop()
         pytest.fail(f"the throw-away RabbitMQ node did not start: {error}", pytrace=False)
     try:
-        yield BrokerAddress("127.0.0.1", node.port, management_url=node.management_url,
-                            rabbitmq_node=node.node, erlang_cookie=node.cookie)
+        yield BrokerAddress("127.0.0.1", node.port, management_url=node.management_url)
     finally:
         node.stop()

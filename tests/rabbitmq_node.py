@@ -9,9 +9,10 @@ afterwards, whatever happens (scripts/test.sh runs the integration tests so):
     python tests/rabbitmq_node.py run -- python -m pytest tests/integration
 
 The command's environment names the node: WARREN_TEST_BROKER (host:port of its AMQP
-listener), RABBITMQ_NODENAME and RABBITMQ_ERLANG_COOKIE (what rabbitmqctl needs to reach
-it: tests/broker_admin.py's RabbitAdmin passes them as -n and --erlang-cookie). The exit
-status is the command's, or 1 when the node does not start.
+listener), WARREN_TEST_MANAGEMENT (its management HTTP API, what tests/broker_admin.py's
+RabbitAdmin talks to) and WARREN_TEST_PROMETHEUS, and RABBITMQ_NODENAME and
+RABBITMQ_ERLANG_COOKIE (what `rabbitmqctl -n NODE --erlang-cookie COOKIE` needs to reach
+it by hand). The exit status is the command's, or 1 when the node does not start.
 """
 
 import argparse
@@ -235,7 +236,8 @@ class RabbitInstance:
         return (self.base / ".erlang.cookie").read_text().strip()
 
     def environment(self) -> dict:
-        """What a test run needs to reach this node: AMQP, and rabbitmqctl."""
+        """What a test run needs to reach this node: AMQP, its HTTP APIs, and
+        rabbitmqctl."""
         environment = {"WARREN_TEST_BROKER": f"{HOST}:{self.port}",
                        "RABBITMQ_NODENAME": self.node,
                        "RABBITMQ_ERLANG_COOKIE": self.cookie}

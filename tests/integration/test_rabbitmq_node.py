@@ -1,6 +1,6 @@
 """`python tests/rabbitmq_node.py run -- COMMAND`, what scripts/test.sh runs the
 integration tests against RabbitMQ with: COMMAND gets the throw-away node's address, name
-and cookie (rabbitmqctl reaches the node through RabbitAdmin with them), the command's
+and cookie, and its management API (RabbitAdmin reaches the node through it), the command's
 exit status is the script's, and the node is gone afterwards, also when the script is
 stopped with SIGTERM while the command runs."""
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.warren_only(
     "tests the test harness's throw-away RabbitMQ node, not WARREN_TEST_BROKER's broker")
 
 # Run inside the node's environment: reports what it sees, creates and deletes a vhost
-# with RabbitAdmin (rabbitmqctl -n NODE --erlang-cookie COOKIE), exits with status 5.
+# with RabbitAdmin (the management API, WARREN_TEST_MANAGEMENT), exits with status 5.
 PROBE = """
 import json, os, sys
 sys.path.insert(0, {tests!r})
