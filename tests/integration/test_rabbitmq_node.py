@@ -19,8 +19,11 @@ import rabbitmq_node
 RUN = [sys.executable, str(Path(__file__).parents[1] / "rabbitmq_node.py"), "run", "--"]
 DEADLINE = 180.0   # a node start (about 5 s idle, much more on a loaded machine) and a stop
 
-pytestmark = pytest.mark.warren_only(
-    "tests the test harness's throw-away RabbitMQ node, not WARREN_TEST_BROKER's broker")
+# The harness runs no module of the compiled build: scripts/test.sh runs it on the
+# pure-Python build only.
+pytestmark = [pytest.mark.warren_only(
+    "tests the test harness's throw-away RabbitMQ node, not WARREN_TEST_BROKER's broker"),
+    pytest.mark.build_independent]
 
 # Run inside the node's environment: reports what it sees, creates and deletes a vhost
 # with RabbitAdmin (the management API, WARREN_TEST_MANAGEMENT), exits with status 5.

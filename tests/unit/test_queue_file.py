@@ -8,6 +8,10 @@ import pytest
 from storage.queue_file import QueueFile, StorageError, segment_numbers
 from storage.record import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, scan_segment
 
+# Exercises no module of the compiled build: scripts/test.sh runs it on the pure-Python
+# build only (docs/testing.md, "The CI arrangement").
+pytestmark = pytest.mark.build_independent
+
 
 def publish(queue_file, seq, body=None, exchange="amq.direct", routing_key="key",
             properties=b"\x10\x00\x02", **flags):

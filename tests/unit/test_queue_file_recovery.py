@@ -5,12 +5,18 @@ import os
 import shutil
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant,
                                  precondition, rule)
 
 from storage.queue_file import QueueFile, segment_numbers
 from storage.record import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE
+
+# Exercises no module of the compiled build: scripts/test.sh runs it on the pure-Python
+# build only (docs/testing.md, "The CI arrangement").
+pytestmark = pytest.mark.build_independent
+
 
 bodies = st.binary(max_size=64)
 

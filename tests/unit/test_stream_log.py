@@ -17,6 +17,11 @@ from storage.record import (SEGMENT_HEADER_SIZE, STREAM_SEGMENT_MAGIC,
                             encode_segment_header)
 from storage.stream_log import StreamLog, StreamRecord
 
+# Exercises no module of the compiled build: scripts/test.sh runs it on the pure-Python
+# build only (docs/testing.md, "The CI arrangement").
+pytestmark = pytest.mark.build_independent
+
+
 bodies = st.binary(max_size=64)
 
 
