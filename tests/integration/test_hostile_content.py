@@ -1,8 +1,10 @@
 """Names, content properties and field tables that used to end the broker process.
 
-Each attack runs on its own connection to a dedicated broker while a RunningBystander
-publishes and consumes beside it (checked on leaving the `with` block), and the broker
-process must still be running afterwards. The expected answers are RabbitMQ 3.10.8's
+Each attack runs on its own connection to a broker dedicated to this module while a
+RunningBystander publishes and consumes beside it (checked on leaving the `with` block),
+and the broker process must still be running after every test. A named queue that
+several tests declare is exclusive (it goes with the test's connection) or declared
+alike by all of them (the stream `s`). The expected answers are RabbitMQ 3.10.8's
 (probed on 127.0.0.1:5673 with the same frames) unless docs/compatibility.md lists a
 difference.
 """
@@ -14,12 +16,13 @@ import pytest
 
 from amqp_codec import decode_properties
 
+from broker_process import BrokerProcess
 from bystander import RunningBystander
 from raw_amqp import (FRAME_HEADER, RawAmqpClient, connect, method_frame, raw_frame,
                       start_ok_frame)
 
 pytestmark = pytest.mark.warren_only(
-    "attacks a Warren broker of its own (broker_factory), as hostile-input tests run")
+    "attacks a Warren broker of its own (BrokerProcess), as hostile-input tests run")
 
 CLOSE_CONNECTION = (10, 50)
 CLOSE_CHANNEL = (20, 40)
@@ -48,9 +51,10 @@ def nested_table(depth: int) -> bytes:
     return value
 
 
-def queue_declare(name: bytes, durable: bool = False, arguments: bytes = b"") -> bytes:
-    return method_frame(1, 50, 10, b"\x00\x00" + shortstr(name) + bytes([durable << 1])
-                        + table(arguments))
+def queue_declare(name: bytes, durable: bool = False, arguments: bytes = b"",
+                  exclusive: bool = False) -> bytes:
+    return method_frame(1, 50, 10, b"\x00\x00" + shortstr(name)
+                        + bytes([durable << 1 | exclusive << 2]) + table(arguments))
 
 
 def queue_bind(queue: bytes, exchange: bytes, arguments: bytes = b"") -> bytes:
@@ -123,13 +127,20 @@ def declared_name(client, frame: bytes) -> bytes:
     return arguments[1:1 + arguments[0]]
 
 
+@pytest.fixture(scope="module")
+def hostile_broker(tmp_path_factory):
+    broker = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("hostile-content"))).start()
+    yield broker
+    broker.kill()
+
+
 @pytest.fixture
-def attacked(broker_factory):
-    """A dedicated broker with a bystander running; the broker must survive."""
-    broker = broker_factory()
-    with RunningBystander(broker):
-        yield broker
-    assert broker.process.poll() is None, "the broker process exited"
+def attacked(hostile_broker):
+    """The module's broker with a bystander running; the broker must survive."""
+    assert hostile_broker.process.poll() is None, "the broker process exited before"
+    with RunningBystander(hostile_broker):
+        yield hostile_broker
+    assert hostile_broker.process.poll() is None, "the broker process exited"
 
 
 def open_client(broker):
@@ -302,7 +313,8 @@ def test_dead_lettering_an_x_death_of_an_unexpected_type(attacked, x_death):
                  + shortstr(b"x-dead-letter-exchange") + b"S\x00\x00\x00\x00"
                  + shortstr(b"x-dead-letter-routing-key") + b"S" + struct.pack(">I", len(dead))
                  + dead)
-    assert declared_name(client, queue_declare(b"ttlq", arguments=arguments)) == b"ttlq"
+    assert declared_name(client, queue_declare(b"ttlq", arguments=arguments,
+                                               exclusive=True)) == b"ttlq"
     headers = shortstr(b"x-death") + x_death + shortstr(b"keep") + b"S\x00\x00\x00\x02me"
     client.send_raw(publish(struct.pack(">H", 0x2000) + table(headers), b"ttlq"))
     client.send_raw(basic_consume(dead))
