@@ -65,8 +65,9 @@ fi
 
 source scripts/venv.sh "[test]"
 # Two workers, each with its own broker; --dist loadfile keeps a module's tests (and its
-# module-scoped fixtures: a Spark cluster, a dedicated broker) on one worker.
-workers=(-n 2 --dist loadfile)
+# module-scoped fixtures: a Spark cluster, a dedicated broker) on one worker. Each Warren
+# run ends with its 25 slowest tests, where a run's time goes (docs/testing.md).
+workers=(-n 2 --dist loadfile --durations=25)
 mkdir -p build
 echo "== compiling the compiled build in the background (log: build/compile.log)"
 scripts/compiled_tests.sh --build-only >build/compile.log 2>&1 &
