@@ -39,7 +39,8 @@ def configure_logging(level: str) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="warren", description=__doc__, epilog=(
+    parser = argparse.ArgumentParser(
+        prog="warren", description="The `warren` command line.", epilog=(
         "warren ctl VERB ...: the rabbitmqctl-style client of the management API "
         "(warren ctl --help)"))
     parser.add_argument("--version", action="version",

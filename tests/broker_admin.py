@@ -213,7 +213,8 @@ class RabbitAdmin:
 
     def _limits(self, path: str) -> dict:
         """The limits an /api/*-limits/NAME listing shows ({} when none are set)."""
-        return {key: value for entry in self._get(path) for key, value in entry["value"].items()}
+        return {key: value for entry in self._get(path)
+                for key, value in entry["value"].items()}
 
     def set_policy(self, vhost: str, name: str, pattern: str, definition: dict,
                    priority: int = 0, apply_to: str = "all") -> None:

@@ -10,8 +10,8 @@ import sys
 from broker.cli import main
 # Port 1 of loopback refuses the connection: the verb runs its whole client path.
 status = main(["ctl", "--url", "http://127.0.0.1:1", "list_queues"])
-print(status, sorted(m for m in ("trio", "sqlalchemy", "broker.core.broker", "broker.server")
-                     if m in sys.modules))
+server = ("trio", "sqlalchemy", "broker.core.broker", "broker.server")
+print(status, sorted(m for m in server if m in sys.modules))
 """
 
 
