@@ -7,10 +7,10 @@ invalid UTF-8, basic properties with any flag combination, the arguments of ever
 pamqp knows, and whole sessions (handshake, channels, declares with `x-` arguments,
 publishes, consumes, acks, confirms, transactions) in which every method can be random.
 
-Every choice goes through a `Choices` object, so the same grammar runs on
-`random.Random` (the wire fuzzer: fast, reproducible from a seed) and on hypothesis
-draws (the in-process fuzzer: shrinks what it finds). See amqp_mutation.py for what is
-done to a session once it is generated.
+Every choice goes through a `Choices` object: `random.Random` makes them for the wire
+fuzzer and for the in-process fuzzer (seeded by a hypothesis draw in the suite), and
+libFuzzer's input under atheris (bench/fuzz_core.py --atheris). See amqp_mutation.py for
+what is done to a session once it is generated.
 """
 
 import random
