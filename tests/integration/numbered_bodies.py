@@ -6,11 +6,20 @@ import pika
 
 PREFIX = b"message-"
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
+_CYCLE = 251
+_pattern = bytes(range(_CYCLE))     # grown on demand: byte i is i % 251
 
 
 def numbered_body(index: int, size: int) -> bytes:
+    """The head, then bytes (index + offset) % 251 for each offset after it (a slice of
+    a repeating pattern: built a byte at a time, the bodies took half a test's CPU)."""
+    global _pattern
     head = PREFIX + f"{index:08d}:".encode()
-    return head + bytes((index + offset) % 251 for offset in range(size - len(head)))
+    start = index % _CYCLE
+    end = start + max(size - len(head), 0)
+    if end > len(_pattern):
+        _pattern = bytes(range(_CYCLE)) * (end // _CYCLE + 1)
+    return head + _pattern[start:end]
 
 
 def body_index(data: bytes) -> int:
