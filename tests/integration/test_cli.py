@@ -3,14 +3,13 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pika
 import pytest
 
 from broker import __version__
 from broker.build import COMPILED, EXPECT_BUILD_VARIABLE, build_kind
-from broker_process import LISTENING, BrokerProcess
+from broker_process import BrokerProcess
 
 pytestmark = pytest.mark.warren_only(
     "runs `warren serve` itself: its command line, configuration file and start-up failures")
@@ -95,26 +94,3 @@ def test_the_broker_advertises_its_package_version(broker_factory):
     finally:
         connection.close()
     assert (properties["product"], properties["version"]) == ("Warren", __version__)
-
-
-def test_serve_sh_passes_its_arguments_to_warren_serve(tmp_path):
-    """The README's start command with flags: they reach `warren serve` (not pip)."""
-    repo = Path(__file__).resolve().parents[2]
-    process = subprocess.Popen(
-        ["bash", str(repo / "scripts" / "serve.sh"), "--port", "0", "--data-dir",
-         str(tmp_path / "data"), "--log-level", "info", "--management-port", "auto"],
-        stderr=subprocess.PIPE, text=True)
-    try:
-        port = None
-        for line in process.stderr:     # pip (first use only), then the broker's log
-            found = LISTENING.search(line)
-            if found and found.group(1) == "listening":
-                port = int(found.group(3))
-                break
-        assert port is not None, f"serve.sh exited with {process.wait()}"
-        connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
-        connection.close()
-    finally:
-        process.kill()
-        process.wait()
-    assert (tmp_path / "data").is_dir()
