@@ -138,10 +138,11 @@ def test_requeue_over_the_limit_drops_from_the_head_in_priority_order():
 
 
 def test_a_deep_priority_queue_keeps_only_the_page_window_in_memory(tmp_path):
-    """200,000 persistent messages: the bodies beyond the window are charged nothing
-    (queue file only); one published last at the highest priority is delivered first,
-    read back from the file, and the backlog follows in publication order."""
-    count = 200_000
+    """Five page windows of persistent messages (50,000): the bodies beyond the window
+    are charged nothing (queue file only); one published last at the highest priority is
+    delivered first, read back from the file, and the backlog follows in publication
+    order."""
+    count = 5 * PAGE_WINDOW
     client, queue = paging_client(tmp_path, window=PAGE_WINDOW,
                                   arguments={"x-max-priority": 9})
     for index in range(count):
@@ -156,8 +157,8 @@ def test_a_deep_priority_queue_keeps_only_the_page_window_in_memory(tmp_path):
     client.connection.handle(InboundMethod(1, commands.Basic.Consume(
         queue="long", consumer_tag="c", no_ack=True)))
     client.end_batch()
-    # the bodies in the order written (decoding 200,000 deliveries frame by frame, as
-    # client.method does, would take minutes)
+    # the bodies in the order written (decoding 50,000 deliveries frame by frame, as
+    # client.method does, would take a minute)
     written = re.findall(rb"body-(\d{8})", bytes(client.transport.output))
     assert [int(index) for index in written] == list(range(count))
     assert queue.held_bytes == 0 and len(queue.ready) == 0
