@@ -64,7 +64,7 @@ if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
 fi
 
 source scripts/venv.sh "[test]"
-# Where PYTHONDONTWRITEBYTECODE is set (it is on the machines CI runs on), every process
+# Where PYTHONDONTWRITEBYTECODE is set (it is on the machines here), every process
 # the suite starts (some hundreds of brokers, `warren ctl` calls, Spark's Python workers)
 # would compile Warren's modules from source again: about 0.3 s of a broker's 1.3 s
 # start. Python still reads bytecode written beforehand, so write it once.
