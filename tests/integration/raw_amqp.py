@@ -377,7 +377,7 @@ class ConfirmedPublisher:
         self.window = window
         self.published = 0
         self.confirmed_through = 0   # every tag up to this one is confirmed
-        self.confirmed_after = set() # and these, confirmed one by one, above it
+        self.confirmed_after = set()  # and these, confirmed one by one, above it
         client.open_channel(channel)
         client.send_method(channel, commands.Confirm.Select())
         client.expect(commands.Confirm.SelectOk, channel=channel)
