@@ -120,15 +120,27 @@ func publishConfirmed(ch *amqp.Channel, queue string, bodies ...string) {
 	}
 }
 
-// waitDeferred waits for a deferred confirmation: true when acked, false on nack/timeout.
-func waitDeferred(dc *amqp.DeferredConfirmation, timeout time.Duration) bool {
+// How a deferred confirmation ended within waitDeferred's timeout.
+type deferredOutcome int
+
+const (
+	deferredAck deferredOutcome = iota
+	deferredNack
+	deferredUnsettled
+)
+
+// waitDeferred waits up to `timeout` for a deferred confirmation.
+func waitDeferred(dc *amqp.DeferredConfirmation, timeout time.Duration) deferredOutcome {
 	done := make(chan bool, 1)
 	go func() { done <- dc.Wait() }()
 	select {
 	case ack := <-done:
-		return ack
+		if ack {
+			return deferredAck
+		}
+		return deferredNack
 	case <-time.After(timeout):
-		return false
+		return deferredUnsettled
 	}
 }
 
