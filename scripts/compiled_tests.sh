@@ -25,7 +25,6 @@ if [ "$mode" != --built ]; then
     echo "== compiling amqp_codec and broker/core with mypyc (setup.py build_ext --inplace)"
     start=$SECONDS
     (cd "$compiled" && WARREN_COMPILE=1 "$venv_python" setup.py -q build_ext --inplace)
-    scripts/compile_bytecode.sh "$compiled"
     echo "== compiled in $((SECONDS - start)) s"
 fi
 [ "$mode" != --build-only ] || exit 0

@@ -64,11 +64,14 @@ if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
 fi
 
 source scripts/venv.sh "[test]"
-# Where PYTHONDONTWRITEBYTECODE is set (it is on the machines here), every process
-# the suite starts (some hundreds of brokers, `warren ctl` calls, Spark's Python workers)
-# would compile Warren's modules from source again: about 0.3 s of a broker's 1.3 s
-# start. Python still reads bytecode written beforehand, so write it once.
-scripts/compile_bytecode.sh .
+# The runs write bytecode even where PYTHONDONTWRITEBYTECODE is set (it is on the
+# machines here): otherwise every process the suite starts compiles again what it
+# imports. A broker start compiled Warren's modules (about 0.3 s of its 1.3 s), and every
+# pytest process (the workers, the plugin's pytester runs) rewrote the assertions of
+# about 190 modules (the hypothesis, broker and anyio packages, whose pytest plugins make
+# pytest rewrite them) for about 3 s; pytest caches a rewritten module only where
+# bytecode may be written.
+unset PYTHONDONTWRITEBYTECODE
 # Two workers, each with its own broker; --dist loadfile keeps a module's tests (and its
 # module-scoped fixtures: a Spark cluster, a dedicated broker) on one worker. Each Warren
 # run ends with its 25 slowest tests, where a run's time goes (docs/testing.md).
