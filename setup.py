@@ -68,8 +68,8 @@ def mypyc_extensions() -> list:
     files = [str(path.relative_to(ROOT)) for path in BUILD["compiled_module_files"](ROOT)]
     # mypy's [[tool.mypy.overrides]] for broker.server do not apply to these files:
     # without the flag mypyc stops on the unused-section note. One C file per module
-    # (multi_file) instead of one for all: gcc takes two thirds of the time (96-104 s
-    # against 150 s of CPU here), and the hot path runs the same instructions
+    # (multi_file) instead of one for all: the whole compile takes two thirds of the CPU
+    # (104 s against 150 s here), and the hot path runs the same instructions
     # (bench/callgrind_per_message.sh: 27,473 against 27,474 a message).
     try:
         return mypycify(["--no-warn-unused-configs", *files], multi_file=True,
