@@ -16,7 +16,6 @@ under libFuzzer's coverage guidance, the input bytes driving the grammar's choic
 """
 
 import argparse
-import random
 import sys
 import tempfile
 import time
@@ -26,17 +25,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "unit")]
 
 from amqp_grammar import RandomChoices  # noqa: E402
-from amqp_mutation import fuzz_session  # noqa: E402
+from amqp_mutation import fuzz_session, read_cuts  # noqa: E402
 from core_fuzz_target import new_broker, run_session  # noqa: E402
 from fuzz_seeds import load_seed_sessions  # noqa: E402
 
 
 def session_input(seed: int, index: int, seeds: list) -> tuple:
     """Session `index` of the run with `seed`: (bytes, read cuts, frames changed)."""
-    choices = RandomChoices(random.Random(f"{seed}:{index}"))
+    choices = RandomChoices.seeded(f"{seed}:{index}")
     frames, mutated = fuzz_session(choices, seeds)
     stream = b"".join(frames)
-    cuts = sorted(choices.integer(0, len(stream)) for _ in range(choices.integer(0, 4)))
+    cuts = read_cuts(choices, stream)
     return stream, cuts, sum(mutated), len(frames)
 
 

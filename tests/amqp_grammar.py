@@ -71,6 +71,11 @@ class RandomChoices(Choices):
     def __init__(self, rng: random.Random):
         self.rng = rng
 
+    @classmethod
+    def seeded(cls, seed) -> "RandomChoices":
+        """Decisions from `random.Random(seed)`."""
+        return cls(random.Random(seed))
+
     def integer(self, low: int, high: int) -> int:
         return self.rng.randint(low, high)
 

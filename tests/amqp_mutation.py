@@ -209,3 +209,8 @@ def fuzz_session(choices: Choices, seeds: list) -> tuple:
     mutations = choices.choice((0, 1, 1, 2, 3, 5, 10)) if choices.chance(90) else \
         choices.integer(0, 40)
     return mutate_session(choices, base, seeds, mutations)
+
+
+def read_cuts(choices: Choices, stream: bytes) -> list:
+    """Up to four offsets, in order, where the stream is split between reads."""
+    return sorted(choices.integer(0, len(stream)) for _ in range(choices.integer(0, 4)))

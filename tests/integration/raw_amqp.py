@@ -390,23 +390,26 @@ class ConfirmedPublisher:
         headers: dict[int, bytes] = {}
         body_prefix = struct.Struct(">BHI")
         end = bytes([FRAME_END])
-        pending = []
+        frames, count = [], 0
         for data in bodies:
             size = len(data)
             header_frame = headers.get(size)
             if header_frame is None:
                 header_frame = headers[size] = content_header_frame(self.channel, size)
-            pending += (publish, header_frame,
-                        body_prefix.pack(FRAME_BODY, self.channel, size), data, end)
-            if len(pending) == 5 * batch:
-                self._send(pending, timeout)
-                pending = []
-        self._send(pending, timeout)
+            frames += (publish, header_frame,
+                       body_prefix.pack(FRAME_BODY, self.channel, size), data, end)
+            count += 1
+            if count == batch:
+                self._send(frames, count, timeout)
+                frames, count = [], 0
+        self._send(frames, count, timeout)
         self._confirm_down_to(0, timeout)
 
-    def _send(self, parts: list, timeout: float) -> None:
-        self.client.send_raw(b"".join(parts))
-        self.published += len(parts) // 5
+    def _send(self, frames: list, count: int, timeout: float) -> None:
+        """Write `count` messages' frames at once, then wait until at most `window` are
+        unconfirmed."""
+        self.client.send_raw(b"".join(frames))
+        self.published += count
         self._confirm_down_to(self.window, timeout)
 
     @property

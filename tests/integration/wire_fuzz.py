@@ -21,7 +21,6 @@ publish and consume (tests/integration/bystander.py `assert_broker_serves`).
 import asyncio
 import collections
 import multiprocessing
-import random
 import re
 import socket
 import struct
@@ -61,7 +60,7 @@ class SessionResult:
 def session_writes(seed: int, index: int, seeds: list) -> tuple:
     """Session `index` of run `seed`: (writes, counts): each write a byte string sent
     at once, each count (frames, mutated frames) that the write completes."""
-    choices = RandomChoices(random.Random(f"{seed}:{index}"))
+    choices = RandomChoices.seeded(f"{seed}:{index}")
     frames, mutated = fuzz_session(choices, seeds)
     return _cut_into_writes(choices, frames, mutated)
 

@@ -12,7 +12,6 @@ is bench/fuzz_core.py (docs/fuzzing.md).
 
 import hashlib
 import logging
-import random
 import tempfile
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import broker.core.connection as connection_module
 from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
 from amqp_grammar import (PROTOCOL_HEADER, RandomChoices, field_table, handshake_frames,
                           session_frames)
-from amqp_mutation import fuzz_session, mutate_frame, split_frames
+from amqp_mutation import fuzz_session, mutate_frame, read_cuts, split_frames
 from core_fuzz_target import run_session
 from fuzz_seeds import SEED_DIR, load_seed_sessions
 
@@ -39,11 +38,6 @@ FUZZ_SETTINGS = settings(derandomize=True, database=None, deadline=None,
 
 
 SEEDS_OF_CHOICES = st.integers(0, 2**64 - 1)
-
-
-def _cuts(choices: RandomChoices, stream: bytes) -> list:
-    """Up to four places where the stream is split between reads."""
-    return [choices.integer(0, len(stream)) for _ in range(choices.integer(0, 4))]
 
 
 def _assert_no_failure(stream: bytes, cuts: list) -> None:
@@ -119,12 +113,12 @@ def test_a_recorded_session_runs_cleanly_whatever_the_reads():
 @given(SEEDS_OF_CHOICES)
 def test_decoder_raises_only_protocol_errors(seed):
     """Any bytes in any split: complete commands or ProtocolError/HeaderMismatch."""
-    choices = RandomChoices(random.Random(seed))
+    choices = RandomChoices.seeded(seed)
     frames, _ = fuzz_session(choices, SEEDS)
     stream = b"".join(frames)
     decoder = Decoder(frame_max=choices.choice((0, 4096, 131072)))
     previous = 0
-    for cut in sorted(_cuts(choices, stream)) + [len(stream)]:
+    for cut in read_cuts(choices, stream) + [len(stream)]:
         try:
             decoder.feed(stream[previous:cut])
         except (ProtocolError, ProtocolHeaderMismatch):
@@ -138,10 +132,10 @@ def test_mutated_sessions_never_break_the_broker(seed):
     """A seed or grammar session, mutated, read in random pieces: the decoder raises
     only protocol errors, the core never raises or logs an error, its output is well
     formed, and the next client on the same broker is served."""
-    choices = RandomChoices(random.Random(seed))
+    choices = RandomChoices.seeded(seed)
     frames, _ = fuzz_session(choices, SEEDS)
     stream = b"".join(frames)
-    _assert_no_failure(stream, _cuts(choices, stream))
+    _assert_no_failure(stream, read_cuts(choices, stream))
 
 
 @settings(FUZZ_SETTINGS, max_examples=300)
@@ -150,12 +144,12 @@ def test_hostile_frames_after_a_valid_handshake_never_break_the_broker(seed):
     """pika's handshake and channel open, then a grammar session's operations with about
     one frame in five mutated (the others keep the connection going past channel
     errors)."""
-    choices = RandomChoices(random.Random(seed))
+    choices = RandomChoices.seeded(seed)
     handshake = split_frames(_pika_session())[:5]
     operations = [mutate_frame(choices, frame) if choices.chance(20) else frame
                   for frame in session_frames(choices)[5:]]
     stream = b"".join(handshake + operations)
-    _assert_no_failure(stream, _cuts(choices, stream))
+    _assert_no_failure(stream, read_cuts(choices, stream))
 
 
 @settings(FUZZ_SETTINGS, max_examples=200)
@@ -163,7 +157,7 @@ def test_hostile_frames_after_a_valid_handshake_never_break_the_broker(seed):
 def test_start_ok_client_properties_of_any_shape_never_break_the_broker(seed):
     """Before login: Start-Ok's client properties table of every type tag, unknown
     tags, truncation and nesting thousands deep."""
-    choices = RandomChoices(random.Random(seed))
+    choices = RandomChoices.seeded(seed)
     properties = field_table(choices, 0, ("capabilities", "product"))
     handshake = handshake_frames(choices, properties)
     _assert_no_failure(b"".join([PROTOCOL_HEADER, *handshake]), [])
