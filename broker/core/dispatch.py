@@ -148,13 +148,16 @@ def queue_delete(channel: Channel, method) -> None:
     name = channel.queue_name(stripped(method.queue))
     channel.access.configure("queue", name)
     queue = vhost.queues.get(name)
+
+    def answer(count: int) -> None:
+        if not method.nowait:
+            channel.send(commands.Queue.DeleteOk(message_count=count))
+
     if queue is None:
-        count = 0   # RabbitMQ answers DeleteOk for a queue that does not exist
+        answer(0)   # RabbitMQ answers DeleteOk for a queue that does not exist
     else:
         vhost.check_exclusive(queue, channel.connection)
-        count = vhost.delete_queue(queue, method.if_unused, method.if_empty)
-    if not method.nowait:
-        channel.send(commands.Queue.DeleteOk(message_count=count))
+        vhost.delete_queue(queue, method.if_unused, method.if_empty, answer)
 
 
 def basic_qos(channel: Channel, method) -> None:

@@ -4,7 +4,7 @@ import base64
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from amqp_codec.field_table import text_value
 from amqp_codec.reply_codes import ReplyCode
@@ -335,7 +335,12 @@ class VirtualHost:
         check_arguments_equivalent(arguments, queue.arguments, queue.name, self.name)
 
     def delete_queue(self, queue: QueueBase, if_unused: bool = False,
-                     if_empty: bool = False) -> int:
+                     if_empty: bool = False,
+                     answer: Callable[[int], None] | None = None) -> int:
+        """Deletes the queue; returns the count of messages it held. `answer(count)`,
+        when given, is called before the queue's consumers are told that they are
+        cancelled: RabbitMQ's Queue.DeleteOk comes before its Basic.Cancel, and a client
+        waiting for the one (py-amqp, kombu) fails on the other first."""
         if if_unused and queue.consumers:
             raise precondition_failed(
                 f"queue '{queue.name}' in vhost '{self.name}' in use")
@@ -349,11 +354,14 @@ class VirtualHost:
                 self._auto_delete(exchange)
         if _persisted(queue):
             self.persistence.record(DeleteQueue(vhost=self.name, name=queue.name))
-        for consumer in list(queue.consumers):
-            consumer.channel.consumer_cancelled_by_broker(consumer)
+        consumers = list(queue.consumers)
         queue.consumers.clear()
         count = queue.drop_messages()
         queue.store.drop()
+        if answer is not None:
+            answer(count)
+        for consumer in consumers:
+            consumer.channel.consumer_cancelled_by_broker(consumer)
         return count
 
     # -- recovery ------------------------------------------------------------------

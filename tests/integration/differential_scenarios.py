@@ -111,6 +111,18 @@ def last_declared_queue(s: Session) -> None:
     s.call(client, 5, Q.Delete(queue=""), "delete '' with nothing declared")
 
 
+def delete_a_consumed_queue(s: Session) -> None:
+    """A channel deletes the queue it consumes from: Queue.DeleteOk comes first, then
+    the Basic.Cancel for its consumer (py-amqp, under kombu, raises ConsumerCancelled if
+    the Cancel arrives while it waits for the DeleteOk)."""
+    client = s.raw()
+    name = s.name("consumed")
+    s.call(client, 1, Q.Declare(queue=name), "declare")
+    s.call(client, 1, B.Consume(queue=name, consumer_tag="c1"), "consume")
+    s.call(client, 1, Q.Delete(queue=name), "delete")
+    s.read(client, "after the delete")
+
+
 def crossing_channel_close(s: Session) -> None:
     """The broker closes a channel (an error) while the client's own Channel.Close is on
     its way: the client sent its Close, then sees the broker's."""
@@ -417,6 +429,7 @@ SCENARIOS = (
     Scenario("reserved_names", reserved_names),
     Scenario("direct_reply_to_passive", direct_reply_to_passive),
     Scenario("last_declared_queue", last_declared_queue),
+    Scenario("delete_a_consumed_queue", delete_a_consumed_queue),
     Scenario("crossing_channel_close", crossing_channel_close, differences=(
         Difference("reopen", {"channel": 1, "method": "Channel.OpenOk", "channel_id": "0"},
                {"channel": 1, "method": "Channel.OpenOk", "channel_id": ""},

@@ -141,6 +141,24 @@ def test_consumer_requeue_redelivers(conn):
     assert seen == [({"n": 1}, False), ({"n": 1}, True)]
 
 
+def test_a_consumer_deletes_its_queue_on_its_own_channel(conn):
+    """kombu's own integration tests delete a queue while its consumer is still on it:
+    Queue.DeleteOk comes before the broker's Basic.Cancel (as from RabbitMQ), or py-amqp,
+    waiting for the DeleteOk, raises ConsumerCancelled."""
+    queue = Queue(unique("consumed"), routing_key="consumed")
+    channel = conn.channel()
+    Producer(channel).publish({"n": 1}, routing_key=queue.name, declare=[queue])
+    seen = []
+    consumer = Consumer(channel, queues=[queue], accept=["json"],
+                        callbacks=[lambda body, message: seen.append(body)])
+    with consumer:
+        assert drain_until(conn, lambda: seen == [{"n": 1}])
+        assert queue(channel).delete() == 0   # its one message is delivered, unacked
+    assert channel.is_open
+    with pytest.raises(amqp.exceptions.NotFound):
+        queue(conn.channel()).queue_declare(passive=True)
+
+
 def test_consumer_reject_discards(conn):
     queue = Queue(unique("reject"), exclusive=True)
     channel = conn.channel()
