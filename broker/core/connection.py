@@ -65,6 +65,7 @@ class Connection:
         self.mechanisms = offered_mechanisms(broker.auth_mechanisms, tls)
         self.state = "awaiting-start-ok"
         self.login_refused = False   # the server slows down the refusal it sends
+        self.closed_by_client = False   # Close-Ok sent for the client's Connection.Close
         self.user = ""
         self.user_tags: tuple[str, ...] = ()   # as at login, as RabbitMQ keeps them
         self.vhost: VirtualHost | None = None
@@ -554,6 +555,7 @@ class Connection:
         self._release_resources()
         self.send_method(0, commands.Connection.CloseOk())
         self.state = "closed"
+        self.closed_by_client = True
         self._close_transport()
 
     def _close_ok(self, method) -> None:

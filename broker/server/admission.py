@@ -4,6 +4,9 @@
   (`unauthenticated_connection_max`): past the cap a new socket is closed at once, before
   the broker reads from it, so a flood of idle sockets cannot use up the broker's file
   descriptors. Each such socket must finish the handshake within `handshake_timeout`.
+- Sockets of connections the client closed, kept until the client closes its end
+  (`SocketTransport`, "closing"), are capped at the same number: past it such a socket
+  is closed at once.
 - Refused logins are answered after a delay that grows with the failures from the same
   address (LOGIN_DELAY_BASE doubling up to LOGIN_DELAY_MAX), forgotten after
   FAILURE_MEMORY seconds without one. They are logged in aggregate, one line per
@@ -40,10 +43,11 @@ def raise_file_limit() -> int:
 
 def default_connection_caps(file_limit: int) -> tuple[int, int]:
     """(connection_max, unauthenticated_connection_max) that fit in `file_limit` file
-    descriptors together, with RESERVED_FILES left over."""
-    available = max(file_limit - RESERVED_FILES, 20)
+    descriptors together with as many closing sockets (Admission.may_linger), with
+    RESERVED_FILES left over."""
+    available = max(file_limit - RESERVED_FILES, 30)
     unauthenticated = max(min(1000, available // 10), 10)
-    return available - unauthenticated, unauthenticated
+    return available - 2 * unauthenticated, unauthenticated
 
 
 @dataclass
@@ -59,6 +63,7 @@ class Admission:
     unauthenticated_max: int
     clock: object                        # () -> seconds, monotonic
     unauthenticated: int = 0
+    lingering: int = 0                   # closed by the client, its socket still open
     refused_sockets: int = 0             # closed at accept since the last summary
     handshake_timeouts: int = 0          # dropped by handshake_timeout since then
     tls_handshake_failures: int = 0      # amqps sockets whose TLS handshake failed
@@ -77,6 +82,17 @@ class Admission:
     def handshake_ended(self) -> None:
         """An admitted socket opened its connection, or went away before that."""
         self.unauthenticated -= 1
+
+    def may_linger(self) -> bool:
+        """A client closed its connection: may the socket wait for the client to close
+        its end? (No when unauthenticated_max sockets wait already.)"""
+        if self.lingering >= self.unauthenticated_max:
+            return False
+        self.lingering += 1
+        return True
+
+    def linger_ended(self) -> None:
+        self.lingering -= 1
 
     def login_refused(self, address: str) -> float:
         """Record a refused login from `address`; return how long to delay the answer."""

@@ -189,13 +189,18 @@ class Server:
             return
         self.transports.add(transport)
         try:
-            await transport.run()
+            await transport.run(ended=lambda: self._transport_ended(transport))
         except Exception as error:
             log.error("event=connection_failed peer=%s", transport.peer, exc_info=error)
         finally:
-            self.transports.discard(transport)
-            if not self.transports:
-                self._all_closed.set()
+            self._transport_ended(transport)
+
+    def _transport_ended(self, transport: SocketTransport) -> None:
+        """Its connection is over (its socket may still wait for the client to close
+        it): no longer listed, counted or waited for at shutdown."""
+        self.transports.discard(transport)
+        if not self.transports:
+            self._all_closed.set()
 
     async def _tls_transport(self, stream: trio.SocketStream, tls: TlsListener,
                              address: tuple[str, int],

@@ -14,6 +14,7 @@ scheduler (a checkpoint keeps busy connections from starving the others)."""
 import logging
 import os
 import time
+from typing import Callable
 
 import trio
 
@@ -33,6 +34,9 @@ LOW_WATER = 1024 * 1024       # resume below this
 OWN_CHUNK = 16 * 1024         # parts this large are sent from where they are, not copied
 MAX_IOV = 512                 # buffers per sendmsg (Linux allows 1024)
 CLOSE_OK_TIMEOUT = 5.0        # how long a server-initiated close waits for CloseOk
+# After the Close-Ok of a client's Connection.Close, how long the socket waits for the
+# client to close its end (RabbitMQ's CLOSING_TIMEOUT).
+CLOSING_TIMEOUT = 30.0
 THROTTLE_WAIT = 0.5           # a throttled publisher is read again after this at the latest
 HANDSHAKE_STATES = ("awaiting-start-ok", "awaiting-tune-ok", "awaiting-open")
 
@@ -160,9 +164,11 @@ class SocketTransport:
 
     # -- tasks ---------------------------------------------------------------------
 
-    async def run(self) -> None:
+    async def run(self, ended: Callable[[], None] | None = None) -> None:
         """Serve the connection until it ends. Nothing raised while serving it leaves
-        this method: the failure is logged and only this connection is dropped."""
+        this method: the failure is logged and only this connection is dropped.
+        `ended()` is called once the connection is over, before the socket is left
+        open for the client to close (see _wait_for_peer_close)."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -181,8 +187,40 @@ class SocketTransport:
             except Exception as error:
                 log.error("event=connection_cleanup_failed peer=%s", self.peer,
                           exc_info=error)
-            with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(self.stream)
+            if ended is not None:
+                ended()
+            try:
+                if self.connection.closed_by_client:
+                    await self._wait_for_peer_close()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(self.stream)
+
+    async def _wait_for_peer_close(self) -> None:
+        """After the Close-Ok of the client's Connection.Close, leave closing the socket
+        to the client, as RabbitMQ does: what it still sends is read and dropped, for
+        CLOSING_TIMEOUT at most. Closed first, with input unread or still coming, the
+        socket would be reset, and a client reading it reports an error (amqp091-go's
+        Close, called from several goroutines at once, returned 501 "connection reset by
+        peer"). A server shutting down does not wait."""
+        if not self.admission.may_linger():
+            return
+        sock = self.stream.socket
+        fd = sock.fileno()
+        try:
+            with trio.move_on_after(CLOSING_TIMEOUT):
+                while True:
+                    data = self._receive(fd)
+                    if data is None:
+                        await trio.lowlevel.wait_readable(sock)
+                    elif not data:
+                        return
+                    else:
+                        await trio.lowlevel.checkpoint()
+        except (trio.BrokenResourceError, ConnectionError):
+            pass
+        finally:
+            self.admission.linger_ended()
 
     async def _handshake_deadline(self) -> None:
         """Drop a socket that has not opened its connection in time."""

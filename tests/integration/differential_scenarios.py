@@ -441,9 +441,7 @@ SCENARIOS = (
     Scenario("frame_max_before_tune", frame_max_before_tune, unfixed=(
         "RabbitMQ drops a connection whose Start-Ok exceeds 4096 octets; Warren tunes")),
     Scenario("heartbeat_on_a_channel", heartbeat_on_a_channel),
-    Scenario("publishes_after_close_ok", publishes_after_close_ok, unfixed=(
-        "after Connection.Close-Ok RabbitMQ leaves the socket to the client, Warren "
-        "closes it")),
+    Scenario("publishes_after_close_ok", publishes_after_close_ok),
     Scenario("x_death_headers", x_death_headers),
     Scenario("x_death_from_older_versions", x_death_from_older_versions),
     Scenario("x_death_histories", x_death_histories),

@@ -523,6 +523,7 @@ async def stream_connection(host: str, port: int, pool: FramePool, budget: list,
             writer.write(CLOSE_OK)
         elif not watcher.eof.is_set():
             writer.write(CLOSE)
+            writer.write_eof()   # after its Close-Ok the broker waits for our end to close
             chunks.keep(CLOSE)
         await asyncio.wait_for(watcher.eof.wait(), deadline)
     except asyncio.TimeoutError:

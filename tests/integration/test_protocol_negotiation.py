@@ -5,6 +5,7 @@ WARREN_TEST_BROKER=127.0.0.1:5673 to check them against it.
 """
 
 import select
+import socket
 import time
 import uuid
 
@@ -342,6 +343,24 @@ def test_client_initiated_close_gets_close_ok(broker):
         client.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye",
                                                         class_id=0, method_id=0))
         client.expect(commands.Connection.CloseOk, channel=0)
+
+
+def test_after_close_ok_the_socket_is_left_for_the_client_to_close(broker):
+    """As RabbitMQ: what a client still sends after its Connection.Close is read and
+    dropped, and the broker closes its end after the client's, with a FIN. A broker
+    that closed first answered the late bytes with a reset, which amqp091-go's Close
+    (called from several goroutines) reported as an error."""
+    with connect(broker.host, broker.port) as client:
+        client.open_channel(1)
+        client.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye",
+                                                        class_id=0, method_id=0))
+        client.expect(commands.Connection.CloseOk, channel=0)
+        late = frame.marshal(commands.Basic.Publish(routing_key="nowhere"), 1)
+        client.send_raw((late + content_header_frame(1, 1000)
+                         + content_body_frame(1, b"x" * 1000)) * 100)
+        client.sock.shutdown(socket.SHUT_WR)
+        client.sock.settimeout(10.0)
+        assert client.sock.recv(1) == b""   # the broker's FIN, not a reset (an OSError)
 
 
 # -- channels ------------------------------------------------------------------------

@@ -58,7 +58,18 @@ def test_refusals_are_logged_as_one_summary_line(caplog):
 
 
 def test_default_caps_leave_file_descriptors_for_the_broker_itself():
-    connections, unauthenticated = default_connection_caps(1024)
-    assert connections + unauthenticated <= 1024 - 256
-    assert connections > unauthenticated > 0
-    assert sum(default_connection_caps(1 << 20)) <= (1 << 20) - 256
+    """Open connections, sockets in the handshake and as many closing sockets (left for
+    their clients to close) fit in the file limit with 256 descriptors to spare."""
+    for limit in (1024, 1 << 20):
+        connections, unauthenticated = default_connection_caps(limit)
+        assert connections + 2 * unauthenticated <= limit - 256
+        assert connections > unauthenticated > 0
+
+
+def test_closing_sockets_are_capped_apart_from_handshakes():
+    admission = Admission(2, clock=lambda: 0.0)
+    assert admission.may_linger() and admission.may_linger()
+    assert not admission.may_linger()   # the third is closed at once
+    assert admission.admit()            # handshakes have their own count
+    admission.linger_ended()
+    assert admission.may_linger()
