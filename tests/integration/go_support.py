@@ -44,11 +44,26 @@ class GoInterop:
 
 def build_program(build_dir: Path) -> Path:
     """`go build` interop/go into build_dir, offline; return the binary's path."""
+    binary = build_dir / "warren-go-interop"
+    _go(["build", "-o", str(binary), "."], SOURCE_DIR, build_dir)
+    return binary
+
+
+def build_client_tests(build_dir: Path) -> Path:
+    """`go test -c` amqp091-go's own tests with its `integration` build tag (Debian
+    ships them with the client's source) into build_dir; return the test binary."""
+    binary = build_dir / "amqp091-go.test"
+    _go(["test", "-c", "-tags", "integration", "-o", str(binary),
+         "github.com/rabbitmq/amqp091-go"], build_dir, build_dir)
+    return binary
+
+
+def _go(arguments: list[str], cwd: Path, build_dir: Path) -> None:
+    """Run the go command offline in GOPATH mode, with its cache in build_dir."""
     go = shutil.which("go")
     assert go, "go not found: install Debian's golang-go"
     assert (CLIENT_SOURCE / "channel.go").exists(), (
         f"missing {CLIENT_SOURCE}: install Debian's golang-github-rabbitmq-amqp091-go-dev")
-    binary = build_dir / "warren-go-interop"
     env = {
         **os.environ,
         "GO111MODULE": "off",        # GOPATH mode: imports come from Debian's gocode tree
@@ -60,10 +75,9 @@ def build_program(build_dir: Path) -> Path:
         "GOENV": "off",              # ignore the user's `go env -w` settings
         "CGO_ENABLED": "0",          # no C compiler needed
     }
-    done = subprocess.run([go, "build", "-o", str(binary), "."], cwd=SOURCE_DIR, env=env,
-                          capture_output=True, text=True, timeout=BUILD_TIMEOUT)
-    assert done.returncode == 0, f"go build failed:\n{done.stdout}\n{done.stderr}"
-    return binary
+    done = subprocess.run([go, *arguments], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=BUILD_TIMEOUT)
+    assert done.returncode == 0, f"go {arguments[0]} failed:\n{done.stdout}\n{done.stderr}"
 
 
 @pytest.fixture(scope="session")
