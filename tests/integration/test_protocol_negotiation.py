@@ -347,9 +347,9 @@ def test_client_initiated_close_gets_close_ok(broker):
 
 def test_after_close_ok_the_socket_is_left_for_the_client_to_close(broker):
     """As RabbitMQ: what a client still sends after its Connection.Close is read and
-    dropped, and the broker closes its end after the client's, with a FIN. A broker
-    that closed first answered the late bytes with a reset, which amqp091-go's Close
-    (called from several goroutines) reported as an error."""
+    dropped, and the broker closes the socket only after the client closed its end. A
+    broker that closed first (Warren did) answered late bytes with a reset, which
+    amqp091-go's Close, called from several goroutines, reported as an error."""
     with connect(broker.host, broker.port) as client:
         client.open_channel(1)
         client.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye",
@@ -358,9 +358,17 @@ def test_after_close_ok_the_socket_is_left_for_the_client_to_close(broker):
         late = frame.marshal(commands.Basic.Publish(routing_key="nowhere"), 1)
         client.send_raw((late + content_header_frame(1, 1000)
                          + content_body_frame(1, b"x" * 1000)) * 100)
+        # Nothing comes, neither an end nor a reset: a broker answers nothing after
+        # Close-Ok, so a correct one passes this however long it waits.
+        readable, _, _ = select.select([client.sock], [], [], 0.5)
+        assert not readable
         client.sock.shutdown(socket.SHUT_WR)
         client.sock.settimeout(10.0)
-        assert client.sock.recv(1) == b""   # the broker's FIN, not a reset (an OSError)
+        try:
+            end = client.sock.recv(1)   # Warren closes with a FIN
+        except ConnectionResetError:
+            end = b""                   # RabbitMQ 3.10.8 with a reset, its input unread
+        assert end == b""
 
 
 # -- channels ------------------------------------------------------------------------
