@@ -158,6 +158,10 @@ class _Content:
         self.chunks: list | None = []
 
 
+def _is_tune_ok(item) -> bool:
+    return type(item) is InboundMethod and isinstance(item.method, commands.Connection.TuneOk)
+
+
 class Decoder:
     """Bytes in, complete commands out, for one connection (server side).
 
@@ -173,8 +177,11 @@ class Decoder:
     """
 
     def __init__(self, frame_max: int = DEFAULT_FRAME_MAX, max_body_size: int = MAX_BODY_SIZE,
-                 publish_type: type = InboundPublish):
-        self.frame_max = frame_max
+                 publish_type: type = InboundPublish, handshake_frame_max: int = 0):
+        # With handshake_frame_max, the frames before a Connection.TuneOk may be no
+        # larger (AMQP 0-9-1: frame-min-size, 4096, until the client's Tune-Ok).
+        self.frame_max = handshake_frame_max or frame_max
+        self._frame_max_after_tune_ok = frame_max if handshake_frame_max else 0
         self.publish_type = publish_type
         # Whether publishes can be made without a constructor call (below): not the
         # classes of a compiled build (mypyc), whose __new__ runs __init__ and which
@@ -214,6 +221,8 @@ class Decoder:
             data = self._check_protocol_header(data)
         if type(data) is not bytes:
             data = bytes(data)
+        if self._frame_max_after_tune_ok:
+            return self._feed_until_tune_ok(data)
         out: list = []
         try:
             start = 0
@@ -229,6 +238,46 @@ class Decoder:
             raise
         if pos < len(data):
             self._buffer += memoryview(data)[pos:]
+        return out
+
+    def tune(self, frame_max: int) -> None:
+        """The negotiated frame_max, from the next byte decoded on (and the handshake
+        limit, if still on, no longer applies)."""
+        self.frame_max = frame_max
+        self._frame_max_after_tune_ok = 0
+
+    def _feed_until_tune_ok(self, data: bytes) -> list:
+        """Before Connection.TuneOk: whole frames one at a time, under the handshake
+        limit; what follows a decoded TuneOk (a client may send more in the same read)
+        is read under frame_max. The handshake is a few small frames: copying is fine."""
+        data = bytes(self._buffer) + data
+        self._buffer.clear()
+        out: list = []
+        pos = 0
+        tuned = False
+        try:
+            while not tuned and len(data) - pos >= 7:
+                frame_type, channel, size = _FRAME_PREFIX.unpack_from(data, pos)
+                self._check_frame_prefix(frame_type, channel, size)
+                end = pos + size + FRAME_OVERHEAD
+                if end > len(data):
+                    break
+                self._decode_frames(data[pos:end], out, 0)
+                pos = end
+                tuned = bool(out) and _is_tune_ok(out[-1])
+        except ProtocolError as error:
+            error.decoded = out
+            raise
+        if not tuned:
+            self._buffer += memoryview(data)[pos:]
+            return out
+        self.frame_max = self._frame_max_after_tune_ok
+        self._frame_max_after_tune_ok = 0
+        try:
+            out += self.feed(data[pos:])
+        except ProtocolError as error:
+            error.decoded = out + error.decoded
+            raise
         return out
 
     def _check_protocol_header(self, data):

@@ -4,8 +4,10 @@ A `Framer` turns the bytes a client sends into commands (its Decoder) and the br
 replies into bytes (the encoders, offered as methods). It holds the connection's one
 frame_max: the decoder refuses inbound frames above it and the content encoders cut
 outbound bodies to fit it. Until Connection.TuneOk it is the value the framer was made
-with (the server's own frame_max, the most it offers in Connection.Tune); `tune` sets
-the negotiated one for both directions at once.
+with (the server's own frame_max, the most it offers in Connection.Tune), but inbound
+frames read before a TuneOk are held to `handshake_frame_max` when given (the broker
+passes frame-min-size, 4096: AMQP 0-9-1 allows no larger frame before Tune-Ok); `tune`
+sets the negotiated frame_max for both directions at once.
 
 Methods that do not depend on frame_max are the encoder functions themselves. The hot
 one, `encode_deliver`, is the struct fast path made for the framer's frame_max
@@ -26,8 +28,10 @@ class Framer:
     """Bytes in, commands out, and commands in, bytes out, for one connection."""
 
     def __init__(self, frame_max: int = DEFAULT_FRAME_MAX,
-                 max_body_size: int = MAX_BODY_SIZE, publish_type: type = InboundPublish):
-        self._decoder = Decoder(frame_max, max_body_size, publish_type)   # see Decoder
+                 max_body_size: int = MAX_BODY_SIZE, publish_type: type = InboundPublish,
+                 handshake_frame_max: int = 0):
+        self._decoder = Decoder(frame_max, max_body_size, publish_type,   # see Decoder
+                                handshake_frame_max)
         # Decoder.feed(data) -> every complete command in the stream so far; raises
         # ProtocolHeaderMismatch or ProtocolError (final: close the connection).
         self.feed = self._decoder.feed
@@ -41,7 +45,7 @@ class Framer:
     def tune(self, frame_max: int) -> None:
         """Connection.TuneOk agreed on `frame_max`: inbound frames above it are refused
         from the next byte decoded on, and outbound bodies are cut to fit it."""
-        self._decoder.frame_max = frame_max
+        self._decoder.tune(frame_max)
         self.encode_deliver = deliver_encoder(frame_max)
 
     # -- inbound state ----------------------------------------------------------------

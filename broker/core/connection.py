@@ -72,8 +72,10 @@ class Connection:
         self.client_properties: dict = {}
         self.capabilities: dict = {}
         self.channel_max = broker.config.channel_max
+        # Until Connection.TuneOk, frames of up to frame-min-size (4096 octets) only, as
+        # AMQP 0-9-1 says and RabbitMQ enforces (a larger Start-Ok is a frame error).
         self.framer = Framer(broker.config.frame_max, broker.config.max_message_size,
-                             PublishedMessage)
+                             PublishedMessage, handshake_frame_max=FRAME_MIN_SIZE)
         self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()

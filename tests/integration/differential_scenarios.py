@@ -438,8 +438,15 @@ SCENARIOS = (
     Scenario("close_ok_on_forgotten_channel", close_ok_on_forgotten_channel),
     Scenario("uncommitted_acks", uncommitted_acks),
     Scenario("frame_max_after_tune", frame_max_after_tune),
-    Scenario("frame_max_before_tune", frame_max_before_tune, unfixed=(
-        "RabbitMQ drops a connection whose Start-Ok exceeds 4096 octets; Warren tunes")),
+    Scenario("frame_max_before_tune", frame_max_before_tune, differences=(
+        Difference("reply to a large Start-Ok",
+                   {"channel": 0, "method": "Connection.Close", "reply_code": 501,
+                    "reply_text": "FRAME_ERROR - type 1, all octets = <<>>: "
+                                  "{frame_too_large,8242,4088}",
+                    "class_id": 0, "method_id": 0},
+                   {"socket": "ended"},
+                   "both refuse a frame above 4096 octets before Tune-Ok; Warren says why "
+                   "in a Connection.Close, as it does for frame errors after Tune-Ok"),)),
     Scenario("heartbeat_on_a_channel", heartbeat_on_a_channel),
     Scenario("publishes_after_close_ok", publishes_after_close_ok),
     Scenario("x_death_headers", x_death_headers),

@@ -336,6 +336,24 @@ def test_open_unknown_vhost_gets_530(broker):
         _assert_closed_without_frames(client)
 
 
+@pytest.mark.warren_only("RabbitMQ drops the socket without a Connection.Close "
+                         "(test_differential's frame_max_before_tune)")
+def test_frames_above_4096_octets_are_refused_before_tune_ok(broker):
+    """AMQP 0-9-1: until Tune-Ok, no frame may exceed frame-min-size (4096 octets). A
+    client whose Start-Ok is larger (a big client-properties table, a long token as
+    the password) is refused, as by RabbitMQ; one just under the limit logs in."""
+    with RawAmqpClient(broker.host, broker.port) as client:
+        client.start_handshake()
+        client.send_start_ok(client_properties={"padding": "p" * 5000})
+        close = client.wait_for_connection_close()
+        assert close.reply_code == 501
+        assert "frame_too_large" in close.reply_text
+    with RawAmqpClient(broker.host, broker.port) as client:
+        client.start_handshake()
+        client.send_start_ok(client_properties={"padding": "p" * 3500})
+        client.expect(commands.Connection.Tune, channel=0)
+
+
 def test_client_initiated_close_gets_close_ok(broker):
     with connect(broker.host, broker.port) as client:
         client.open_channel(1)

@@ -48,18 +48,39 @@ def _tuned_connection(frame_max: int, server_frame_max: int = 131072) -> Connect
     return connection
 
 
-def test_before_tune_ok_the_servers_frame_max_limits_both_directions():
-    """Until Connection.TuneOk the framer holds the frame_max the server offers in
-    Connection.Tune: a Connection.StartOk larger than 4096 bytes (a client with many
-    client properties) is read, as it always was, and a larger frame is refused."""
+def _start_ok(padding: int) -> bytes:
+    return frame.marshal(commands.Connection.StartOk(
+        client_properties={"padding": "x" * padding}, mechanism="PLAIN",
+        response="\0guest\0guest"), 0)
+
+
+def test_before_tune_ok_frames_above_4096_octets_are_refused():
+    """AMQP 0-9-1 (and RabbitMQ): until the client's Connection.TuneOk, no frame may
+    exceed frame-min-size, 4096 octets: a Start-Ok with a large client-properties table
+    is a frame error."""
     connection = Connection(Broker(BrokerConfig(frame_max=20_000)), RecordingTransport())
     framer = connection.framer
-    assert framer.frame_max == 20_000
-    start_ok = frame.marshal(commands.Connection.StartOk(
-        client_properties={"padding": "x" * 10_000}, mechanism="PLAIN",
-        response="\0guest\0guest"), 0)
-    [item] = framer.feed(PROTOCOL_HEADER + start_ok)
-    assert item.method.client_properties["padding"] == "x" * 10_000
+    [item] = framer.feed(PROTOCOL_HEADER + _start_ok(3_500))
+    assert item.method.client_properties["padding"] == "x" * 3_500
+    with pytest.raises(ProtocolError) as refused:
+        framer.feed(_start_ok(5_000))
+    assert refused.value.reply_code == 501
+    assert "frame_too_large" in refused.value.text
+
+
+def test_frames_after_a_tune_ok_in_the_same_read_are_held_to_the_servers_frame_max():
+    """A client that sends Tune-Ok and more at once: what follows the Tune-Ok in that
+    read may be as large as the server's frame_max (the negotiated one applies once the
+    broker has handled the Tune-Ok), not 4096; above it is still refused."""
+    connection = Connection(Broker(BrokerConfig(frame_max=20_000)), RecordingTransport())
+    framer = connection.framer
+    tune_ok = frame.marshal(commands.Connection.TuneOk(channel_max=10, frame_max=20_000,
+                                                       heartbeat=0), 0)
+    large = frame.marshal(commands.Queue.Declare(queue="q", arguments={"x": "y" * 10_000}), 1)
+    items = framer.feed(PROTOCOL_HEADER + _start_ok(100) + tune_ok[:5])
+    items += framer.feed(tune_ok[5:] + large)
+    assert [type(item.method) for item in items] == [
+        commands.Connection.StartOk, commands.Connection.TuneOk, commands.Queue.Declare]
     with pytest.raises(ProtocolError) as refused:
         framer.feed(raw_frame(1, 0, bytes(20_001)))
     assert refused.value.reply_code == 501
