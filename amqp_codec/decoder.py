@@ -271,8 +271,7 @@ class Decoder:
         if not tuned:
             self._buffer += memoryview(data)[pos:]
             return out
-        self.frame_max = self._frame_max_after_tune_ok
-        self._frame_max_after_tune_ok = 0
+        self.tune(self._frame_max_after_tune_ok)
         try:
             out += self.feed(data[pos:])
         except ProtocolError as error:
