@@ -89,7 +89,8 @@ def check_expected_build() -> str:
 def _origin(name: str) -> str:
     """The file of the module: the one imported, else the one an import would load."""
     module = sys.modules.get(name)
-    if module is not None and getattr(module, "__file__", None):
-        return module.__file__
+    origin = getattr(module, "__file__", None) if module is not None else None
+    if origin:
+        return origin
     spec = importlib.util.find_spec(name)
     return (spec.origin if spec is not None else None) or name

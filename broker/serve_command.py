@@ -20,7 +20,10 @@ from broker.server.node import DefinitionsRefused, Node, run_until_stopped
 class KeyValueFormatter(logging.Formatter):
     """One line per event: timestamp, level, logger, then the message's key=value pairs."""
 
-    converter = time.gmtime
+    @staticmethod
+    def converter(seconds: float | None = None) -> time.struct_time:
+        """Timestamps in UTC (the "Z" of the format)."""
+        return time.gmtime(seconds)
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = self.formatTime(record, "%Y-%m-%dT%H:%M:%SZ")

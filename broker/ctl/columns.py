@@ -2,6 +2,7 @@
 in the management API's objects."""
 
 from collections.abc import Callable
+from typing import Any
 
 Column = Callable[[dict], object]
 
@@ -10,12 +11,13 @@ def field(path: str) -> Column:
     """The value at a dotted path ("queue.name"); None when the API leaves it out."""
     keys = path.split(".")
 
-    def value_of(item: dict):
+    def value_of(item: dict) -> Any:
+        found: Any = item
         for key in keys:
-            if not isinstance(item, dict):
+            if not isinstance(found, dict):
                 return None
-            item = item.get(key)
-        return item
+            found = found.get(key)
+        return found
     return value_of
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field as dataclass_field
 
 from broker.ctl import columns
-from broker.ctl.api_client import ManagementClient, NotFound, Refused, path_of
+from broker.ctl.api_client import ApiAnswer, ManagementClient, NotFound, Refused, path_of
 from broker.ctl.failures import (DATA_ERROR, NO_USER, TIMEOUT, UNREACHABLE, CtlFailure,
                                  usage_failure)
 from broker.ctl.output import print_rows
@@ -47,7 +47,7 @@ def missing(kind: str, name: str, what_to_do: str, exit_code: int = DATA_ERROR) 
     return CtlFailure(exit_code, f"{kind} {name} does not exist. {what_to_do}")
 
 
-def refused(action: str, refusal: Refused) -> CtlFailure:
+def refused(action: str, refusal: ApiAnswer) -> CtlFailure:
     return CtlFailure(DATA_ERROR, f"the broker refused to {action}: {refusal.reason}. "
                                   "Correct the arguments and retry.")
 

@@ -1,12 +1,19 @@
 """`assert_clean()`: fail a test that left work behind in its vhost (unacked
 deliveries, ready messages, open channels and connections). Warren only."""
 
+from typing import TYPE_CHECKING, Any
+
 CLEAN_UP_HINT = ("ack or reject what the test consumed, consume or purge what it "
                  "published, and close its channels and connections before it ends")
 
 
 class Cleanliness:
     """TestVhost's assert_clean (a mixin: uses `call` and `vhost`)."""
+
+    if TYPE_CHECKING:
+        vhost: str
+
+        def call(self, operation: str, **arguments: Any) -> Any: ...
 
     def leftovers(self) -> dict:
         """What is left in the vhost: {"connections": [...], "unacked": [...],

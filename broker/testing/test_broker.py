@@ -221,6 +221,7 @@ class _ProcessRunner:
         self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True,
                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert self.process.stdout is not None and self.process.stderr is not None
         line = _read_line(self.process.stdout, START_TIMEOUT)
         if not line:
             self.stop(kill=True)
@@ -236,7 +237,7 @@ class _ProcessRunner:
     def _drain_stderr(self) -> None:
         """The broker's warnings go to this process's stderr (pytest shows them with
         a failing test's output)."""
-        assert self.process is not None
+        assert self.process is not None and self.process.stderr is not None
         for line in self.process.stderr:
             sys.stderr.write(line)
 
