@@ -77,6 +77,12 @@ unset PYTHONDONTWRITEBYTECODE
 # run ends with its 25 slowest tests, where a run's time goes (docs/testing.md).
 workers=(-n 2 --dist loadfile --durations=25)
 mkdir -p build
+# Each run writes its client flakes (a third-party client's own test that failed once
+# through a race inside the client and passed when run again alone; docs/testing.md,
+# "Client flakes") to a file here, counted at the end.
+flakes=$PWD/build/client-flakes
+rm -rf "$flakes"
+mkdir -p "$flakes"
 echo "== compiling the compiled build in the background (log: build/compile.log)"
 scripts/compiled_tests.sh --build-only >build/compile.log 2>&1 &
 compile_pid=$!
@@ -87,7 +93,7 @@ compile_pid=$!
 # It waits on RabbitMQ about half of its time, so it runs beside the pure run.
 echo "== the integration tests against a throw-away RabbitMQ node (Warren-only ones deselected), in the background (log: build/rabbitmq-run.log)"
 rabbitmq_start=$SECONDS
-.venv/bin/python tests/rabbitmq_node.py run -- \
+WARREN_CLIENT_FLAKES=$flakes/rabbitmq.txt .venv/bin/python tests/rabbitmq_node.py run -- \
     .venv/bin/python -m pytest tests/integration -q -m "not slow" \
     --ignore tests/integration/test_differential.py \
     --deselect tests/integration/test_loopback_users.py::test_guest_is_refused_from_a_non_loopback_address_and_accepted_from_loopback \
@@ -97,7 +103,8 @@ rabbitmq_pid=$!
 echo "== the suite on the pure-Python build, without the slow tests (the compiled run has them)"
 start=$SECONDS
 pure_status=0
-.venv/bin/python -m pytest "${workers[@]}" -m "not slow" "$@" || pure_status=$?
+WARREN_CLIENT_FLAKES=$flakes/pure.txt .venv/bin/python -m pytest "${workers[@]}" -m "not slow" "$@" \
+    || pure_status=$?
 echo "== pure-Python run: $((SECONDS - start)) s"
 
 start=$SECONDS
@@ -112,7 +119,8 @@ if wait "$compile_pid"; then
     echo "== waited $((SECONDS - start)) s for the compile; $(grep '== compiled in' build/compile.log)"
     echo "== the suite on the compiled build (build/compiled), without the build-independent tests"
     start=$SECONDS
-    scripts/compiled_tests.sh --built "${workers[@]}" -m "not build_independent" "$@" \
+    WARREN_CLIENT_FLAKES=$flakes/compiled.txt \
+        scripts/compiled_tests.sh --built "${workers[@]}" -m "not build_independent" "$@" \
         || compiled_status=$?
     echo "== compiled run: $((SECONDS - start)) s"
 else
@@ -120,6 +128,11 @@ else
     cat build/compile.log >&2
     echo "test.sh: the compile failed (exit status $compiled_status)" >&2
 fi
+
+# One line per run: how many client flakes it accepted (each is listed in its run's output).
+count_flakes() { if [ -f "$flakes/$1.txt" ]; then wc -l <"$flakes/$1.txt"; else echo "not counted"; fi; }
+echo "== client flakes: pure-Python run $(count_flakes pure), RabbitMQ run $(count_flakes rabbitmq), compiled run $(count_flakes compiled)"
+cat "$flakes"/*.txt 2>/dev/null || true
 
 [ "$pure_status" = 0 ] \
     || echo "test.sh: the suite failed on the pure-Python build (pytest exit status $pure_status)" >&2

@@ -27,6 +27,7 @@ from broker.build import BuildMismatch, check_expected_build
 from broker.testing.test_broker import SUBPROCESS, TestBroker
 from broker_address import BrokerAddress
 from broker_process import BrokerProcess
+from client_flakes import flake_lines
 from rabbitmq_node import RABBITMQ_SERVER, NodeError, RabbitInstance
 from postgres_support import postgres_server  # noqa: F401  (session fixture)
 
@@ -86,11 +87,30 @@ def pytest_terminal_summary(terminalreporter, config):
             f"not run against {os.environ['WARREN_TEST_BROKER']}: Warren-only tests")
         for nodeid, reason in warren_only:
             terminalreporter.write_line(f"{nodeid}: {reason}")
+    if not hasattr(config, "workerinput"):   # the controller's, under pytest-xdist
+        _summarise_client_flakes(terminalreporter)
+
+
+def _summarise_client_flakes(terminalreporter):
+    """List the client flakes of the session (tests/client_flakes.py), and write them, one
+    a line, to the file WARREN_CLIENT_FLAKES names (scripts/test.sh counts them per run)."""
+    lines = flake_lines(report for reports in terminalreporter.stats.values()
+                        for report in reports)
+    if lines:
+        terminalreporter.section(f"client flakes: {len(lines)} (a client's own test failed "
+                                 "once and passed when run again alone)")
+        for line in lines:
+            terminalreporter.write_line(line)
+    flakes_file = os.environ.get("WARREN_CLIENT_FLAKES")
+    if flakes_file:
+        with open(flakes_file, "w") as written:
+            written.writelines(f"{line}\n" for line in lines)
 
 
 # Test modules that share one pytest-xdist work unit under --dist loadfile, so that they
-# run one after another on one worker: the Spark modules (a Spark worker's fixed 10 s
-# connect-back misses when two Spark sessions load the machine: FIELD-NOTES).
+# run one after another on one worker: the Spark modules (the Python runner's connect-back
+# timeout is a fixed 10 s, and a Spark worker misses it when two Spark sessions load the
+# machine).
 ONE_AT_A_TIME_PREFIX = "test_spark_"
 
 
