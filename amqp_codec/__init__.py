@@ -18,7 +18,7 @@ from .header_splice import with_long_header
 from .properties import (
     MalformedProperties, decode_properties, headers_entries, replace_properties,
 )
-from .reply_codes import ReplyCode, is_connection_level
+from .reply_codes import ReplyCode
 
 __all__ = [
     "PROTOCOL_HEADER", "FRAME_METHOD", "FRAME_HEADER", "FRAME_BODY", "FRAME_HEARTBEAT",
@@ -28,6 +28,6 @@ __all__ = [
     "decode_properties", "encode_connection_start", "encode_table", "with_long_header",
     "Long", "EncodedValue", "array_elements", "with_table_entry",
     "ProtocolError",
-    "ProtocolHeaderMismatch", "ReplyCode", "is_connection_level", "MalformedProperties",
+    "ProtocolHeaderMismatch", "ReplyCode", "MalformedProperties",
     "headers_entries", "replace_properties", "encode_queue_declare_ok", "fit_reply_text",
 ]

@@ -28,12 +28,3 @@ class ReplyCode(IntEnum):
     NOT_IMPLEMENTED = 540
     INTERNAL_ERROR = 541
 
-
-CONNECTION_LEVEL = frozenset(
-    {320, 402, 501, 502, 503, 504, 505, 506, 530, 540, 541}
-)
-
-
-def is_connection_level(code: int) -> bool:
-    """True when an error with this reply code must close the whole connection."""
-    return code in CONNECTION_LEVEL
