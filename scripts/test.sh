@@ -9,7 +9,7 @@
 # compiled module), the pure-Python build all but the `slow` tests (Spark and the
 # million-message stream). The compiled build is made in build/compiled in the
 # background while the pure run goes, and the integration tests run a third time, also
-# beside the pure run, against a throw-away RabbitMQ node (tests/rabbitmq_node.py run),
+# beside the pure run, against a throw-away RabbitMQ node (tests/support/rabbitmq_node.py run),
 # Warren-only tests deselected, so every run proves that they pass against RabbitMQ too
 # (docs/testing.md, "The CI arrangement").
 # Extra arguments go to both Warren runs. The exit status is non-zero when any run
@@ -87,8 +87,8 @@ compile_pid=$!
 # It waits on RabbitMQ about half of its time, so it runs beside the pure run.
 echo "== the integration tests against a throw-away RabbitMQ node (Warren-only ones deselected), in the background (log: build/rabbitmq-run.log)"
 rabbitmq_start=$SECONDS
-.venv/bin/python tests/rabbitmq_node.py run -- \
-    .venv/bin/python -m pytest tests/integration -q -m "not slow" \
+.venv/bin/python tests/support/rabbitmq_node.py run -- \
+    .venv/bin/python -m pytest tests/integration tests/clients -q -m "not slow" \
     --ignore tests/integration/test_differential.py \
     --deselect tests/integration/test_loopback_users.py::test_guest_is_refused_from_a_non_loopback_address_and_accepted_from_loopback \
     >build/rabbitmq-run.log 2>&1 &

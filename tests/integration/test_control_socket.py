@@ -10,8 +10,8 @@ import stat
 
 import pytest
 
-from bystander import RunningBystander
-from tenants import open_as
+from tests.support.bystander import RunningBystander
+from tests.support.tenants import open_as
 
 pytestmark = pytest.mark.warren_only(
     "Warren's control socket, attacked on a Warren broker of its own (broker_factory)")

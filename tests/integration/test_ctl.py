@@ -10,8 +10,8 @@ import sys
 
 import pika
 import pytest
-from management_client import quoted
-from pika_helpers import close_quietly, connect, unique, wait_until
+from tests.support.management_client import quoted
+from tests.support.pika_helpers import close_quietly, connect, unique, wait_until
 
 CTL_TIMEOUT = 120   # seconds a ctl subprocess may run before the test gives up on it
 

@@ -9,7 +9,7 @@ import uuid
 
 from pamqp import commands, frame
 
-from raw_amqp import connect, content_body_frame, content_header_frame
+from tests.support.raw_amqp import connect, content_body_frame, content_header_frame
 
 
 def unique(prefix: str) -> str:

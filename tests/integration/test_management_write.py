@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pika
 import pytest
 
-from pika_helpers import _test_deadline, connect, close_quietly  # noqa: F401  (fixture)
+from tests.support.pika_helpers import _test_deadline, connect, close_quietly  # noqa: F401  (fixture)
 
 
 def unique(prefix: str) -> str:

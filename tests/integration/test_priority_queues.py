@@ -10,9 +10,9 @@ import time
 import pika
 import pytest
 
-from numbered_bodies import PERSISTENT, body_index, numbered_body
-from numbered_bodies import connect as connect_port
-from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
+from tests.support.numbered_bodies import PERSISTENT, body_index, numbered_body
+from tests.support.numbered_bodies import connect as connect_port
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     _test_deadline, close_quietly, unique, wait_until,
 )
 

@@ -14,7 +14,7 @@ import pika
 import pytest
 from pamqp import commands, frame
 
-from raw_amqp import (
+from tests.support.raw_amqp import (
     FRAME_BODY,
     FRAME_HEADER,
     FRAME_METHOD,
