@@ -14,8 +14,18 @@
 # (docs/testing.md, "The CI arrangement").
 # Extra arguments go to both Warren runs. The exit status is non-zero when any run
 # fails; pytest's 5 (no tests ran) is a failure too.
+#
+# scripts/test.sh --quick [PYTEST_ARGS...]: the loop to run while editing: the unit
+# tests but the slow ones, two workers, on .venv (made on first use); no Debian
+# packages, integration tests, RabbitMQ or compiled build (tests/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = --quick ]; then
+    shift
+    source scripts/venv.sh "[test]"
+    exec .venv/bin/python -m pytest tests/unit -n 2 -m "not slow" "$@"
+fi
 
 debian_packages=()
 command -v javac >/dev/null || debian_packages+=(default-jdk-headless)
@@ -94,10 +104,13 @@ rabbitmq_start=$SECONDS
     >build/rabbitmq-run.log 2>&1 &
 rabbitmq_pid=$!
 
+# The slow tests that are build_independent (the stream log's million messages) stay
+# here: the compiled run leaves them out.
 echo "== the suite on the pure-Python build, without the slow tests (the compiled run has them)"
 start=$SECONDS
 pure_status=0
-.venv/bin/python -m pytest "${workers[@]}" -m "not slow" "$@" || pure_status=$?
+.venv/bin/python -m pytest "${workers[@]}" -m "not slow or build_independent" "$@" \
+    || pure_status=$?
 echo "== pure-Python run: $((SECONDS - start)) s"
 
 start=$SECONDS
