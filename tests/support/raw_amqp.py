@@ -365,6 +365,12 @@ def connect(host: str, port: int, timeout: float = DEFAULT_TIMEOUT, **handshake)
     return client
 
 
+def connect_to(vhost, timeout: float = DEFAULT_TIMEOUT) -> RawAmqpClient:
+    """A client logged in to a `warren` fixture's vhost (a TestVhost) as its user."""
+    return connect(vhost.host, vhost.port, timeout, user=vhost.user,
+                   password=vhost.password, vhost=vhost.vhost)
+
+
 class ConfirmedPublisher:
     """Publishes on a channel of a connected RawAmqpClient in confirm mode, with frames
     encoded by hand a batch at a time, so that the publishing costs the test little next
