@@ -1,4 +1,5 @@
-"""Shared helpers and fixtures for the pika integration tests (tests/integration/test_pika_*.py).
+"""Shared helpers and fixtures for the tests that use pika (most of tests/integration/, and
+tests/clients/test_pika_*.py).
 
 The tests run against the session-wide `broker` fixture from tests/conftest.py: Warren by
 default, or any broker named by WARREN_TEST_BROKER=host:port (RabbitMQ is the reference).
