@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pika
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
-sys.path.insert(0, str(TESTS))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))   # tests.support
 
-from broker_process import BrokerProcess  # noqa: E402
+from tests.support.broker_process import BrokerProcess  # noqa: E402
 
 QUEUE = "backlog-rss"
 

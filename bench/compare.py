@@ -6,7 +6,7 @@
     python3 bench/compare.py --only latency-1000 --only startup --repeat 5
 
 It compiles bench/java/PerfTest.java (RabbitMQ Java client) into a temporary directory,
-starts a fresh Warren (tests/broker_process.py) and a fresh RabbitMQ node (own node name,
+starts a fresh Warren (tests/support/broker_process.py) and a fresh RabbitMQ node (own node name,
 ports and data directory, loopback only), runs each scenario against both brokers in
 alternation, and reports medians and the Warren/RabbitMQ ratio. Unless --no-docs is given it
 rewrites the marked results section of docs/benchmarks.md and docs/benchmarks.png. Both
@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.append(str(REPO))   # tests.support
 
-from broker_process import BrokerProcess  # noqa: E402
-from rabbitmq_node import (HOST, RABBITMQ_SERVER, NodeError, RabbitInstance,  # noqa: E402
-                           free_port, wait_for_handshake)
+from tests.support.broker_process import BrokerProcess  # noqa: E402
+from tests.support.rabbitmq_node import (HOST, RABBITMQ_SERVER, NodeError, RabbitInstance,  # noqa: E402
+                                         free_port, wait_for_handshake)
 
 PERFTEST_SOURCE = REPO / "bench" / "java" / "PerfTest.java"
 JAVA_DIR = Path("/usr/share/java")

@@ -16,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
-sys.path[:0] = [str(TESTS), str(TESTS / "integration")]
+REPO = Path(__file__).resolve().parents[1]
+sys.path.append(str(REPO))   # tests.support
 
-from broker_process import BrokerProcess  # noqa: E402
-from crash_workload import (declare, drain, lost_messages, out_of_order,  # noqa: E402
-                            run_cycle)
+from tests.support.broker_process import BrokerProcess  # noqa: E402
+from tests.support.crash_workload import (declare, drain, lost_messages, out_of_order,  # noqa: E402
+                                          run_cycle)
 
 
 def main() -> int:

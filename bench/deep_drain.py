@@ -5,7 +5,7 @@
     python3 bench/deep_drain.py --cold --repeat 3     # page cache dropped (root)
     python3 bench/deep_drain.py --count 100000 --repeat 1 --get-count 5000   # quick
 
-It starts Warren (tests/broker_process.py) on a free port with its own data directory,
+It starts Warren (tests/support/broker_process.py) on a free port with its own data directory,
 fills a durable queue with --count persistent messages of --size bytes (publisher
 confirms) and a second one with --get-count, and stops the broker cleanly. That data
 directory is kept as it is. Each repetition copies it, starts a broker on the copy (the
@@ -39,9 +39,9 @@ import pika
 import pika.exceptions
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.append(str(REPO))   # tests.support
 
-from broker_process import BrokerProcess  # noqa: E402
+from tests.support.broker_process import BrokerProcess  # noqa: E402
 from stream_throughput import (  # noqa: E402  (bench/ is on sys.path when run as a script)
     BenchError, Config, ReadResult, admin, close_quietly, declare, publish_run, read_run,
     timed,

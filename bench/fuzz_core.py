@@ -5,7 +5,7 @@
     python3 bench/fuzz_core.py --atheris [atheris/libFuzzer options...]
 
 Each session is a recorded seed session (tests/fuzz_seeds/) or a grammar session
-(tests/amqp_grammar.py), mutated (tests/amqp_mutation.py), cut into reads at random
+(tests/support/amqp_grammar.py), mutated (tests/support/amqp_mutation.py), cut into reads at random
 points and run through `Framer.feed` and `Connection.handle` on a fresh broker
 (tests/unit/core_fuzz_target.py). Every distinct failure (decoder exception other than
 ProtocolError, any exception from the core or its timers, a 541 close, malformed output,
@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "unit")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "unit")]
 
-from amqp_grammar import RandomChoices  # noqa: E402
-from amqp_mutation import fuzz_session, read_cuts  # noqa: E402
+from tests.support.amqp_grammar import RandomChoices  # noqa: E402
+from tests.support.amqp_mutation import fuzz_session, read_cuts  # noqa: E402
 from core_fuzz_target import new_broker, run_session  # noqa: E402
-from fuzz_seeds import load_seed_sessions  # noqa: E402
+from tests.support.fuzz_seeds import load_seed_sessions  # noqa: E402
 
 
 def session_input(seed: int, index: int, seeds: list) -> tuple:
@@ -115,7 +115,7 @@ def run(args) -> int:
 def run_atheris(argv: list) -> int:
     import atheris   # optional: only this mode needs it
 
-    from amqp_grammar import Choices
+    from tests.support.amqp_grammar import Choices
 
     class FuzzedChoices(Choices):
         def __init__(self, data: bytes):

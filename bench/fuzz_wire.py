@@ -8,8 +8,8 @@
     python3 bench/fuzz_wire.py --record                      # re-record the seed sessions
 
 Sessions are recorded pika, Java-client and raw-frame sessions (tests/fuzz_seed_sessions/)
-or grammar sessions, mutated frame-aware and byte-level (tests/amqp_mutation.py), sent
-in batches over workers x connections concurrent sockets (tests/integration/wire_fuzz.py).
+or grammar sessions, mutated frame-aware and byte-level (tests/support/amqp_mutation.py), sent
+in batches over workers x connections concurrent sockets (tests/support/wire_fuzz.py).
 After each batch the broker must be running and a pika client must publish and consume.
 When the broker exits, it is restarted and the batch's sessions are replayed one at a
 time on it to find the ones that stop it. Every ERROR the broker logs is a bug too (its
@@ -21,7 +21,7 @@ bytes (.bin) and a report (.txt) with a one-line reproducer. The run goes on unt
 exited, hung a connection, logged an error or failed a client check.
 
 --mode frames streams long runs of mutated frames on logged-in connections instead
-(tests/integration/frame_fuzz.py), --frame-batch mutated frames between two checks;
+(tests/support/frame_fuzz.py), --frame-batch mutated frames between two checks;
 --mode both alternates a batch of sessions and a batch of frames until both targets
 are reached. Mutated frames the broker is known to have read, less those on a
 channel it was closing, count toward --frames.
@@ -39,16 +39,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "tests"
-sys.path[:0] = [str(ROOT), str(TESTS), str(TESTS / "integration")]
+sys.path.insert(0, str(ROOT))
 
-from broker_process import BrokerProcess  # noqa: E402
-from bystander import assert_broker_serves  # noqa: E402
-from frame_fuzz import FrameRunner, FrameTotals  # noqa: E402
-from fuzz_seeds import SEED_DIR, load_seed_sessions  # noqa: E402
-from wire_fuzz import (BrokerLog, FuzzTotals, SessionRunner, broker_accepts,  # noqa: E402
-                       error_peer_port, error_signature, run_session, session_bytes,
-                       session_writes)
+from tests.support.broker_process import BrokerProcess  # noqa: E402
+from tests.support.bystander import assert_broker_serves  # noqa: E402
+from tests.support.frame_fuzz import FrameRunner, FrameTotals  # noqa: E402
+from tests.support.fuzz_seeds import SEED_DIR, load_seed_sessions  # noqa: E402
+from tests.support.wire_fuzz import (BrokerLog, FuzzTotals, SessionRunner, broker_accepts,  # noqa: E402
+                                     error_peer_port, error_signature, run_session, session_bytes,
+                                     session_writes)
 
 
 class Target:
@@ -360,7 +359,7 @@ def _pump(source: socket.socket, sink: socket.socket, recorded) -> None:
 
 
 def record(args) -> int:
-    import seed_recording   # tests/integration: pika, Java and raw-frame sessions
+    from tests.support import seed_recording   # pika, Java and raw-frame sessions
 
     target = Target(args.broker)
     proxy = RecordingProxy((target.host, target.port))

@@ -7,7 +7,7 @@ Measured, each over several rounds (median, min and max):
 - start to the first accepted AMQP connection (pika's BlockingConnection returns):
   Warren's TestBroker in thread mode and in subprocess mode, each round in a fresh Python
   process and a fresh data directory (so the server's imports are counted), and a
-  throw-away RabbitMQ node (tests/rabbitmq_node.py, fresh data directory);
+  throw-away RabbitMQ node (tests/support/rabbitmq_node.py, fresh data directory);
 - what a test costs in set-up and clean-up, around a test body that declares an exchange
   and a queue (the body itself is not timed):
   - Warren: `new_vhost()` + `remove()` (a vhost and a user per test);
@@ -38,11 +38,10 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 import pika  # noqa: E402
 
-from rabbitmq_node import HOST, RabbitInstance  # noqa: E402
+from tests.support.rabbitmq_node import HOST, RabbitInstance  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 RABBITMQCTL = "rabbitmqctl"

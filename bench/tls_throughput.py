@@ -4,7 +4,7 @@
     python3 bench/tls_throughput.py                 # 10 s runs, 3 repetitions
     python3 bench/tls_throughput.py --quick         # 3 s runs, 1 repetition (a smoke test)
 
-It makes certificates with trustme (tests/integration/tls_support.py), starts a fresh
+It makes certificates with trustme (tests/support/tls_support.py), starts a fresh
 Warren (plain port and --tls-port) and a fresh RabbitMQ node with a TLS listener
 (bench/compare.py's RabbitInstance: own node name, ports and data directory, loopback
 only), and runs bench/java/PerfTest.java (the same client, `--tls-ca` for amqps) for
@@ -24,12 +24,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.append(str(REPO))   # tests.support
 
 import compare  # noqa: E402
 from compare import (HOST, BenchError, BrokerProcess, PerfTest, RabbitInstance,  # noqa: E402
                      free_port, log, machine_info, summarize_perftest, update_docs)
-from tls_support import make_pki  # noqa: E402
+from tests.support.tls_support import make_pki  # noqa: E402
 
 DOCS_MD = REPO / "docs" / "benchmarks.md"
 BEGIN_MARK = "<!-- bench/tls_throughput.py results: begin (generated, do not edit by hand) -->"

@@ -9,13 +9,23 @@
 # compiled module), the pure-Python build all but the `slow` tests (Spark and the
 # million-message stream). The compiled build is made in build/compiled in the
 # background while the pure run goes, and the integration tests run a third time, also
-# beside the pure run, against a throw-away RabbitMQ node (tests/rabbitmq_node.py run),
+# beside the pure run, against a throw-away RabbitMQ node (tests/support/rabbitmq_node.py run),
 # Warren-only tests deselected, so every run proves that they pass against RabbitMQ too
 # (docs/testing.md, "The CI arrangement").
 # Extra arguments go to both Warren runs. The exit status is non-zero when any run
 # fails; pytest's 5 (no tests ran) is a failure too.
+#
+# scripts/test.sh --quick [PYTEST_ARGS...]: the loop to run while editing: the unit
+# tests but the slow ones, two workers, on .venv (made on first use); no Debian
+# packages, integration tests, RabbitMQ or compiled build (tests/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = --quick ]; then
+    shift
+    source scripts/venv.sh "[test]"
+    exec .venv/bin/python -m pytest tests/unit -n 2 -m "not slow" "$@"
+fi
 
 debian_packages=()
 command -v javac >/dev/null || debian_packages+=(default-jdk-headless)
@@ -93,17 +103,20 @@ compile_pid=$!
 # It waits on RabbitMQ about half of its time, so it runs beside the pure run.
 echo "== the integration tests against a throw-away RabbitMQ node (Warren-only ones deselected), in the background (log: build/rabbitmq-run.log)"
 rabbitmq_start=$SECONDS
-WARREN_CLIENT_FLAKES=$flakes/rabbitmq.txt .venv/bin/python tests/rabbitmq_node.py run -- \
-    .venv/bin/python -m pytest tests/integration -q -m "not slow" \
+WARREN_CLIENT_FLAKES=$flakes/rabbitmq.txt .venv/bin/python tests/support/rabbitmq_node.py run -- \
+    .venv/bin/python -m pytest tests/integration tests/clients -q -m "not slow" \
     --ignore tests/integration/test_differential.py \
     --deselect tests/integration/test_loopback_users.py::test_guest_is_refused_from_a_non_loopback_address_and_accepted_from_loopback \
     >build/rabbitmq-run.log 2>&1 &
 rabbitmq_pid=$!
 
+# The slow tests that are build_independent (the stream log's million messages) stay
+# here: the compiled run leaves them out.
 echo "== the suite on the pure-Python build, without the slow tests (the compiled run has them)"
 start=$SECONDS
 pure_status=0
-WARREN_CLIENT_FLAKES=$flakes/pure.txt .venv/bin/python -m pytest "${workers[@]}" -m "not slow" "$@" \
+WARREN_CLIENT_FLAKES=$flakes/pure.txt .venv/bin/python -m pytest "${workers[@]}" \
+    -m "not slow or build_independent" "$@" \
     || pure_status=$?
 echo "== pure-Python run: $((SECONDS - start)) s"
 

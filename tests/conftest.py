@@ -1,15 +1,15 @@
 """Shared fixtures: the session's Warren broker, started by the `warren` pytest plugin
 (broker/testing/pytest_plugin.py) as a subprocess with the test hooks on, and a
-throwaway PostgreSQL server (`postgres_server`, tests/postgres_support.py).
+throwaway PostgreSQL server (`postgres_server`, tests/support/postgres_support.py).
 
 Set WARREN_TEST_BROKER=host:port and WARREN_TEST_MANAGEMENT=http://host:port to run the
 integration tests against another broker (for example RabbitMQ on 127.0.0.1:5673 with
 its management API on 15673) and compare behaviour: the plugin's differential mode
 (--amqp-broker, as guest), so the `warren` fixture's vhost is made on that broker too.
 
-The differential runner (tests/integration/differential.py) needs both brokers at once:
+The differential runner (tests/support/differential.py) needs both brokers at once:
 `warren_node` always starts Warren, `rabbitmq_node` is the WARREN_TEST_BROKER broker or,
-when that is unset, a throw-away RabbitMQ node started for the session (tests/rabbitmq_node.py).
+when that is unset, a throw-away RabbitMQ node started for the session (tests/support/rabbitmq_node.py).
 
 Every hypothesis test runs under the "warren" profile, loaded here before any test module
 is imported (a `settings` object takes its unset values from the profile loaded when it is
@@ -25,11 +25,11 @@ from hypothesis import settings
 
 from broker.build import BuildMismatch, check_expected_build
 from broker.testing.test_broker import SUBPROCESS, TestBroker
-from broker_address import BrokerAddress
-from broker_process import BrokerProcess
-from client_flakes import flake_lines
-from rabbitmq_node import RABBITMQ_SERVER, NodeError, RabbitInstance
-from postgres_support import postgres_server  # noqa: F401  (session fixture)
+from tests.support.broker_address import BrokerAddress
+from tests.support.broker_process import BrokerProcess
+from tests.support.client_flakes import flake_lines
+from tests.support.rabbitmq_node import RABBITMQ_SERVER, NodeError, RabbitInstance
+from tests.support.postgres_support import postgres_server  # noqa: F401  (session fixture)
 
 settings.register_profile("warren", deadline=None)
 settings.load_profile("warren")
@@ -92,7 +92,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
 
 def _summarise_client_flakes(terminalreporter):
-    """List the client flakes of the session (tests/client_flakes.py), and write them, one
+    """List the client flakes of the session (tests/support/client_flakes.py), and write them, one
     a line, to the file WARREN_CLIENT_FLAKES names (scripts/test.sh counts them per run)."""
     lines = flake_lines(report for reports in terminalreporter.stats.values()
                         for report in reports)
@@ -148,7 +148,7 @@ def _external_broker():
 
 @pytest.fixture
 def api(broker):
-    """The shared broker's management HTTP API, as guest (tests/management_client.py)."""
+    """The shared broker's management HTTP API, as guest (tests/support/management_client.py)."""
     return broker.management()
 
 

@@ -19,7 +19,7 @@ import javax.net.ssl.TrustManagerFactory;
 
 /**
  * The Java client over TLS (arguments: HOST TLS_PORT PKI_DIR, the certificates of
- * tests/integration/tls_support.py). PLAIN login trusting the test CA: 200 confirmed
+ * tests/support/tls_support.py). PLAIN login trusting the test CA: 200 confirmed
  * messages, one of 1 MiB, come back intact; the same over a TLS 1.2 context; EXTERNAL
  * with guest's certificate logs in as guest (user_id accepted); EXTERNAL without a
  * certificate is refused, and the exception is reported.

@@ -11,10 +11,10 @@ import pika
 import pika.exceptions
 import pytest
 
-from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     _test_deadline, close_quietly, connect, unique, wait_for_count,
 )
-from tenants import guest_vhost
+from tests.support.tenants import guest_vhost
 
 PIKA_TEST_TIMEOUT = 120
 TYPES = {"classic": {}, "quorum": {"x-queue-type": "quorum"},

@@ -4,7 +4,7 @@ then (RabbitMQ 3.10's rule; differential: run also with WARREN_TEST_BROKER)."""
 import pika
 import pytest
 
-from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     _test_deadline, close_quietly, wait_until,
 )
 

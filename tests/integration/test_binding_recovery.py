@@ -4,10 +4,10 @@ its own on the same data directory."""
 
 import pytest
 
-from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     _test_deadline, close_quietly, connect, wait_for_bodies,
 )
-from stream_helpers import STREAM, Reader, confirm_channel
+from tests.support.stream_helpers import STREAM, Reader, confirm_channel
 
 pytestmark = pytest.mark.warren_only(
     "restarts a Warren broker of its own on the same data directory (broker_factory)")

@@ -9,8 +9,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from pika_helpers import _test_deadline, chan, conn, names  # noqa: F401  (fixtures)
-from pika_helpers import close_quietly, connect, expect_channel_error, wait_for_count
+from tests.support.pika_helpers import _test_deadline, chan, conn, names  # noqa: F401  (fixtures)
+from tests.support.pika_helpers import close_quietly, connect, expect_channel_error, wait_for_count
 
 SENT_HEADERS = {"CC": ["k2", "k2", 5], "BCC": ["k3", "k1"], "other": "yes"}
 DELIVERED_HEADERS = {"CC": ["k2", "k2", 5], "other": "yes"}

@@ -9,7 +9,7 @@ import pytest
 
 from broker import __version__
 from broker.build import COMPILED, EXPECT_BUILD_VARIABLE, build_kind
-from broker_process import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.warren_only(
     "runs `warren serve` itself: its command line, configuration file and start-up failures")

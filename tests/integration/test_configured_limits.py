@@ -7,8 +7,8 @@ broker while a RunningBystander publishes and consumes beside it."""
 from pamqp import commands
 import pytest
 
-from bystander import RunningBystander
-from raw_amqp import FRAME_BODY, connect, raw_frame
+from tests.support.bystander import RunningBystander
+from tests.support.raw_amqp import FRAME_BODY, connect, raw_frame
 
 pytestmark = pytest.mark.warren_only(
     "Warren's [limits] configuration file, on a Warren broker of its own (broker_factory)")

@@ -16,10 +16,10 @@ import pika.exceptions
 import pytest
 from pamqp import commands, frame
 
-from broker_process import BrokerProcess
-from bystander import RunningBystander, assert_broker_serves
-from raw_amqp import (PROTOCOL_HEADER, RawAmqpClient, connect, plain_response,
-                      read_socket_until_closed, start_ok_frame)
+from tests.support.broker_process import BrokerProcess
+from tests.support.bystander import RunningBystander, assert_broker_serves
+from tests.support.raw_amqp import (PROTOCOL_HEADER, RawAmqpClient, connect, plain_response,
+                                    read_socket_until_closed, start_ok_frame)
 
 pytestmark = pytest.mark.warren_only(
     "attacks a Warren broker of its own (BrokerProcess) and reads its admission limits and log")

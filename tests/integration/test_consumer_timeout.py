@@ -8,7 +8,7 @@ the policy key; RabbitMQ 3.12 and later honour both).
 Each test that RabbitMQ 3.10 can pass runs twice: against a Warren with `[limits]
 consumer_timeout = 1000`, and against a throw-away RabbitMQ 3.10 node the module starts
 with `consumer_timeout = 1000` and a channel check every 100 ms (`channel_tick_interval`,
-60 s by default), tests/rabbitmq_node.py. With WARREN_TEST_BROKER set the module is not
+60 s by default), tests/support/rabbitmq_node.py. With WARREN_TEST_BROKER set the module is not
 run: it brings its own brokers, configured as it needs them.
 """
 
@@ -17,9 +17,9 @@ from types import SimpleNamespace
 import pika.exceptions
 import pytest
 
-from pika_helpers import (_test_deadline, close_quietly, connect, unique,  # noqa: F401
-                          wait_for_count, wait_until)
-from rabbitmq_node import HOST, NodeError, RabbitInstance
+from tests.support.pika_helpers import (_test_deadline, close_quietly, connect, unique,  # noqa: F401
+                                        wait_for_count, wait_until)
+from tests.support.rabbitmq_node import HOST, NodeError, RabbitInstance
 
 TIMEOUT_MS = 1000
 CLOSE_DEADLINE = 90.0      # a bound for a loaded machine (RabbitMQ's default check: 60 s)

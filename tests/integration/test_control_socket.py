@@ -10,8 +10,8 @@ import stat
 
 import pytest
 
-from bystander import RunningBystander
-from tenants import open_as
+from tests.support.bystander import RunningBystander
+from tests.support.tenants import open_as
 
 pytestmark = pytest.mark.warren_only(
     "Warren's control socket, attacked on a Warren broker of its own (broker_factory)")
@@ -47,22 +47,22 @@ class ControlConnection:
 
 
 @pytest.fixture
-def warren(broker_factory):
-    warren = broker_factory()
-    with RunningBystander(warren):
-        yield warren
-    assert warren.process.poll() is None
+def dedicated_broker(broker_factory):
+    started = broker_factory()
+    with RunningBystander(started):
+        yield started
+    assert started.process.poll() is None
 
 
 @pytest.fixture
-def control(warren):
-    connection = ControlConnection(warren.control_socket)
+def control(dedicated_broker):
+    connection = ControlConnection(dedicated_broker.control_socket)
     yield connection
     connection.close()
 
 
-def test_the_socket_is_for_the_brokers_os_user_only(warren):
-    mode = os.stat(warren.control_socket).st_mode
+def test_the_socket_is_for_the_brokers_os_user_only(dedicated_broker):
+    mode = os.stat(dedicated_broker.control_socket).st_mode
     assert stat.S_ISSOCK(mode)
     assert stat.S_IMODE(mode) == 0o600
 
@@ -99,7 +99,7 @@ BAD_REQUESTS = [
 ]
 
 
-def test_bad_requests_get_an_error_each_and_the_connection_serves_on(warren, control):
+def test_bad_requests_get_an_error_each_and_the_connection_serves_on(dedicated_broker, control):
     for number, (line, error) in enumerate(BAD_REQUESTS):
         control.send(line + b"\n")
         reply = control.reply()
@@ -109,7 +109,7 @@ def test_bad_requests_get_an_error_each_and_the_connection_serves_on(warren, con
     assert control.ask({"op": "set_permissions", "args": {
         "user": "guest", "vhost": "after-0", "configure": ".*", "write": ".*",
         "read": ".*"}}) == {"ok": True}
-    open_as(warren, "guest", "guest", "after-0").close()
+    open_as(dedicated_broker, "guest", "guest", "after-0").close()
     for name in ("u", "v", "5"):          # what the refused requests named is not there
         assert control.ask({"op": "delete_user", "args": {"name": name}})["ok"] is False
         assert control.ask({"op": "delete_vhost", "args": {"name": name}})["ok"] is False
@@ -123,19 +123,19 @@ def test_requests_on_one_line_each_are_answered_in_order(control):
         {"ok": True}, {"ok": False, "error": "vhost 'a' already exists"}, {"ok": True}]
 
 
-def test_a_request_longer_than_a_mebibyte_ends_that_connection_only(warren, control):
+def test_a_request_longer_than_a_mebibyte_ends_that_connection_only(dedicated_broker, control):
     control.send(b'{"op": "add_vhost", "args": {"name": "' + b"x" * (1 << 20))
     reply = control.reply()
     assert reply["ok"] is False and "longer than" in reply["error"]
     assert control.replies.readline() == b""           # that connection is closed
-    fresh = ControlConnection(warren.control_socket)
+    fresh = ControlConnection(dedicated_broker.control_socket)
     assert fresh.ask({"op": "add_vhost", "args": {"name": "v"}}) == {"ok": True}
     fresh.close()
 
 
-def test_a_client_that_leaves_mid_request_changes_nothing(warren, control):
+def test_a_client_that_leaves_mid_request_changes_nothing(dedicated_broker, control):
     control.send(b'{"op": "add_vhost", "args": {"name": "half"')
     control.close()
-    fresh = ControlConnection(warren.control_socket)
+    fresh = ControlConnection(dedicated_broker.control_socket)
     assert fresh.ask({"op": "add_vhost", "args": {"name": "half"}}) == {"ok": True}
     fresh.close()

@@ -7,8 +7,8 @@ import random
 import pika
 import pytest
 
-from crash_workload import (PERSISTENT, QUEUE, declare, drain, lost_messages,
-                            out_of_order, run_cycle)
+from tests.support.crash_workload import (PERSISTENT, QUEUE, declare, drain, lost_messages,
+                                          out_of_order, run_cycle)
 
 pytestmark = pytest.mark.warren_only(
     "kills (SIGKILL) and restarts a Warren broker of its own (broker_factory)")

@@ -10,8 +10,8 @@ import sys
 
 import pika
 import pytest
-from management_client import quoted
-from pika_helpers import close_quietly, connect, unique, wait_until
+from tests.support.management_client import quoted
+from tests.support.pika_helpers import close_quietly, connect, unique, wait_until
 
 CTL_TIMEOUT = 120   # seconds a ctl subprocess may run before the test gives up on it
 
@@ -32,7 +32,7 @@ def ctl(broker):
 
 
 @pytest.fixture
-def channel(broker):
+def guest_channel(broker):
     connection = connect(broker)
     yield connection.channel()
     close_quietly(connection)
@@ -54,48 +54,48 @@ def table(output: str) -> list[list[str]]:
     return [line.split("\t") for line in output.splitlines()]
 
 
-def queue_with_messages(channel, api, count: int) -> str:
+def queue_with_messages(guest_channel, api, count: int) -> str:
     queue = unique("ctl-q")
-    channel.queue_declare(queue)
+    guest_channel.queue_declare(queue)
     for number in range(count):
-        channel.basic_publish("", queue, f"m{number}".encode())
+        guest_channel.basic_publish("", queue, f"m{number}".encode())
     api.wait_for(f"/api/queues/%2F/{queue}", lambda info: info.get("messages") == count)
     return queue
 
 
 # -- lists and formatters --------------------------------------------------------------
 
-def test_list_queues_prints_a_banner_a_header_and_tab_separated_rows(ctl, channel, api):
-    queue = queue_with_messages(channel, api, 2)
+def test_list_queues_prints_a_banner_a_header_and_tab_separated_rows(ctl, guest_channel, api):
+    queue = queue_with_messages(guest_channel, api, 2)
     try:
         lines = succeeded(ctl("list_queues", "name", "messages")).splitlines()
         assert lines[0] == "Listing queues for vhost / ..."
         assert lines[1] == "name\tmessages"
         assert f"{queue}\t2" in lines[2:]
     finally:
-        channel.queue_delete(queue)
+        guest_channel.queue_delete(queue)
 
 
-def test_quiet_drops_the_banner_and_default_columns_are_name_and_messages(ctl, channel,
+def test_quiet_drops_the_banner_and_default_columns_are_name_and_messages(ctl, guest_channel,
                                                                          api):
-    queue = queue_with_messages(channel, api, 0)
+    queue = queue_with_messages(guest_channel, api, 0)
     try:
         rows = table(succeeded(ctl("list_queues", "-q")))
         assert rows[0] == ["name", "messages"]
         assert [queue, "0"] in rows[1:]
     finally:
-        channel.queue_delete(queue)
+        guest_channel.queue_delete(queue)
 
 
-def test_json_formatter_gives_objects_keyed_by_column_with_json_types(ctl, channel):
+def test_json_formatter_gives_objects_keyed_by_column_with_json_types(ctl, guest_channel):
     queue = unique("ctl-q")
-    channel.queue_declare(queue, durable=True)
+    guest_channel.queue_declare(queue, durable=True)
     try:
         listed = json.loads(succeeded(ctl("--formatter", "json", "list_queues", "name",
                                           "durable", "auto_delete")))
         assert {"name": queue, "durable": True, "auto_delete": False} in listed
     finally:
-        channel.queue_delete(queue)
+        guest_channel.queue_delete(queue)
 
 
 def test_an_unsupported_column_is_a_usage_error(ctl):
@@ -103,10 +103,10 @@ def test_an_unsupported_column_is_a_usage_error(ctl):
            "not supported")
 
 
-def test_list_exchanges_and_bindings_use_rabbitmqctls_columns(ctl, channel):
+def test_list_exchanges_and_bindings_use_rabbitmqctls_columns(ctl, guest_channel):
     queue = unique("ctl-q")
-    channel.queue_declare(queue)
-    channel.queue_bind(queue, "amq.direct", routing_key="rk")
+    guest_channel.queue_declare(queue)
+    guest_channel.queue_bind(queue, "amq.direct", routing_key="rk")
     try:
         exchanges = table(succeeded(ctl("-q", "list_exchanges")))
         assert exchanges[0] == ["name", "type"]
@@ -116,13 +116,13 @@ def test_list_exchanges_and_bindings_use_rabbitmqctls_columns(ctl, channel):
                                "destination_kind", "routing_key", "arguments"]
         assert ["amq.direct", "exchange", queue, "queue", "rk"] in [row[:5] for row in bindings]
     finally:
-        channel.queue_delete(queue)
+        guest_channel.queue_delete(queue)
 
 
-def test_connections_channels_and_consumers_are_listed(ctl, channel, api):
+def test_connections_channels_and_consumers_are_listed(ctl, guest_channel, api):
     queue = unique("ctl-q")
-    channel.queue_declare(queue)
-    tag = channel.basic_consume(queue, lambda *delivery: None)
+    guest_channel.queue_declare(queue)
+    tag = guest_channel.basic_consume(queue, lambda *delivery: None)
     try:
         # RabbitMQ lists channels and consumers once their statistics are collected
         api.wait_for("/api/channels", lambda channels: any(
@@ -140,7 +140,7 @@ def test_connections_channels_and_consumers_are_listed(ctl, channel, api):
         assert channels[0] == ["pid", "user", "consumer_count", "messages_unacknowledged"]
         assert any(row[1:3] == ["guest", "1"] for row in channels[1:])
     finally:
-        channel.queue_delete(queue)
+        guest_channel.queue_delete(queue)
 
 
 # -- users, vhosts, permissions --------------------------------------------------------
@@ -256,22 +256,22 @@ def test_set_vhost_limits_replaces_the_vhosts_limits(ctl, api):
 
 # -- queues and connections ------------------------------------------------------------
 
-def test_purge_queue_empties_it(ctl, channel, api):
-    queue = queue_with_messages(channel, api, 3)
+def test_purge_queue_empties_it(ctl, guest_channel, api):
+    queue = queue_with_messages(guest_channel, api, 3)
     try:
         succeeded(ctl("purge_queue", queue))
-        assert channel.queue_declare(queue, passive=True).method.message_count == 0
+        assert guest_channel.queue_declare(queue, passive=True).method.message_count == 0
         failed(ctl("purge_queue", unique("ctl-missing")), 65, "does not exist",
                "list_queues")
     finally:
-        channel.queue_delete(queue)
+        guest_channel.queue_delete(queue)
 
 
-def test_delete_queue_honours_if_empty_and_reports_the_messages(ctl, channel, api):
-    queue = queue_with_messages(channel, api, 2)
+def test_delete_queue_honours_if_empty_and_reports_the_messages(ctl, guest_channel, api):
+    queue = queue_with_messages(guest_channel, api, 2)
     try:
         failed(ctl("delete_queue", queue, "--if-empty"), 65, queue)
-        assert channel.queue_declare(queue, passive=True).method.message_count == 2
+        assert guest_channel.queue_declare(queue, passive=True).method.message_count == 2
         output = succeeded(ctl("delete_queue", queue, "-u"))
         assert "Queue was successfully deleted with 2 messages" in output
         assert api.get(f"/api/queues/%2F/{queue}").status_code == 404
@@ -299,9 +299,9 @@ def test_close_connection_closes_it_with_the_reason(ctl, broker, api):
 
 # -- definitions -----------------------------------------------------------------------
 
-def test_export_then_import_definitions(ctl, channel, api, tmp_path):
+def test_export_then_import_definitions(ctl, guest_channel, api, tmp_path):
     exported, imported = unique("ctl-exp"), unique("ctl-imp")
-    channel.queue_declare(exported, durable=True)
+    guest_channel.queue_declare(exported, durable=True)
     try:
         target = tmp_path / "definitions.json"
         succeeded(ctl("export_definitions", str(target)))
@@ -314,7 +314,7 @@ def test_export_then_import_definitions(ctl, channel, api, tmp_path):
         assert api.get(f"/api/queues/%2F/{imported}").status_code == 200
         failed(ctl("import_definitions", str(tmp_path / "absent.json")), 65, "absent.json")
     finally:
-        channel.queue_delete(exported)
+        guest_channel.queue_delete(exported)
         api.delete(f"/api/queues/%2F/{imported}")
 
 

@@ -15,8 +15,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from pika_helpers import _test_deadline, chan, conn, names  # noqa: F401  (fixtures)
-from pika_helpers import close_quietly, connect, expect_channel_error
+from tests.support.pika_helpers import _test_deadline, chan, conn, names  # noqa: F401  (fixtures)
+from tests.support.pika_helpers import close_quietly, connect, expect_channel_error
 
 pytestmark = pytest.mark.warren_only("RabbitMQ 3.10 here runs without the "
                                      "rabbitmq_delayed_message_exchange plugin")

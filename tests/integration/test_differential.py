@@ -5,8 +5,8 @@ where a scenario declares a documented difference."""
 
 import pytest
 
-from differential import differences_between, play
-from differential_scenarios import SCENARIOS
+from tests.support.differential import differences_between, play
+from tests.support.differential_scenarios import SCENARIOS
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)

@@ -18,9 +18,9 @@ import pika.exceptions
 import pytest
 from pamqp import commands
 
-import raw_amqp
-from bystander import RunningBystander
-from pika_helpers import _test_deadline, connect, consume_and_ack  # noqa: F401  (fixture)
+from tests.support import raw_amqp
+from tests.support.bystander import RunningBystander
+from tests.support.pika_helpers import _test_deadline, connect, consume_and_ack  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.warren_only(
     "fills the disk of a Warren broker of its own on a small tmpfs (broker_factory)")

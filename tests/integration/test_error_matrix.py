@@ -9,15 +9,15 @@ import uuid
 
 from pamqp import commands, frame
 
-from raw_amqp import connect, content_body_frame, content_header_frame
+from tests.support.raw_amqp import connect_to, content_body_frame, content_header_frame
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def test_immediate_publish_is_540_connection_error(broker):
-    with connect(broker.host, broker.port) as client:
+def test_immediate_publish_is_540_connection_error(warren):
+    with connect_to(warren) as client:
         client.open_channel()
         client.send_raw(frame.marshal(commands.Basic.Publish(
             exchange="", routing_key="x", immediate=True), 1)
@@ -26,9 +26,9 @@ def test_immediate_publish_is_540_connection_error(broker):
         assert (close.reply_code, close.class_id, close.method_id) == (540, 60, 40)
 
 
-def test_reusing_a_consumer_tag_on_a_channel_is_530(broker):
+def test_reusing_a_consumer_tag_on_a_channel_is_530(warren):
     queue = unique("q")
-    with connect(broker.host, broker.port) as client:
+    with connect_to(warren) as client:
         client.open_channel()
         client.send_method(1, commands.Queue.Declare(queue=queue, exclusive=True))
         client.expect(commands.Queue.DeclareOk, channel=1)
@@ -38,9 +38,9 @@ def test_reusing_a_consumer_tag_on_a_channel_is_530(broker):
         assert client.wait_for_connection_close().reply_code == 530
 
 
-def test_publishing_to_an_internal_exchange_is_403(broker):
+def test_publishing_to_an_internal_exchange_is_403(warren):
     exchange = unique("internal")
-    with connect(broker.host, broker.port) as client:
+    with connect_to(warren) as client:
         client.open_channel()
         client.send_method(1, commands.Exchange.Declare(
             exchange=exchange, exchange_type="fanout", internal=True, auto_delete=True))
@@ -60,23 +60,23 @@ def channel_error_after(client, *methods) -> int:
     return client.wait_for_close_code()
 
 
-def test_tx_commit_without_select_is_406(broker):
-    with connect(broker.host, broker.port) as client:
+def test_tx_commit_without_select_is_406(warren):
+    with connect_to(warren) as client:
         assert channel_error_after(client, commands.Tx.Commit()) == 406
 
 
-def test_tx_rollback_without_select_is_406(broker):
-    with connect(broker.host, broker.port) as client:
+def test_tx_rollback_without_select_is_406(warren):
+    with connect_to(warren) as client:
         assert channel_error_after(client, commands.Tx.Rollback()) == 406
 
 
-def test_confirm_select_on_a_tx_channel_is_406(broker):
-    with connect(broker.host, broker.port) as client:
+def test_confirm_select_on_a_tx_channel_is_406(warren):
+    with connect_to(warren) as client:
         assert channel_error_after(client, commands.Tx.Select(),
                                    commands.Confirm.Select()) == 406
 
 
-def test_tx_select_on_a_confirm_channel_is_406(broker):
-    with connect(broker.host, broker.port) as client:
+def test_tx_select_on_a_confirm_channel_is_406(warren):
+    with connect_to(warren) as client:
         assert channel_error_after(client, commands.Confirm.Select(),
                                    commands.Tx.Select()) == 406

@@ -16,10 +16,10 @@ import struct
 
 import pytest
 
-from bystander import RunningBystander, assert_broker_serves
-from frame_fuzz import FramePool, FrameRunner, FrameTotals
-from fuzz_seeds import load_seed_sessions
-from wire_fuzz import SessionRunner, broker_accepts, session_bytes
+from tests.support.bystander import RunningBystander, assert_broker_serves
+from tests.support.frame_fuzz import FramePool, FrameRunner, FrameTotals
+from tests.support.fuzz_seeds import load_seed_sessions
+from tests.support.wire_fuzz import SessionRunner, broker_accepts, session_bytes
 
 pytestmark = pytest.mark.warren_only(
     "fuzzes a Warren broker of its own (broker_factory) and reads its log")

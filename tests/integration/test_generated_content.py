@@ -16,9 +16,9 @@ import struct
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from broker_process import BrokerProcess
-from bystander import RunningBystander
-from raw_amqp import connect
+from tests.support.broker_process import BrokerProcess
+from tests.support.bystander import RunningBystander
+from tests.support.raw_amqp import connect
 from test_hostile_content import (
     declared_name, get_properties, method_frame, publish, queue_declare, read_method,
     shortstr,

@@ -10,7 +10,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     _test_deadline, close_quietly, flush, publish_bodies, wait_for_count,
     wait_until,
 )

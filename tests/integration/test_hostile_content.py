@@ -16,10 +16,10 @@ import pytest
 
 from amqp_codec import decode_properties
 
-from broker_process import BrokerProcess
-from bystander import RunningBystander
-from raw_amqp import (FRAME_HEADER, RawAmqpClient, connect, method_frame, raw_frame,
-                      start_ok_frame)
+from tests.support.broker_process import BrokerProcess
+from tests.support.bystander import RunningBystander
+from tests.support.raw_amqp import (FRAME_HEADER, RawAmqpClient, connect, method_frame, raw_frame,
+                                    start_ok_frame)
 
 pytestmark = pytest.mark.warren_only(
     "attacks a Warren broker of its own (BrokerProcess), as hostile-input tests run")

@@ -1,5 +1,5 @@
 """loopback_users over a real network: a pika client in a network namespace that the test
-creates (a veth pair, tests/integration/network_namespace.py) logs in from a non-loopback
+creates (a veth pair, tests/support/network_namespace.py) logs in from a non-loopback
 address of this machine.
 
 - guest from there is refused with RabbitMQ 3.10's 403 and text; another user is let in
@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
-from broker_admin import RabbitAdmin
-from broker_process import BrokerProcess
-from login_probe import probe
-from network_namespace import ClientNamespace
+from tests.support.broker_admin import RabbitAdmin
+from tests.support.broker_process import BrokerProcess
+from tests.support.login_probe import probe
+from tests.support.network_namespace import ClientNamespace
 from storage.metadata import MetadataStore, PasswordHash
 
-PROBE = str(Path(__file__).with_name("login_probe.py"))
+PROBE = str(Path(__file__).parents[1] / "support" / "login_probe.py")
 PROBE_TIMEOUT = 90   # seconds for one probe: a Python start-up and a pika handshake
 REFUSED = (403, "ACCESS_REFUSED - Login was refused using authentication mechanism "
                 "PLAIN. For details see the broker logfile.")

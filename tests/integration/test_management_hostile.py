@@ -8,7 +8,7 @@ import socket
 import httpx
 import pytest
 
-from bystander import RunningBystander
+from tests.support.bystander import RunningBystander
 
 pytestmark = pytest.mark.warren_only("attacks Warren's own broker process")
 
@@ -17,7 +17,7 @@ MAX_BODY = 20_000_000   # broker/server/management/bodies.py, RabbitMQ's default
 
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
-    from broker_process import BrokerProcess
+    from tests.support.broker_process import BrokerProcess
     process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("mgmt-hostile"))).start()
     yield process
     process.kill()

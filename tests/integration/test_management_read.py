@@ -12,7 +12,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from management_client import quoted
+from tests.support.management_client import quoted
 
 NUMBER, TEXT, FLAG, OBJECT, ARRAY, NULL = (
     "number", "string", "boolean", "object", "array", "null")

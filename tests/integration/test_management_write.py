@@ -9,7 +9,7 @@ from urllib.parse import quote
 import pika
 import pytest
 
-from pika_helpers import _test_deadline, connect, close_quietly  # noqa: F401  (fixture)
+from tests.support.pika_helpers import _test_deadline, connect, close_quietly  # noqa: F401  (fixture)
 
 
 def unique(prefix: str) -> str:
@@ -17,7 +17,7 @@ def unique(prefix: str) -> str:
 
 
 @pytest.fixture
-def channel(broker):
+def guest_channel(broker):
     """A pika channel in confirm mode: a publish has reached its queues on return."""
     connection = connect(broker)
     opened = connection.channel()
@@ -55,29 +55,29 @@ def limited_user(broker, api):
     admin.delete_user(name)
 
 
-def _ready(channel, queue: str) -> int:
-    return channel.queue_declare(queue, passive=True).method.message_count
+def _ready(guest_channel, queue: str) -> int:
+    return guest_channel.queue_declare(queue, passive=True).method.message_count
 
 
-def _publish(channel, queue: str, count: int) -> None:
+def _publish(guest_channel, queue: str, count: int) -> None:
     for number in range(count):
-        channel.basic_publish("", queue, f"m{number}".encode())
+        guest_channel.basic_publish("", queue, f"m{number}".encode())
 
 
 # -- queues -----------------------------------------------------------------------
 
-def test_a_queue_put_over_http_takes_a_pika_publish(api, channel, queue):
-    channel.basic_publish("", queue, b"hello")
-    assert _ready(channel, queue) == 1
+def test_a_queue_put_over_http_takes_a_pika_publish(api, guest_channel, queue):
+    guest_channel.basic_publish("", queue, b"hello")
+    assert _ready(guest_channel, queue) == 1
 
 
-def test_an_empty_body_declares_a_transient_queue_and_exchange(api, channel):
+def test_an_empty_body_declares_a_transient_queue_and_exchange(api, guest_channel):
     queue, exchange = unique("mw-q"), unique("mw-x")
     assert api.put(f"/api/queues/%2F/{queue}", {}).status_code == 201
     assert api.put(f"/api/exchanges/%2F/{exchange}", {}).status_code == 201
     try:   # equivalent only to a transient, direct declaration
-        channel.queue_declare(queue, durable=False)
-        channel.exchange_declare(exchange, "direct", durable=False)
+        guest_channel.queue_declare(queue, durable=False)
+        guest_channel.exchange_declare(exchange, "direct", durable=False)
     finally:
         api.delete(f"/api/queues/%2F/{queue}")
         api.delete(f"/api/exchanges/%2F/{exchange}")
@@ -96,7 +96,7 @@ def test_an_inequivalent_queue_put_is_refused_with_rabbitmqs_reason(api, queue):
                   "received 'true' but current is 'false'"}
 
 
-def test_a_queue_argument_the_broker_refuses_is_a_bad_request(api, channel):
+def test_a_queue_argument_the_broker_refuses_is_a_bad_request(api, guest_channel):
     name = unique("mw-q")
     response = api.put(f"/api/queues/%2F/{name}",
                        {"arguments": {"x-max-length": "abc"}})
@@ -104,11 +104,11 @@ def test_a_queue_argument_the_broker_refuses_is_a_bad_request(api, channel):
     assert response.json()["error"] == "bad_request"
     assert "x-max-length" in response.json()["reason"]
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
-        channel.queue_declare(name, passive=True)
+        guest_channel.queue_declare(name, passive=True)
     assert missing.value.reply_code == 404
 
 
-def test_a_queue_type_argument_makes_that_kind_of_queue(api, channel):
+def test_a_queue_type_argument_makes_that_kind_of_queue(api, guest_channel):
     name = unique("mw-qq")
     response = api.put(f"/api/queues/%2F/{name}",
                        {"durable": True, "arguments": {"x-queue-type": "quorum"}})
@@ -116,7 +116,7 @@ def test_a_queue_type_argument_makes_that_kind_of_queue(api, channel):
         assert response.status_code == 201
         # redeclaring as a classic queue is inequivalent: it is a quorum queue
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
-            channel.queue_declare(name, durable=True,
+            guest_channel.queue_declare(name, durable=True,
                                   arguments={"x-queue-type": "classic"})
         assert refused.value.reply_code == 406
     finally:
@@ -219,21 +219,21 @@ def test_a_publish_and_a_get_outside_the_users_permissions_are_refused(
                   f"for user '{limited_user.user}'"}
 
 
-def test_purge_empties_the_queue(api, channel, queue):
-    _publish(channel, queue, 3)
+def test_purge_empties_the_queue(api, guest_channel, queue):
+    _publish(guest_channel, queue, 3)
     assert api.delete(f"/api/queues/%2F/{queue}/contents").status_code == 204
-    assert _ready(channel, queue) == 0
+    assert _ready(guest_channel, queue) == 0
 
 
-def test_delete_if_empty_refuses_a_queue_with_messages(api, channel, queue):
-    _publish(channel, queue, 1)
+def test_delete_if_empty_refuses_a_queue_with_messages(api, guest_channel, queue):
+    _publish(guest_channel, queue, 1)
     response = api.http.delete(f"/api/queues/%2F/{queue}",
                                params={"if-empty": "true"})
     assert response.status_code == 400
-    assert _ready(channel, queue) == 1
+    assert _ready(guest_channel, queue) == 1
     assert api.delete(f"/api/queues/%2F/{queue}").status_code == 204
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
-        channel.queue_declare(queue, passive=True)
+        guest_channel.queue_declare(queue, passive=True)
     assert missing.value.reply_code == 404
 
 
@@ -267,57 +267,57 @@ def test_an_amq_exchange_may_not_be_declared_or_deleted(api):
     assert api.delete("/api/exchanges/%2F/amq.direct").status_code == 401
 
 
-def test_a_deleted_exchange_is_gone_for_pika(api, channel, exchange):
+def test_a_deleted_exchange_is_gone_for_pika(api, guest_channel, exchange):
     assert api.delete(f"/api/exchanges/%2F/{exchange}").status_code == 204
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
-        channel.exchange_declare(exchange, passive=True)
+        guest_channel.exchange_declare(exchange, passive=True)
     assert missing.value.reply_code == 404
 
 
 # -- bindings ---------------------------------------------------------------------
 
 def test_a_binding_posted_over_http_routes_and_names_its_location(
-        api, channel, exchange, queue):
+        api, guest_channel, exchange, queue):
     response = api.post(f"/api/bindings/%2F/e/{exchange}/q/{queue}",
                         {"routing_key": "a b", "arguments": {}})
     assert response.status_code == 201
     assert response.headers["location"] == f"{queue}/a%2Bb"
-    channel.basic_publish(exchange, "a b", b"routed")
-    assert _ready(channel, queue) == 1
+    guest_channel.basic_publish(exchange, "a b", b"routed")
+    assert _ready(guest_channel, queue) == 1
 
 
 def test_a_binding_deleted_by_its_properties_key_stops_routing(
-        api, channel, exchange, queue):
+        api, guest_channel, exchange, queue):
     api.post(f"/api/bindings/%2F/e/{exchange}/q/{queue}", {"routing_key": "k"})
     api.post(f"/api/bindings/%2F/e/{exchange}/q/{queue}", {})
     assert api.delete(f"/api/bindings/%2F/e/{exchange}/q/{queue}/k").status_code == 204
     assert api.delete(f"/api/bindings/%2F/e/{exchange}/q/{queue}/~").status_code == 204
-    channel.basic_publish(exchange, "k", b"not routed")
-    channel.basic_publish(exchange, "", b"not routed")
-    assert _ready(channel, queue) == 0
+    guest_channel.basic_publish(exchange, "k", b"not routed")
+    guest_channel.basic_publish(exchange, "", b"not routed")
+    assert _ready(guest_channel, queue) == 0
     assert api.delete(f"/api/bindings/%2F/e/{exchange}/q/{queue}/k").status_code == 404
 
 
 def test_a_binding_with_arguments_is_deleted_by_the_location_it_was_given(
-        api, channel, exchange, queue):
+        api, guest_channel, exchange, queue):
     response = api.post(f"/api/bindings/%2F/e/{exchange}/q/{queue}",
                         {"routing_key": "k", "arguments": {"x": 1}})
     key = response.headers["location"].split("/", 1)[1]
     assert key == "k~9nmLZQ"   # RabbitMQ's hash of [{<<"x">>, long, 1}]
     assert api.delete(f"/api/bindings/%2F/e/{exchange}/q/{queue}/{key}").status_code == 204
-    channel.basic_publish(exchange, "k", b"not routed")
-    assert _ready(channel, queue) == 0
+    guest_channel.basic_publish(exchange, "k", b"not routed")
+    assert _ready(guest_channel, queue) == 0
 
 
-def test_an_exchange_to_exchange_binding_routes(api, channel, exchange, queue):
+def test_an_exchange_to_exchange_binding_routes(api, guest_channel, exchange, queue):
     downstream = unique("mw-x")
     api.put(f"/api/exchanges/%2F/{downstream}", {"type": "fanout", "durable": False})
     try:
         assert api.post(f"/api/bindings/%2F/e/{exchange}/e/{downstream}",
                         {"routing_key": "k"}).status_code == 201
         api.post(f"/api/bindings/%2F/e/{downstream}/q/{queue}", {})
-        channel.basic_publish(exchange, "k", b"through two exchanges")
-        assert _ready(channel, queue) == 1
+        guest_channel.basic_publish(exchange, "k", b"through two exchanges")
+        assert _ready(guest_channel, queue) == 1
     finally:
         api.delete(f"/api/exchanges/%2F/{downstream}")
 
@@ -344,18 +344,18 @@ def _get_over_http(api, queue: str, count: int, ackmode: str, **extra):
         "count": count, "ackmode": ackmode, "encoding": "auto", **extra})
 
 
-def test_a_message_published_over_http_is_consumed_by_pika(api, channel, queue):
+def test_a_message_published_over_http_is_consumed_by_pika(api, guest_channel, queue):
     response = _publish_over_http(api, "amq.default", queue, "hello",
                                   {"content_type": "text/plain", "headers": {"a": "b"}})
     assert response.status_code == 200
     assert response.json() == {"routed": True}
-    method, properties, body = channel.basic_get(queue, auto_ack=True)
+    method, properties, body = guest_channel.basic_get(queue, auto_ack=True)
     assert body == b"hello"
     assert properties.content_type == "text/plain"
     assert properties.headers == {"a": b"b"} or properties.headers == {"a": "b"}
 
 
-def test_a_queue_named_with_any_characters_takes_publish_and_get(api, channel):
+def test_a_queue_named_with_any_characters_takes_publish_and_get(api, guest_channel):
     name = f"mw ü/{uuid.uuid4().hex[:8]}"
     path = f"/api/queues/%2F/{quote(name, safe='')}"
     assert api.put(path, {"durable": False}).status_code == 201
@@ -374,9 +374,9 @@ def test_an_unroutable_publish_says_so(api):
     assert response.json() == {"routed": False}
 
 
-def test_a_base64_payload_is_published_as_its_bytes(api, channel, queue):
+def test_a_base64_payload_is_published_as_its_bytes(api, guest_channel, queue):
     _publish_over_http(api, "amq.default", queue, "/w==", encoding="base64")
-    assert channel.basic_get(queue, auto_ack=True)[2] == b"\xff"
+    assert guest_channel.basic_get(queue, auto_ack=True)[2] == b"\xff"
 
 
 def test_a_publish_to_a_missing_exchange_is_refused_with_the_channel_error(api):
@@ -403,8 +403,8 @@ def test_a_publish_without_its_fields_is_a_bad_request(api):
     assert response.json()["error"] == "bad_request"
 
 
-def test_get_ack_requeue_true_leaves_the_messages_redelivered(api, channel, queue):
-    _publish(channel, queue, 3)
+def test_get_ack_requeue_true_leaves_the_messages_redelivered(api, guest_channel, queue):
+    _publish(guest_channel, queue, 3)
     got = _get_over_http(api, queue, 2, "ack_requeue_true").json()
     assert [message["payload"] for message in got] == ["m0", "m1"]
     assert [message["message_count"] for message in got] == [2, 1]
@@ -413,49 +413,49 @@ def test_get_ack_requeue_true_leaves_the_messages_redelivered(api, channel, queu
                            "payload_encoding"}
     assert got[0]["redelivered"] is False and got[0]["payload_bytes"] == 2
     assert got[0]["payload_encoding"] == "string" and got[0]["routing_key"] == queue
-    assert _ready(channel, queue) == 3
+    assert _ready(guest_channel, queue) == 3
     again = _get_over_http(api, queue, 1, "ack_requeue_true").json()
     assert again[0]["redelivered"] is True
 
 
-def test_get_ack_requeue_false_removes_the_messages(api, channel, queue):
-    _publish(channel, queue, 3)
+def test_get_ack_requeue_false_removes_the_messages(api, guest_channel, queue):
+    _publish(guest_channel, queue, 3)
     got = _get_over_http(api, queue, 5, "ack_requeue_false").json()
     assert [message["payload"] for message in got] == ["m0", "m1", "m2"]
-    assert _ready(channel, queue) == 0
+    assert _ready(guest_channel, queue) == 0
     assert _get_over_http(api, queue, 1, "ack_requeue_false").json() == []
 
 
-def test_get_reject_requeue_false_dead_letters(api, channel):
+def test_get_reject_requeue_false_dead_letters(api, guest_channel):
     dead = unique("mw-dead")
     source = unique("mw-src")
     api.put(f"/api/queues/%2F/{dead}", {"durable": False})
     api.put(f"/api/queues/%2F/{source}", {"durable": False, "arguments": {
         "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead}})
     try:
-        _publish(channel, source, 1)
+        _publish(guest_channel, source, 1)
         got = _get_over_http(api, source, 1, "reject_requeue_false").json()
         assert [message["payload"] for message in got] == ["m0"]
-        assert _ready(channel, source) == 0
-        assert channel.basic_get(dead, auto_ack=True)[2] == b"m0"
+        assert _ready(guest_channel, source) == 0
+        assert guest_channel.basic_get(dead, auto_ack=True)[2] == b"m0"
     finally:
         api.delete(f"/api/queues/%2F/{source}")
         api.delete(f"/api/queues/%2F/{dead}")
 
 
-def test_get_truncates_and_encodes_binary_payloads(api, channel, queue):
-    channel.basic_publish("", queue, b"\xff\xfe")
-    channel.basic_publish("", queue, b"hello")
+def test_get_truncates_and_encodes_binary_payloads(api, guest_channel, queue):
+    guest_channel.basic_publish("", queue, b"\xff\xfe")
+    guest_channel.basic_publish("", queue, b"hello")
     got = _get_over_http(api, queue, 2, "ack_requeue_false", truncate=1).json()
     assert (got[0]["payload"], got[0]["payload_encoding"]) == ("/w==", "base64")
     assert (got[1]["payload"], got[1]["payload_bytes"]) == ("h", 5)
     assert got[1]["properties"] == []   # RabbitMQ writes no properties as []
 
 
-def test_get_takes_count_and_truncate_as_decimal_strings(api, channel, queue):
+def test_get_takes_count_and_truncate_as_decimal_strings(api, guest_channel, queue):
     """rabbitmqadmin sends them as strings ("1"); RabbitMQ converts them."""
     for body in (b"first", b"second", b"third"):
-        channel.basic_publish("", queue, body)
+        guest_channel.basic_publish("", queue, body)
     got = _get_over_http(api, queue, "2", "ack_requeue_false", truncate="3").json()
     assert [message["payload"] for message in got] == ["fir", "sec"]
 
@@ -522,9 +522,9 @@ def test_a_protocol_without_a_listener_fails_the_check(api):
     assert response.json()["missing"] == "stomp"
 
 
-def test_the_aliveness_test_round_trips_a_message(api, channel):
+def test_the_aliveness_test_round_trips_a_message(api, guest_channel):
     assert api.json("/api/aliveness-test/%2F") == {"status": "ok"}
-    assert _ready(channel, "aliveness-test") == 0
+    assert _ready(guest_channel, "aliveness-test") == 0
 
 
 def test_the_aliveness_test_of_a_missing_vhost_is_not_found(api):
@@ -582,7 +582,7 @@ def test_get_reads_messages_paged_out_to_disk(broker_factory):
     assert [message["payload"] for message in got] == ["m0", "m1", "m2"]
 
 
-def test_a_publish_over_http_goes_to_the_alternate_exchange(api, channel, queue):
+def test_a_publish_over_http_goes_to_the_alternate_exchange(api, guest_channel, queue):
     alternate, main = unique("mw-ae"), unique("mw-x")
     api.put(f"/api/exchanges/%2F/{alternate}", {"type": "fanout", "durable": False})
     api.put(f"/api/exchanges/%2F/{main}", {"type": "direct", "durable": False,
@@ -590,7 +590,7 @@ def test_a_publish_over_http_goes_to_the_alternate_exchange(api, channel, queue)
     try:
         api.post(f"/api/bindings/%2F/e/{alternate}/q/{queue}", {})
         assert _publish_over_http(api, main, "unbound", "x").json() == {"routed": True}
-        assert _ready(channel, queue) == 1
+        assert _ready(guest_channel, queue) == 1
     finally:
         api.delete(f"/api/exchanges/%2F/{main}")
         api.delete(f"/api/exchanges/%2F/{alternate}")
@@ -612,7 +612,7 @@ def test_a_publish_over_http_meets_the_users_topic_permissions(broker, api):
         admin.delete_user(name)
 
 
-def test_an_expired_message_published_over_http_is_not_got(api, channel, queue):
+def test_an_expired_message_published_over_http_is_not_got(api, guest_channel, queue):
     _publish_over_http(api, "amq.default", queue, "short-lived", {"expiration": "0"})
     assert _get_over_http(api, queue, 1, "ack_requeue_false").json() == []
 

@@ -1,6 +1,6 @@
 """The metadata store tests of tests/unit/test_metadata.py, on SQLite and PostgreSQL.
 
-PostgreSQL comes from the `postgres_server` fixture (tests/postgres_support.py): a
+PostgreSQL comes from the `postgres_server` fixture (tests/support/postgres_support.py): a
 throwaway server started once per session (initdb + pg_ctl on a free loopback port) with
 a fresh database per test. A missing server or driver makes these tests fail, never skip.
 """

@@ -17,7 +17,7 @@ that have not used the resource since the change, where both agree.
 import pika
 import pytest
 
-from pika_helpers import _test_deadline, expect_channel_error, wait_until  # noqa: F401
+from tests.support.pika_helpers import _test_deadline, expect_channel_error, wait_until  # noqa: F401
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 from pamqp import body, commands, header
 
-from raw_amqp import PeerClosed, RawAmqpClient, connect
+from tests.support.raw_amqp import PeerClosed, RawAmqpClient, connect
 
 PASSWORD = "matrix-password"
 

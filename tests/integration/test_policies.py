@@ -14,8 +14,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from broker_admin import AdminRefused
-from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
+from tests.support.broker_admin import AdminRefused
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     WAIT, _test_deadline, close_quietly, connect, get_all, publish_bodies, queue_exists,
     ready_count, wait_for_bodies, wait_for_count, wait_until,
 )

@@ -5,7 +5,7 @@ header arguments, exchange-to-exchange bindings) and persistent messages publish
 confirms survive a clean restart and a SIGKILL, on the same data directory and the same
 database; afterwards routing still works through the restored bindings.
 
-PostgreSQL comes from the `postgres_server` fixture (tests/postgres_support.py: a
+PostgreSQL comes from the `postgres_server` fixture (tests/support/postgres_support.py: a
 throwaway server started once per session, run as the `postgres` user under root); if
 it cannot be started the test fails with the reason, it is never skipped.
 """
@@ -18,10 +18,10 @@ import pika
 import pika.exceptions
 import pytest
 
-from pika_helpers import close_quietly, expect_channel_error, get_all
+from tests.support.pika_helpers import close_quietly, expect_channel_error, get_all
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
 from storage.metadata import SQLITE_FILE_NAME, MetadataStore, PasswordHash
-from stream_helpers import Reader
+from tests.support.stream_helpers import Reader
 
 pytestmark = pytest.mark.warren_only(
     "Warren's metadata on PostgreSQL (--metadata-url), restarted and killed (broker_factory)")

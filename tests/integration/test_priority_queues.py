@@ -10,9 +10,9 @@ import time
 import pika
 import pytest
 
-from numbered_bodies import PERSISTENT, body_index, numbered_body
-from numbered_bodies import connect as connect_port
-from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
+from tests.support.numbered_bodies import PERSISTENT, body_index, numbered_body
+from tests.support.numbered_bodies import connect as connect_port
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     _test_deadline, close_quietly, unique, wait_until,
 )
 
@@ -20,7 +20,7 @@ PIKA_TEST_TIMEOUT = 180
 
 
 @pytest.fixture
-def channel(warren):
+def vhost_channel(warren):
     connection = pika.BlockingConnection(warren.connection_parameters())
     try:
         channel = connection.channel()
@@ -30,57 +30,57 @@ def channel(warren):
         close_quietly(connection)
 
 
-def publish(channel, queue: str, body: str, priority: int | None = None,
+def publish(vhost_channel, queue: str, body: str, priority: int | None = None,
             **properties) -> None:
-    channel.basic_publish("", queue, body.encode(),
+    vhost_channel.basic_publish("", queue, body.encode(),
                           pika.BasicProperties(priority=priority, **properties))
 
 
-def drain(channel, queue: str) -> list[str]:
+def drain(vhost_channel, queue: str) -> list[str]:
     """Basic.Get with auto-ack until Get-Empty: the bodies in delivery order."""
     bodies = []
     while True:
-        method, _properties, body = channel.basic_get(queue, auto_ack=True)
+        method, _properties, body = vhost_channel.basic_get(queue, auto_ack=True)
         if method is None:
             return bodies
         bodies.append(body.decode())
 
 
-def declare(channel, max_priority=10, **arguments) -> str:
+def declare(vhost_channel, max_priority=10, **arguments) -> str:
     queue = unique("prio")
     arguments = {"x-max-priority": max_priority, **arguments}
-    channel.queue_declare(queue, arguments=arguments)
+    vhost_channel.queue_declare(queue, arguments=arguments)
     return queue
 
 
-def test_highest_priority_first_fifo_within_a_priority(channel):
-    queue = declare(channel, max_priority=5)
+def test_highest_priority_first_fifo_within_a_priority(vhost_channel):
+    queue = declare(vhost_channel, max_priority=5)
     for body, priority in [("a0", None), ("b3", 3), ("c0", 0), ("d5", 5), ("e3", 3),
                            ("f9", 9), ("g1", 1)]:
-        publish(channel, queue, body, priority)
+        publish(vhost_channel, queue, body, priority)
     # 9 is above the maximum (5): it counts as 5, after d5 published before it
-    assert channel.queue_declare(queue, passive=True).method.message_count == 7
-    assert drain(channel, queue) == ["d5", "f9", "b3", "e3", "g1", "a0", "c0"]
+    assert vhost_channel.queue_declare(queue, passive=True).method.message_count == 7
+    assert drain(vhost_channel, queue) == ["d5", "f9", "b3", "e3", "g1", "a0", "c0"]
 
 
-def test_x_max_priority_0_is_a_plain_fifo_queue(channel):
-    queue = declare(channel, max_priority=0)
+def test_x_max_priority_0_is_a_plain_fifo_queue(vhost_channel):
+    queue = declare(vhost_channel, max_priority=0)
     for body, priority in [("a", 0), ("b", 9), ("c", 1)]:
-        publish(channel, queue, body, priority)
-    assert drain(channel, queue) == ["a", "b", "c"]
+        publish(vhost_channel, queue, body, priority)
+    assert drain(vhost_channel, queue) == ["a", "b", "c"]
 
 
-def test_requeued_messages_return_to_their_place_in_their_priority(channel):
-    queue = declare(channel)
+def test_requeued_messages_return_to_their_place_in_their_priority(vhost_channel):
+    queue = declare(vhost_channel)
     for body, priority in [("low1", 1), ("high1", 5), ("low2", 1), ("high2", 5)]:
-        publish(channel, queue, body, priority)
-    taken = [channel.basic_get(queue) for _ in range(3)]      # high1, high2, low1
+        publish(vhost_channel, queue, body, priority)
+    taken = [vhost_channel.basic_get(queue) for _ in range(3)]      # high1, high2, low1
     assert [body.decode() for _m, _p, body in taken] == ["high1", "high2", "low1"]
-    publish(channel, queue, "high3", 5)
-    channel.basic_nack(taken[-1][0].delivery_tag, multiple=True, requeue=True)
+    publish(vhost_channel, queue, "high3", 5)
+    vhost_channel.basic_nack(taken[-1][0].delivery_tag, multiple=True, requeue=True)
     order = []
     while True:
-        method, _properties, body = channel.basic_get(queue, auto_ack=True)
+        method, _properties, body = vhost_channel.basic_get(queue, auto_ack=True)
         if method is None:
             break
         order.append((body.decode(), method.redelivered))
@@ -88,26 +88,26 @@ def test_requeued_messages_return_to_their_place_in_their_priority(channel):
                      ("low1", True), ("low2", False)]
 
 
-def test_a_consumer_gets_the_highest_priority_first(channel):
-    queue = declare(channel)
+def test_a_consumer_gets_the_highest_priority_first(vhost_channel):
+    queue = declare(vhost_channel)
     for body, priority in [("p1", 1), ("p7", 7), ("p4", 4), ("p7b", 7)]:
-        publish(channel, queue, body, priority)
+        publish(vhost_channel, queue, body, priority)
     got: list[str] = []
-    channel.basic_qos(prefetch_count=1)
+    vhost_channel.basic_qos(prefetch_count=1)
 
     def on_message(chan, method, _properties, body):
         got.append(body.decode())
         chan.basic_ack(method.delivery_tag)
 
-    channel.basic_consume(queue, on_message)
-    assert wait_until(channel.connection, lambda: len(got) == 4), got
+    vhost_channel.basic_consume(queue, on_message)
+    assert wait_until(vhost_channel.connection, lambda: len(got) == 4), got
     assert got == ["p7", "p7b", "p4", "p1"]
 
 
-def test_consumer_priorities_combine_with_message_priorities(channel):
-    queue = declare(channel)
+def test_consumer_priorities_combine_with_message_priorities(vhost_channel):
+    queue = declare(vhost_channel)
     for body, priority in [("low", 1), ("high", 9)]:
-        publish(channel, queue, body, priority)
+        publish(vhost_channel, queue, body, priority)
     got: dict[str, list[str]] = {"idle": [], "preferred": []}
 
     def consumer(name):
@@ -115,71 +115,71 @@ def test_consumer_priorities_combine_with_message_priorities(channel):
             got[name].append(body.decode())
         return on_message
 
-    channel.basic_consume(queue, consumer("idle"), auto_ack=True)
-    channel.basic_consume(queue, consumer("preferred"), auto_ack=True,
+    vhost_channel.basic_consume(queue, consumer("idle"), auto_ack=True)
+    vhost_channel.basic_consume(queue, consumer("preferred"), auto_ack=True,
                           arguments={"x-priority": 5})
     # the first consumer took both before the second registered
-    assert wait_until(channel.connection, lambda: len(got["idle"]) == 2), got
+    assert wait_until(vhost_channel.connection, lambda: len(got["idle"]) == 2), got
     assert got["idle"] == ["high", "low"]
     for body, priority in [("late-low", 0), ("late-high", 3)]:
-        publish(channel, queue, body, priority)
-    assert wait_until(channel.connection, lambda: len(got["preferred"]) == 2), got
+        publish(vhost_channel, queue, body, priority)
+    assert wait_until(vhost_channel.connection, lambda: len(got["preferred"]) == 2), got
     assert got["preferred"] == ["late-low", "late-high"]   # delivered on arrival
 
 
-def test_drop_head_dead_letters_the_next_message_to_deliver(channel):
+def test_drop_head_dead_letters_the_next_message_to_deliver(vhost_channel):
     dead = unique("dead")
-    channel.queue_declare(dead)
-    queue = declare(channel, **{"x-max-length": 2, "x-dead-letter-exchange": "",
+    vhost_channel.queue_declare(dead)
+    queue = declare(vhost_channel, **{"x-max-length": 2, "x-dead-letter-exchange": "",
                                 "x-dead-letter-routing-key": dead})
     for body, priority in [("low", 1), ("high", 8), ("mid", 4)]:
-        publish(channel, queue, body, priority)
-    assert drain(channel, queue) == ["mid", "low"]
-    assert drain(channel, dead) == ["high"]
+        publish(vhost_channel, queue, body, priority)
+    assert drain(vhost_channel, queue) == ["mid", "low"]
+    assert drain(vhost_channel, dead) == ["high"]
 
 
-def test_reject_publish_refuses_whatever_the_priority(channel):
-    queue = declare(channel, **{"x-max-length": 1, "x-overflow": "reject-publish"})
-    publish(channel, queue, "low", 1)
+def test_reject_publish_refuses_whatever_the_priority(vhost_channel):
+    queue = declare(vhost_channel, **{"x-max-length": 1, "x-overflow": "reject-publish"})
+    publish(vhost_channel, queue, "low", 1)
     with pytest.raises(pika.exceptions.NackError):
-        publish(channel, queue, "high", 9)
-    assert drain(channel, queue) == ["low"]
+        publish(vhost_channel, queue, "high", 9)
+    assert drain(vhost_channel, queue) == ["low"]
 
 
-def test_max_length_bytes_drops_from_the_highest_priority(channel):
-    queue = declare(channel, **{"x-max-length-bytes": 6})
+def test_max_length_bytes_drops_from_the_highest_priority(vhost_channel):
+    queue = declare(vhost_channel, **{"x-max-length-bytes": 6})
     for body, priority in [("aaa", 0), ("bbb", 5), ("ccc", 2)]:
-        publish(channel, queue, body, priority)
-    assert drain(channel, queue) == ["ccc", "aaa"]
+        publish(vhost_channel, queue, body, priority)
+    assert drain(vhost_channel, queue) == ["ccc", "aaa"]
 
 
-def test_expiry_waits_for_the_higher_priorities_ahead(channel):
+def test_expiry_waits_for_the_higher_priorities_ahead(vhost_channel):
     """A low-priority message whose TTL ran out behind a live higher-priority one is
     not removed (nor counted out) until it reaches the head, as in RabbitMQ."""
     dead = unique("dead")
-    channel.queue_declare(dead)
-    queue = declare(channel, **{"x-dead-letter-exchange": "",
+    vhost_channel.queue_declare(dead)
+    queue = declare(vhost_channel, **{"x-dead-letter-exchange": "",
                                 "x-dead-letter-routing-key": dead})
     # "keep" first: "short" is behind it from the moment it arrives. Published the other
     # way round, "short" alone at the head could expire before "keep" arrived (a 1 ms
     # TTL against a loaded machine), which is right, but not what is tested here.
-    publish(channel, queue, "keep", 5)
-    publish(channel, queue, "short", 1, expiration="1")
+    publish(vhost_channel, queue, "keep", 5)
+    publish(vhost_channel, queue, "short", 1, expiration="1")
     published = time.monotonic()
     while time.monotonic() < published + 0.05:    # the 1 ms TTL has run out
-        channel.connection.process_data_events(time_limit=0.01)
-    assert channel.queue_declare(queue, passive=True).method.message_count == 2
-    assert drain(channel, queue) == ["keep"]
-    assert drain(channel, dead) == ["short"]
+        vhost_channel.connection.process_data_events(time_limit=0.01)
+    assert vhost_channel.queue_declare(queue, passive=True).method.message_count == 2
+    assert drain(vhost_channel, queue) == ["keep"]
+    assert drain(vhost_channel, dead) == ["short"]
 
 
-def test_purge_counts_every_priority(channel):
-    queue = declare(channel)
+def test_purge_counts_every_priority(vhost_channel):
+    queue = declare(vhost_channel)
     for priority in (0, 3, 3, 10, None):
-        publish(channel, queue, "m", priority)
-    assert channel.queue_purge(queue).method.message_count == 5
-    publish(channel, queue, "after", 2)
-    assert drain(channel, queue) == ["after"]
+        publish(vhost_channel, queue, "m", priority)
+    assert vhost_channel.queue_purge(queue).method.message_count == 5
+    publish(vhost_channel, queue, "after", 2)
+    assert drain(vhost_channel, queue) == ["after"]
 
 
 # -- Warren only: kill -9 and paging ------------------------------------------------

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pika_helpers import connect
-from prometheus_server import PrometheusServer
+from tests.support.pika_helpers import connect
+from tests.support.prometheus_server import PrometheusServer
 
 GAUGES = ("rabbitmq_connections", "rabbitmq_channels", "rabbitmq_consumers",
           "rabbitmq_queues", "rabbitmq_queue_messages_ready",

@@ -14,12 +14,12 @@ import pika
 import pytest
 from pamqp import commands, frame
 
-from raw_amqp import (
+from tests.support.raw_amqp import (
     FRAME_BODY,
     FRAME_HEADER,
     FRAME_METHOD,
     PeerClosed,
-    connect,
+    connect_to,
     content_body_frame,
     content_header_frame,
     heartbeat_frame,
@@ -31,10 +31,9 @@ from raw_amqp import (
 class Bystander:
     """An ordinary pika client: declare a queue, publish with confirms, get it back."""
 
-    def __init__(self, broker):
-        self.connection = pika.BlockingConnection(pika.ConnectionParameters(
-            host=broker.host, port=broker.port, heartbeat=0, blocked_connection_timeout=10,
-            socket_timeout=10, stack_timeout=10))
+    def __init__(self, warren):
+        self.connection = pika.BlockingConnection(warren.connection_parameters(
+            heartbeat=0, blocked_connection_timeout=10, socket_timeout=10, stack_timeout=10))
         self.channel = self.connection.channel()
         self.channel.confirm_delivery()
         self.queue = self.channel.queue_declare("", exclusive=True).method.queue
@@ -52,8 +51,8 @@ class Bystander:
 
 
 @pytest.fixture
-def bystander(broker):
-    client = Bystander(broker)
+def bystander(warren):
+    client = Bystander(warren)
     try:
         client.roundtrip()
         yield client
@@ -61,9 +60,9 @@ def bystander(broker):
         client.close()
 
 
-def _after_check(broker, bystander: Bystander) -> None:
+def _after_check(warren, bystander: Bystander) -> None:
     bystander.roundtrip()
-    fresh = Bystander(broker)
+    fresh = Bystander(warren)
     try:
         fresh.roundtrip()
     finally:
@@ -154,8 +153,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_malformed_input_closes_connection(broker, bystander, case):
-    with connect(broker.host, broker.port) as client:
+def test_malformed_input_closes_connection(warren, bystander, case):
+    with connect_to(warren) as client:
         for channel in case.open_channels:
             client.open_channel(channel)
         client.send_raw(case.data)
@@ -164,7 +163,7 @@ def test_malformed_input_closes_connection(broker, bystander, case):
     assert (close.reply_code, close.reply_text[:len(case.reply_text)]) == (
         case.reply_code, case.reply_text), close.reply_text
     assert (close.class_id, close.method_id) == (case.class_id, case.method_id)
-    _after_check(broker, bystander)
+    _after_check(warren, bystander)
 
 
 @pytest.mark.parametrize("class_id,method_id,channel", [
@@ -172,13 +171,13 @@ def test_malformed_input_closes_connection(broker, bystander, case):
     (60, 999, 1),
     (99, 10, 0),
 ], ids=["unknown-class", "unknown-method", "unknown-class-channel-0"])
-def test_unknown_method_id_closes_connection(broker, bystander, class_id, method_id,
+def test_unknown_method_id_closes_connection(warren, bystander, class_id, method_id,
                                              channel):
     """RabbitMQ 3.10 sends no Connection.Close here: the reader process crashes with
     {unknown_method_id, {Class, Method}} and the socket is closed at once. A
     Connection.Close with 503 COMMAND_INVALID or 540 NOT_IMPLEMENTED before the close is
     tolerated; any other frame is not, and the socket must be closed."""
-    with connect(broker.host, broker.port) as client:
+    with connect_to(warren) as client:
         client.open_channel(1)
         client.send_raw(method_frame(channel, class_id, method_id, struct.pack(">H", 0)))
         frames = []
@@ -192,4 +191,4 @@ def test_unknown_method_id_closes_connection(broker, bystander, class_id, method
             assert received.value.reply_code in (503, 540), received.value.reply_text
             client.send_method(0, commands.Connection.CloseOk())
     assert len(frames) <= 1, frames
-    _after_check(broker, bystander)
+    _after_check(warren, bystander)

@@ -12,7 +12,7 @@ import uuid
 import pytest
 from pamqp import commands, frame
 
-from raw_amqp import (
+from tests.support.raw_amqp import (
     FRAME_BODY,
     PROTOCOL_HEADER,
     PeerClosed,

@@ -12,7 +12,7 @@ import pika
 import pytest
 from pamqp import commands
 
-from raw_amqp import connect
+from tests.support.raw_amqp import connect
 
 pytestmark = pytest.mark.warren_only(
     "signals a Warren broker of its own (broker_factory) and checks its exit status")

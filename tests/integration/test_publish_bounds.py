@@ -9,9 +9,9 @@ import pika
 import pytest
 from pamqp import commands, frame
 
-from bystander import RunningBystander
-from pika_helpers import consume_and_ack
-from raw_amqp import connect, content_body_frame, content_header_frame
+from tests.support.bystander import RunningBystander
+from tests.support.pika_helpers import consume_and_ack
+from tests.support.raw_amqp import connect, content_body_frame, content_header_frame
 
 pytestmark = pytest.mark.warren_only(
     "Warren's memory alarm and message size limit, on a Warren broker of its own (broker_factory)")

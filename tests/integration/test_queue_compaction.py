@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 
-from numbered_bodies import (PERSISTENT, body_index, connect, fill_durable_queue,
-                             numbered_body)
-from pika_helpers import _test_deadline, wait_until  # noqa: F401  (fixture)
+from tests.support.numbered_bodies import (PERSISTENT, body_index, connect, fill_durable_queue,
+                                           numbered_body)
+from tests.support.pika_helpers import _test_deadline, wait_until  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.warren_only(
     "Warren's queue-file compaction; kills a Warren broker of its own (broker_factory)")

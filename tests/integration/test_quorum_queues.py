@@ -12,7 +12,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     WAIT, _test_deadline, close_quietly, connect, unique, wait_for_count,
 )
 

@@ -1,4 +1,4 @@
-"""`python tests/rabbitmq_node.py run -- COMMAND`, what scripts/test.sh runs the
+"""`python tests/support/rabbitmq_node.py run -- COMMAND`, what scripts/test.sh runs the
 integration tests against RabbitMQ with: COMMAND gets the throw-away node's address, name
 and cookie, and its management API (RabbitAdmin reaches the node through it), the command's
 exit status is the script's, and the node is gone afterwards, also when the script is
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import rabbitmq_node
+from tests.support import rabbitmq_node
 
-RUN = [sys.executable, str(Path(__file__).parents[1] / "rabbitmq_node.py"), "run", "--"]
+RUN = [sys.executable, str(Path(__file__).parents[1] / "support" / "rabbitmq_node.py"), "run", "--"]
 DEADLINE = 180.0   # a node start (about 5 s idle, much more on a loaded machine) and a stop
 
 # The harness runs no module of the compiled build: scripts/test.sh runs it on the
@@ -29,9 +29,9 @@ pytestmark = [pytest.mark.warren_only(
 # with RabbitAdmin (the management API, WARREN_TEST_MANAGEMENT), exits with status 5.
 PROBE = """
 import json, os, sys
-sys.path.insert(0, {tests!r})
-from broker_admin import RabbitAdmin
-from rabbitmq_node import amqp_handshake
+sys.path.insert(0, {root!r})
+from tests.support.broker_admin import RabbitAdmin
+from tests.support.rabbitmq_node import amqp_handshake
 admin = RabbitAdmin()
 admin.add_vhost("run-probe")
 admin.delete_vhost("run-probe")
@@ -59,7 +59,7 @@ def accepts_connections(address: str) -> bool:
 
 
 def test_the_command_reaches_the_node_and_its_status_is_the_exit_status():
-    probe = PROBE.format(tests=str(Path(__file__).parents[1]))
+    probe = PROBE.format(root=str(Path(__file__).parents[2]))
     result = subprocess.run([*RUN, sys.executable, "-c", probe], env=node_environment(),
                             capture_output=True, text=True, timeout=DEADLINE)
     assert result.returncode == 5, result.stderr

@@ -6,7 +6,7 @@ WARREN_TEST_BROKER=127.0.0.1:5673."""
 import pika
 import pytest
 
-from pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     _test_deadline, close_quietly, get_all, publish_bodies, wait_for_count,
 )
 

@@ -3,7 +3,7 @@
 import pika
 import pytest
 
-from broker_process import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.warren_only(
     "raises Warren's disk alarm through its configuration file (BrokerProcess)")

@@ -7,9 +7,9 @@ import pika
 import pytest
 from pamqp import commands
 
-from pika_helpers import _test_deadline, close_quietly  # noqa: F401  (fixture)
-from tenants import (close_connection, open_as, open_tenant, refusal_of_open,
-                     reopen_after_close, reply_to, tenant_of)
+from tests.support.pika_helpers import _test_deadline, close_quietly  # noqa: F401  (fixture)
+from tests.support.tenants import (close_connection, open_as, open_tenant, refusal_of_open,
+                                   reopen_after_close, reply_to, tenant_of)
 
 PIKA_TEST_TIMEOUT = 120   # rabbitmqctl takes about a second per call
 

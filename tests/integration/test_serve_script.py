@@ -9,7 +9,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from broker_process import LISTENING
+from tests.support.broker_process import LISTENING
 
 pytestmark = [
     pytest.mark.warren_only("starts a Warren broker with the README's start command"),

@@ -12,7 +12,7 @@ import pika
 import pika.exceptions
 import pytest
 
-from pika_helpers import (  # noqa: F401  (_test_deadline, names: fixtures)
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline, names: fixtures)
     _test_deadline, close_quietly, connect, expect_channel_error, flush, names,
     wait_until,
 )

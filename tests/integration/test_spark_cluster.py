@@ -24,8 +24,8 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from pika_helpers import close_quietly, connect, names  # noqa: F401  (names: fixture)
-from spark_support import (
+from tests.support.pika_helpers import close_quietly, connect, names  # noqa: F401  (names: fixture)
+from tests.support.spark_support import (
     StandaloneCluster, assert_example_pipeline_published, example_pipeline_bodies,
     example_pipeline_expected, kill_process_group,
     popen_group,

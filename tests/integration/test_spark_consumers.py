@@ -8,7 +8,7 @@ import gc
 import pika
 import pytest
 
-from pika_helpers import (  # noqa: F401  (names: fixture)
+from tests.support.pika_helpers import (  # noqa: F401  (names: fixture)
     _test_deadline, close_quietly, connect, names, wait_for_count,
 )
 from spark.amqp.connection import QueueConsumer

@@ -19,13 +19,13 @@ from pyspark.sql.types import (
     BinaryType, IntegerType, MapType, StringType, StructField, StructType, TimestampType,
 )
 
-from pika_helpers import (  # noqa: F401  (names: fixture)
+from tests.support.pika_helpers import (  # noqa: F401  (names: fixture)
     close_quietly, connect, names, wait_for_count, wait_until,
 )
 from spark.amqp.messages import ARROW_SCHEMA
 from spark.amqp.schema import SCHEMA
 from spark.examples.pipeline import parse_args, start_pipeline
-from spark_support import (  # noqa: F401  (spark_session: fixture)
+from tests.support.spark_support import (  # noqa: F401  (spark_session: fixture)
     assert_example_pipeline_published, example_pipeline_bodies,
     example_pipeline_expected, spark_session,
 )

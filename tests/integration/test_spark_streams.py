@@ -19,11 +19,11 @@ import pika
 import pytest
 
 from broker.testing.control_client import ControlClient
-from pika_helpers import close_quietly, connect, names  # noqa: F401  (names: fixture)
+from tests.support.pika_helpers import close_quietly, connect, names  # noqa: F401  (names: fixture)
 from spark.amqp.offsets import OffsetError, StreamOffset, parse_stream_offset
 from spark.amqp.stream_client import StreamProbe
 from spark.amqp.stream_queue_reader import StreamRange, share, split_ranges
-from spark_support import spark_session, start_stream_to_parquet  # noqa: F401  (fixture)
+from tests.support.spark_support import spark_session, start_stream_to_parquet  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow   # Spark sessions and queries: tens of seconds
 
@@ -32,7 +32,8 @@ KILL_AFTER_COMMITS = 3
 SUBPROCESS_TIMEOUT = 180  # seconds for the subprocess to commit KILL_AFTER_COMMITS batches
 # How long retention may take to show: it runs from the broker's flush every 0.2 s.
 RETENTION_WAIT = 10.0
-SPARK_SUPPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_support.py")
+SPARK_SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support",
+                             "spark_support.py")
 
 
 def amqp_url(broker) -> str:

@@ -9,8 +9,8 @@ import threading
 import pika.exceptions
 import pytest
 
-from pika_helpers import _test_deadline, close_quietly, connect, wait_until  # noqa: F401
-from stream_helpers import (
+from tests.support.pika_helpers import _test_deadline, close_quietly, connect, wait_until  # noqa: F401
+from tests.support.stream_helpers import (
     Reader, STREAM, confirm_channel, publish_confirmed, texts,
 )
 

@@ -9,7 +9,7 @@ Tests that need another configuration start a dedicated Warren.
 Against RabbitMQ: the tests that use the shared TLS broker run against a node set up
 with the same certificates and settings (they are what RabbitMQ answers too):
 
-    python tests/integration/tls_support.py /tmp/pki      # the certificates
+    python tests/support/tls_support.py /tmp/pki      # the certificates
     # rabbitmq.conf: listeners.tcp.default = 5683, listeners.ssl.default = 5684,
     # ssl_options.{cacertfile,certfile,keyfile} = /tmp/pki/{ca,server}.pem, server.key,
     # ssl_options.verify = verify_peer, ssl_options.fail_if_no_peer_cert = false,
@@ -34,13 +34,13 @@ import pytest
 from cryptography import x509
 
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
-from broker_process import BrokerProcess
-from bystander import RunningBystander
-from java_support import java_programs  # noqa: F401  (fixture)
-from raw_amqp import (PIKA_CAPABILITIES, PROTOCOL_HEADER, PeerClosed, RawAmqpClient,
-                      read_socket_until_closed, start_ok_frame)
+from tests.support.broker_process import BrokerProcess
+from tests.support.bystander import RunningBystander
+from tests.support.java_support import java_programs  # noqa: F401  (fixture)
+from tests.support.raw_amqp import (PIKA_CAPABILITIES, PROTOCOL_HEADER, PeerClosed, RawAmqpClient,
+                                    read_socket_until_closed, start_ok_frame)
 from storage.metadata import MetadataStore, PasswordHash
-from tls_support import SERVER_NAME, client_context, make_pki
+from tests.support.tls_support import SERVER_NAME, client_context, make_pki
 
 DEADLINE = 30.0   # the longest any single wait may take on a loaded machine
 TLS_USER, TLS_PASSWORD = "tls-user", "tls-secret"

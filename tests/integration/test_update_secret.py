@@ -15,9 +15,9 @@ import pika
 import pytest
 from pamqp import commands
 
-from raw_amqp import CloseInfo, method_frame
-from tenants import (READ_DEADLINE, RawAmqpClient, close_connection, open_tenant,
-                     refusal_of_open, reply_to, tenant_of)
+from tests.support.raw_amqp import CloseInfo, method_frame
+from tests.support.tenants import (READ_DEADLINE, RawAmqpClient, close_connection, open_tenant,
+                                   refusal_of_open, reply_to, tenant_of)
 
 REFUSED_LOGIN = 403
 

@@ -6,9 +6,9 @@ the tags its user had when it logged in. Differential (WARREN_TEST_BROKER)."""
 import pika
 import pytest
 
-from pika_helpers import _test_deadline  # noqa: F401  (fixture)
-from pika_helpers import close_quietly, connect, expect_channel_error
-from tenants import tenant_of
+from tests.support.pika_helpers import _test_deadline  # noqa: F401  (fixture)
+from tests.support.pika_helpers import close_quietly, connect, expect_channel_error
+from tests.support.tenants import tenant_of
 
 PIKA_TEST_TIMEOUT = 120   # rabbitmqctl takes about a second per call
 

@@ -5,7 +5,7 @@ tests run against either broker (WARREN_TEST_BROKER, WARREN_TEST_MANAGEMENT)."""
 
 import pika
 import pytest
-from pika_helpers import close_quietly, unique
+from tests.support.pika_helpers import close_quietly, unique
 
 QUEUE_TYPE_IGNORED = ("RabbitMQ 3.10's management API ignores default_queue_type in a "
                       "vhost PUT (it shows 'undefined'); Warren keeps it")

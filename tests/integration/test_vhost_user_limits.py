@@ -3,14 +3,14 @@ max-channels), set at run time through the admin operations, refused with Rabbit
 reply code, text, class and method. Differential: with WARREN_TEST_BROKER=127.0.0.1:5673
 the same tests run against RabbitMQ, set up with rabbitmqctl.
 
-Each test has its own vhost and user (tests/integration/tenants.py)."""
+Each test has its own vhost and user (tests/support/tenants.py)."""
 
 import pytest
 from pamqp import commands
 
-from bystander import RunningBystander
-from tenants import (OpenRefused, close_connection, open_as, open_tenant, opens_in_time,
-                     refusal_of_open, reopen_after_close, reply_to, tenant_of)
+from tests.support.bystander import RunningBystander
+from tests.support.tenants import (OpenRefused, close_connection, open_as, open_tenant, opens_in_time,
+                                   refusal_of_open, reopen_after_close, reply_to, tenant_of)
 
 
 

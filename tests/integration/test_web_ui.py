@@ -1,4 +1,4 @@
-"""The web UI in a real browser (headless chromium, tests/browser.py) against a Warren
+"""The web UI in a real browser (headless chromium, tests/support/browser.py) against a Warren
 broker: what an operator does with it reaches the broker, as pika sees it.
 
 With WARREN_UI_SCREENSHOTS=docs/ui, each page's screenshot is saved there."""
@@ -9,9 +9,9 @@ import pika.exceptions
 import pytest
 from selenium.webdriver.common.by import By
 
-from browser import WebUi, chromium
-from management_client import quoted
-from pika_helpers import _test_deadline, close_quietly, connect, unique  # noqa: F401
+from tests.support.browser import WebUi, chromium
+from tests.support.management_client import quoted
+from tests.support.pika_helpers import _test_deadline, close_quietly, connect, unique  # noqa: F401
 
 pytestmark = pytest.mark.warren_only("the web UI is Warren's")
 PIKA_TEST_TIMEOUT = 120   # a browser session per test: starting chromium takes seconds

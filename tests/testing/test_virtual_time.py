@@ -27,23 +27,23 @@ def warren_broker(broker_of_the_module):
 
 
 @pytest.fixture
-def channel(warren):
+def vhost_channel(warren):
     connection = pika.BlockingConnection(warren.connection_parameters(heartbeat=0))
     yield connection.channel()
     if connection.is_open:
         connection.close()
 
 
-def ready_count(channel, queue: str) -> int:
-    return channel.queue_declare(queue, passive=True).method.message_count
+def ready_count(vhost_channel, queue: str) -> int:
+    return vhost_channel.queue_declare(queue, passive=True).method.message_count
 
 
-def next_body(channel, queue: str) -> bytes | None:
+def next_body(vhost_channel, queue: str) -> bytes | None:
     """The next message of `queue` as a consumer gets it, or None if none came within
     DELIVERY_WAIT seconds."""
-    for _method, _properties, body in channel.consume(
+    for _method, _properties, body in vhost_channel.consume(
             queue, auto_ack=True, inactivity_timeout=DELIVERY_WAIT):
-        channel.cancel()
+        vhost_channel.cancel()
         return body
     return None
 
@@ -66,59 +66,59 @@ def connection_names(warren) -> list[str]:
             for connection in reply.json()]
 
 
-def test_per_message_expiration_runs_on_the_advanced_clock(warren, channel):
-    channel.queue_declare("expired")
-    channel.queue_declare("orders", arguments={"x-dead-letter-exchange": "",
+def test_per_message_expiration_runs_on_the_advanced_clock(warren, vhost_channel):
+    vhost_channel.queue_declare("expired")
+    vhost_channel.queue_declare("orders", arguments={"x-dead-letter-exchange": "",
                                                "x-dead-letter-routing-key": "expired"})
-    channel.basic_publish("", "orders", b"order 1",
+    vhost_channel.basic_publish("", "orders", b"order 1",
                           pika.BasicProperties(expiration="60000"))
 
     warren.advance(59)
-    assert (ready_count(channel, "orders"), ready_count(channel, "expired")) == (1, 0)
+    assert (ready_count(vhost_channel, "orders"), ready_count(vhost_channel, "expired")) == (1, 0)
 
     warren.advance(2)
-    assert ready_count(channel, "orders") == 0
-    method, _properties, body = channel.basic_get("expired", auto_ack=True)
+    assert ready_count(vhost_channel, "orders") == 0
+    method, _properties, body = vhost_channel.basic_get("expired", auto_ack=True)
     assert body == b"order 1"
 
 
-def test_queue_message_ttl_runs_on_the_advanced_clock(warren, channel):
-    channel.queue_declare("orders", arguments={"x-message-ttl": 30000})
-    channel.basic_publish("", "orders", b"order 1")
+def test_queue_message_ttl_runs_on_the_advanced_clock(warren, vhost_channel):
+    vhost_channel.queue_declare("orders", arguments={"x-message-ttl": 30000})
+    vhost_channel.basic_publish("", "orders", b"order 1")
 
     warren.advance(29)
-    assert ready_count(channel, "orders") == 1
+    assert ready_count(vhost_channel, "orders") == 1
 
     warren.advance(2)
-    assert ready_count(channel, "orders") == 0
+    assert ready_count(vhost_channel, "orders") == 0
 
 
-def test_an_unused_queue_expires_on_the_advanced_clock(warren, channel):
-    channel.queue_declare("idle", arguments={"x-expires": 3600000})
+def test_an_unused_queue_expires_on_the_advanced_clock(warren, vhost_channel):
+    vhost_channel.queue_declare("idle", arguments={"x-expires": 3600000})
 
     warren.advance(3599)
     assert queue_status(warren, "idle") == 200   # a passive declare would renew it
 
     warren.advance(2)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
-        channel.queue_declare("idle", passive=True)
+        vhost_channel.queue_declare("idle", passive=True)
     assert refused.value.reply_code == 404
 
 
-def test_a_delayed_message_is_delivered_once_its_delay_has_been_advanced(warren, channel):
-    channel.exchange_declare("later", "x-delayed-message",
+def test_a_delayed_message_is_delivered_once_its_delay_has_been_advanced(warren, vhost_channel):
+    vhost_channel.exchange_declare("later", "x-delayed-message",
                              arguments={"x-delayed-type": "direct"})
-    channel.queue_declare("reminders")
-    channel.queue_bind("reminders", "later", "remind")
-    channel.basic_publish("later", "remind", b"in ten minutes",
+    vhost_channel.queue_declare("reminders")
+    vhost_channel.queue_bind("reminders", "later", "remind")
+    vhost_channel.basic_publish("later", "remind", b"in ten minutes",
                           pika.BasicProperties(headers={"x-delay": 600000}))
 
     warren.advance(599)
-    assert ready_count(channel, "reminders") == 0
+    assert ready_count(vhost_channel, "reminders") == 0
 
     warren.advance(2)
     # The due message's body is read back from disk after advance returns: consume it.
-    assert next_body(channel, "reminders") == b"in ten minutes"
+    assert next_body(vhost_channel, "reminders") == b"in ten minutes"
 
 
 def test_the_broker_drops_a_connection_that_stopped_heartbeating(warren):
@@ -142,13 +142,13 @@ def test_the_broker_drops_a_connection_that_stopped_heartbeating(warren):
         patient.close()
 
 
-def test_an_unacked_delivery_times_out_on_the_advanced_clock(warren, channel):
-    connection = channel.connection
+def test_an_unacked_delivery_times_out_on_the_advanced_clock(warren, vhost_channel):
+    connection = vhost_channel.connection
     closed_by = []
-    channel._impl.add_on_close_callback(lambda _channel, reason: closed_by.append(reason))
-    channel.queue_declare("jobs", arguments={"x-consumer-timeout": 60000})
-    channel.basic_publish("", "jobs", b"job 1")
-    channel.basic_consume("jobs", lambda *delivery: None)   # never acks
+    vhost_channel._impl.add_on_close_callback(lambda _channel, reason: closed_by.append(reason))
+    vhost_channel.queue_declare("jobs", arguments={"x-consumer-timeout": 60000})
+    vhost_channel.basic_publish("", "jobs", b"job 1")
+    vhost_channel.basic_consume("jobs", lambda *delivery: None)   # never acks
     connection.process_data_events(time_limit=DELIVERY_WAIT)
 
     warren.advance(59)
@@ -169,26 +169,26 @@ def test_advancing_by_a_negative_time_is_refused(warren):
                                   "forward; pass a finite number of seconds >= 0")
 
 
-def test_stream_publish_timestamps_follow_the_broker_clock(warren, channel):
+def test_stream_publish_timestamps_follow_the_broker_clock(warren, vhost_channel):
     """A stream stamps each message with the broker's wall clock, which advance moves:
     a consumer starting from a moment between two advances gets only what came after."""
-    channel.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
-    channel.confirm_delivery()
-    channel.basic_publish("", "events", b"before")
+    vhost_channel.queue_declare("events", durable=True, arguments={"x-queue-type": "stream"})
+    vhost_channel.confirm_delivery()
+    vhost_channel.basic_publish("", "events", b"before")
     moment = time.time() + warren.advance(0) + 60   # a minute after "before", broker time
     warren.advance(120)
-    channel.basic_publish("", "events", b"after")
-    channel.basic_qos(prefetch_count=10)
+    vhost_channel.basic_publish("", "events", b"after")
+    vhost_channel.basic_qos(prefetch_count=10)
     start = datetime.datetime.fromtimestamp(moment, datetime.timezone.utc)
     bodies = []
-    for method, _properties, body in channel.consume(
+    for method, _properties, body in vhost_channel.consume(
             "events", arguments={"x-stream-offset": start},
             inactivity_timeout=DELIVERY_WAIT):
         if method is None:
             break
-        channel.basic_ack(method.delivery_tag)
+        vhost_channel.basic_ack(method.delivery_tag)
         bodies.append(body)
         if body == b"after":
             break
-    channel.cancel()
+    vhost_channel.cancel()
     assert bodies == [b"after"]

@@ -10,14 +10,14 @@ from broker.testing import WaitTimeout
 
 
 @pytest.fixture
-def channel(warren):
+def vhost_channel(warren):
     connection = pika.BlockingConnection(warren.connection_parameters())
     yield connection.channel()
     connection.close()
 
 
-def publish(channel, routing_key: str, message_id: str, exchange: str = "") -> None:
-    channel.basic_publish(exchange, routing_key, b"body",
+def publish(vhost_channel, routing_key: str, message_id: str, exchange: str = "") -> None:
+    vhost_channel.basic_publish(exchange, routing_key, b"body",
                           pika.BasicProperties(message_id=message_id))
 
 
@@ -37,8 +37,8 @@ class AckingConsumer:
             self.connection.process_data_events(time_limit=0.05)
         self.connection.close()
 
-    def _ack(self, channel, method, _properties, _body) -> None:
-        channel.basic_ack(method.delivery_tag)
+    def _ack(self, vhost_channel, method, _properties, _body) -> None:
+        vhost_channel.basic_ack(method.delivery_tag)
 
     def __enter__(self) -> "AckingConsumer":
         self.thread.start()
@@ -49,30 +49,30 @@ class AckingConsumer:
         self.thread.join()
 
 
-def test_wait_for_consumer_and_acks_of_a_consumer_on_another_thread(warren, channel):
-    channel.queue_declare("jobs")
+def test_wait_for_consumer_and_acks_of_a_consumer_on_another_thread(warren, vhost_channel):
+    vhost_channel.queue_declare("jobs")
     with AckingConsumer(warren, "jobs"):
         warren.wait_for_consumer("jobs")
         for number in range(3):
-            publish(channel, "jobs", f"job-{number}")
+            publish(vhost_channel, "jobs", f"job-{number}")
         warren.wait_until_acked("jobs", count=3, message_id="job-2")
         warren.wait_until_empty("jobs")
         assert warren.queue("jobs").consumers == 1
 
 
-def test_wait_for_consumer_times_out_saying_how_many_there_are(warren, channel):
-    channel.queue_declare("jobs")
-    publish(channel, "jobs", "j")
+def test_wait_for_consumer_times_out_saying_how_many_there_are(warren, vhost_channel):
+    vhost_channel.queue_declare("jobs")
+    publish(vhost_channel, "jobs", "j")
     with pytest.raises(WaitTimeout) as timeout:
         warren.wait_for_consumer("jobs", timeout=0.3)
     assert str(timeout.value) == ("wait_for_consumer('jobs', count=1): in 0.3 s, queue "
                                   "'jobs' has 1 ready, 0 unacked, 0 consumers")
 
 
-def test_wait_for_binding(warren, channel):
-    channel.exchange_declare("events", "direct")
-    channel.queue_declare("audit")
-    channel.queue_bind("audit", "events", "created")
+def test_wait_for_binding(warren, vhost_channel):
+    vhost_channel.exchange_declare("events", "direct")
+    vhost_channel.queue_declare("audit")
+    vhost_channel.queue_bind("audit", "events", "created")
     warren.wait_for_binding("events", "audit")
     warren.wait_for_binding("events", "audit", routing_key="created")
     with pytest.raises(WaitTimeout) as timeout:
@@ -89,10 +89,10 @@ def test_wait_for_binding_to_a_missing_exchange(warren):
                                   f"'{warren.vhost}' has no exchange 'events'")
 
 
-def test_wait_until_published(warren, channel):
-    channel.exchange_declare("events", "topic")
-    publish(channel, "order.created", "1", exchange="events")
-    publish(channel, "order.paid", "2", exchange="events")
+def test_wait_until_published(warren, vhost_channel):
+    vhost_channel.exchange_declare("events", "topic")
+    publish(vhost_channel, "order.created", "1", exchange="events")
+    publish(vhost_channel, "order.paid", "2", exchange="events")
     warren.wait_until_published("events", count=2)
     warren.wait_until_published("events", routing_key="order.paid")
     with pytest.raises(WaitTimeout) as timeout:
@@ -104,12 +104,12 @@ def test_wait_until_published(warren, channel):
         "exchanges published to: [])")
 
 
-def test_wait_until_acked_times_out_with_the_acks_and_the_queue(warren, channel):
-    channel.queue_declare("orders")
+def test_wait_until_acked_times_out_with_the_acks_and_the_queue(warren, vhost_channel):
+    vhost_channel.queue_declare("orders")
     for message_id in "abc":
-        publish(channel, "orders", message_id)
-    method, _properties, _body = channel.basic_get("orders")
-    channel.basic_ack(method.delivery_tag)
+        publish(vhost_channel, "orders", message_id)
+    method, _properties, _body = vhost_channel.basic_get("orders")
+    vhost_channel.basic_ack(method.delivery_tag)
     with pytest.raises(WaitTimeout) as timeout:
         warren.wait_until_acked("orders", count=3, timeout=0.5)
     assert str(timeout.value) == (
@@ -117,14 +117,14 @@ def test_wait_until_acked_times_out_with_the_acks_and_the_queue(warren, channel)
         "'orders' has 2 ready, 0 unacked, 0 consumers")
 
 
-def test_nacks_and_rejects_are_told_apart(warren, channel):
-    channel.queue_declare("orders")
-    publish(channel, "orders", "n")
-    publish(channel, "orders", "r")
-    nacked, _, _ = channel.basic_get("orders")
-    rejected, _, _ = channel.basic_get("orders")
-    channel.basic_nack(nacked.delivery_tag, requeue=False)
-    channel.basic_reject(rejected.delivery_tag, requeue=False)
+def test_nacks_and_rejects_are_told_apart(warren, vhost_channel):
+    vhost_channel.queue_declare("orders")
+    publish(vhost_channel, "orders", "n")
+    publish(vhost_channel, "orders", "r")
+    nacked, _, _ = vhost_channel.basic_get("orders")
+    rejected, _, _ = vhost_channel.basic_get("orders")
+    vhost_channel.basic_nack(nacked.delivery_tag, requeue=False)
+    vhost_channel.basic_reject(rejected.delivery_tag, requeue=False)
     warren.wait_until_nacked("orders", message_id="n")
     warren.wait_until_rejected("orders", message_id="r")
     with pytest.raises(WaitTimeout) as timeout:
@@ -134,27 +134,27 @@ def test_nacks_and_rejects_are_told_apart(warren, channel):
         "['n']; also {'reject': 1}); queue 'orders' has 0 ready, 0 unacked, 0 consumers")
 
 
-def test_wait_until_empty_times_out_with_what_is_left(warren, channel):
-    channel.queue_declare("orders")
-    publish(channel, "orders", "a")
-    publish(channel, "orders", "b")
-    channel.basic_get("orders")
+def test_wait_until_empty_times_out_with_what_is_left(warren, vhost_channel):
+    vhost_channel.queue_declare("orders")
+    publish(vhost_channel, "orders", "a")
+    publish(vhost_channel, "orders", "b")
+    vhost_channel.basic_get("orders")
     with pytest.raises(WaitTimeout) as timeout:
         warren.wait_until_empty("orders", timeout=0.3)
     assert str(timeout.value) == ("wait_until_empty('orders'): in 0.3 s, queue 'orders' "
                                   "has 1 ready, 1 unacked, 0 consumers")
 
 
-def test_wait_until_dead_lettered_while_another_thread_waits(warren, channel):
-    channel.exchange_declare("dlx", "fanout")
-    channel.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
-    publish(channel, "orders", "late")
+def test_wait_until_dead_lettered_while_another_thread_waits(warren, vhost_channel):
+    vhost_channel.exchange_declare("dlx", "fanout")
+    vhost_channel.queue_declare("orders", arguments={"x-dead-letter-exchange": "dlx"})
+    publish(vhost_channel, "orders", "late")
     outcome = []
     waiting = threading.Thread(target=lambda: outcome.append(
         _raised(warren.wait_until_dead_lettered, "orders", message_id="late")))
     waiting.start()
-    method, _properties, _body = channel.basic_get("orders")
-    channel.basic_reject(method.delivery_tag, requeue=False)
+    method, _properties, _body = vhost_channel.basic_get("orders")
+    vhost_channel.basic_reject(method.delivery_tag, requeue=False)
     waiting.join()
     assert outcome == [None]
     with pytest.raises(WaitTimeout) as timeout:

@@ -12,37 +12,37 @@ from broker.core.ports import DeleteQueue, SaveBinding, SaveExchange, SaveQueue
 
 
 @pytest.fixture
-def broker():
-    broker = Broker()
-    admin = Administration(broker)
+def core_broker():
+    core_broker = Broker()
+    admin = Administration(core_broker)
     admin.add_user("alice", password="pw", tags=["management"])
     admin.set_permissions("alice", "/", "^alice-", "^alice-", "^alice-")
-    broker.persistence.take_pending()
-    return broker
+    core_broker.persistence.take_pending()
+    return core_broker
 
 
 @pytest.fixture
-def admin(broker):
-    return Administration(broker)
+def admin(core_broker):
+    return Administration(core_broker)
 
 
-def journal(broker):
-    changes, _stores, _writes = broker.persistence.take_pending()
+def journal(core_broker):
+    changes, _stores, _writes = core_broker.persistence.take_pending()
     return [type(entry) for entry in changes]
 
 
-def test_the_operator_declares_binds_and_deletes_durable_objects(broker, admin):
+def test_the_operator_declares_binds_and_deletes_durable_objects(core_broker, admin):
     admin.declare_exchange("/", "orders", "topic")
     admin.declare_queue("/", "orders.eu", arguments={"x-max-length": 10})
     admin.bind("/", "orders", "queue", "orders.eu", "eu.#")
-    assert journal(broker) == [SaveExchange, SaveQueue, SaveBinding]
-    vhost = broker.vhosts["/"]
+    assert journal(core_broker) == [SaveExchange, SaveQueue, SaveBinding]
+    vhost = core_broker.vhosts["/"]
     assert [queue.name for queue in vhost.route(
         vhost.exchanges["orders"], Message("orders", "eu.fr", b"", b"x"), [])] == ["orders.eu"]
     admin.unbind("/", "orders", "queue", "orders.eu", "eu.#")
     assert admin.delete_queue("/", "orders.eu") == 0
     assert "orders.eu" not in vhost.queues
-    assert DeleteQueue in journal(broker)
+    assert DeleteQueue in journal(core_broker)
 
 
 def test_a_user_is_held_to_its_permissions_with_rabbitmqs_reply_codes(admin):
@@ -68,9 +68,9 @@ def test_missing_objects_are_404(admin):
         assert missing.value.reply_code == 404
 
 
-def test_purge_counts_the_ready_messages(broker, admin):
+def test_purge_counts_the_ready_messages(core_broker, admin):
     admin.declare_queue("/", "work", durable=False)
-    queue = broker.vhosts["/"].queues["work"]
+    queue = core_broker.vhosts["/"].queues["work"]
     for body in (b"a", b"b"):
         queue.enqueue(Message("", "work", b"", body))
     assert admin.purge_queue("/", "work") == 2

@@ -1,9 +1,9 @@
-"""The client-flake rule of tests/client_flakes.py, without Go: `go test -v` outputs are
+"""The client-flake rule of tests/support/client_flakes.py, without Go: `go test -v` outputs are
 made here, reruns are answered by a fake, and the verdict is checked."""
 
 import pytest
 
-from client_flakes import (ClientFlake, ClientRace, GoTestRun, SuiteFailed, flake_lines,
+from tests.support.client_flakes import (ClientFlake, ClientRace, GoTestRun, SuiteFailed, flake_lines,
                            judge_go_run)
 
 RACY = "TestRacyInsideTheClient"

@@ -1,8 +1,8 @@
 """In-process fuzzing of the frame decoder and the connection state machine.
 
 Each hypothesis example draws one seed, and a `random.Random` with that seed makes every
-decision of the grammar of tests/amqp_grammar.py and of the mutations of
-tests/amqp_mutation.py, over the recorded seed sessions of tests/fuzz_seed_sessions/.
+decision of the grammar of tests/support/amqp_grammar.py and of the mutations of
+tests/support/amqp_mutation.py, over the recorded seed sessions of tests/fuzz_seed_sessions/.
 (A hypothesis draw costs about 0.25 ms and a session takes a few hundred decisions:
 drawing each one spent nine tenths of the test's time in hypothesis.) Runs are
 derandomized: the same code gives the same examples, so a failure in the suite
@@ -23,11 +23,11 @@ from pamqp import commands
 import amqp_codec.decoder as decoder_module
 import broker.core.connection as connection_module
 from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
-from amqp_grammar import (PROTOCOL_HEADER, RandomChoices, field_table, handshake_frames,
-                          session_frames)
-from amqp_mutation import fuzz_session, mutate_frame, read_cuts, split_frames
+from tests.support.amqp_grammar import (PROTOCOL_HEADER, RandomChoices, field_table, handshake_frames,
+                                        session_frames)
+from tests.support.amqp_mutation import fuzz_session, mutate_frame, read_cuts, split_frames
 from core_fuzz_target import run_session
-from fuzz_seeds import SEED_DIR, load_seed_sessions
+from tests.support.fuzz_seeds import SEED_DIR, load_seed_sessions
 
 SEEDS = load_seed_sessions()
 # No shrinking in the suite: it can take minutes on these inputs, and the failure

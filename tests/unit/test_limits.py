@@ -17,10 +17,10 @@ from core_harness import RecordingTransport, kinds
 class Login:
     """A client connection of `user` on `vhost` driven through the handshake."""
 
-    def __init__(self, broker: Broker, user: str = "guest", vhost: str = "/",
+    def __init__(self, core_broker: Broker, user: str = "guest", vhost: str = "/",
                  password: str = "pw"):
         self.transport = RecordingTransport()
-        self.connection = Connection(broker, self.transport, "test")
+        self.connection = Connection(core_broker, self.transport, "test")
         self.connection.start()
         self.method(0, commands.Connection.StartOk(
             client_properties={"capabilities": {}}, mechanism="PLAIN",
@@ -60,53 +60,53 @@ def channel_close(replies: list) -> commands.Channel.Close:
 
 
 @pytest.fixture
-def broker():
+def core_broker():
     """A broker with vhost "v", and users alice and bob with full access to "/" and
     "v" (guest has "/" only)."""
-    broker = Broker()
-    admin = Administration(broker)
+    core_broker = Broker()
+    admin = Administration(core_broker)
     admin.add_vhost("v")
     for user in ("alice", "bob"):
         admin.add_user(user, password="pw")
         for vhost in ("/", "v"):
             admin.set_permissions(user, vhost, ".*", ".*", ".*")
-    return broker
+    return core_broker
 
 
 @pytest.fixture
-def admin(broker):
-    return Administration(broker)
+def admin(core_broker):
+    return Administration(core_broker)
 
 
 # -- vhost max-connections -----------------------------------------------------------
 
-def test_vhost_connection_limit_refuses_the_next_open_with_530(broker, admin):
+def test_vhost_connection_limit_refuses_the_next_open_with_530(core_broker, admin):
     admin.set_vhost_limits("v", {"max-connections": 2})
-    first, second = Login(broker, "alice", "v"), Login(broker, "bob", "v")
+    first, second = Login(core_broker, "alice", "v"), Login(core_broker, "bob", "v")
     assert first.opened and second.opened
-    assert Login(broker, "alice", "/").opened          # other vhosts do not count
-    third = Login(broker, "alice", "v")
+    assert Login(core_broker, "alice", "/").opened          # other vhosts do not count
+    third = Login(core_broker, "alice", "v")
     close = connection_close(third.open_replies)
     assert (close.reply_code, close.class_id, close.method_id) == (530, 10, 40)
     assert close.reply_text == ("NOT_ALLOWED - access to vhost 'v' refused for user "
                                 "'alice': connection limit (2) is reached")
     first.close()
-    assert Login(broker, "alice", "v").opened          # the closed one freed its place
+    assert Login(core_broker, "alice", "v").opened          # the closed one freed its place
 
 
-def test_zero_allows_no_connection_and_a_negative_limit_is_no_limit(broker, admin):
+def test_zero_allows_no_connection_and_a_negative_limit_is_no_limit(core_broker, admin):
     admin.set_vhost_limits("v", {"max-connections": 0})
-    close = connection_close(Login(broker, "alice", "v").open_replies)
+    close = connection_close(Login(core_broker, "alice", "v").open_replies)
     assert close.reply_text.endswith("connection limit (0) is reached")
     admin.set_vhost_limits("v", {"max-connections": -1})
-    assert all(Login(broker, "alice", "v").opened for _ in range(5))
+    assert all(Login(core_broker, "alice", "v").opened for _ in range(5))
 
 
-def test_lowering_a_limit_closes_nothing_and_refuses_the_next(broker, admin):
-    open_ones = [Login(broker, "alice", "v") for _ in range(3)]
+def test_lowering_a_limit_closes_nothing_and_refuses_the_next(core_broker, admin):
+    open_ones = [Login(core_broker, "alice", "v") for _ in range(3)]
     open_ones[0].open_channel(1)
     admin.set_vhost_limits("v", {"max-connections": 1})
-    assert not Login(broker, "bob", "v").opened
+    assert not Login(core_broker, "bob", "v").opened
     for login in open_ones:
         assert not login.transport.closed
     assert kinds(open_ones[0].declare("q")) == [(1, commands.Queue.DeclareOk)]
@@ -114,68 +114,68 @@ def test_lowering_a_limit_closes_nothing_and_refuses_the_next(broker, admin):
 
 # -- the order of the checks at Connection.Open -----------------------------------------
 
-def test_an_unknown_vhost_is_refused_before_any_limit(broker, admin):
+def test_an_unknown_vhost_is_refused_before_any_limit(core_broker, admin):
     admin.set_user_limits("alice", {"max-connections": 0})
-    close = connection_close(Login(broker, "alice", "nope").open_replies)
+    close = connection_close(Login(core_broker, "alice", "nope").open_replies)
     assert (close.reply_code, close.reply_text) == (530, "NOT_ALLOWED - vhost nope not found")
 
 
-def test_the_vhost_limit_comes_before_the_user_limit_and_both_before_access(broker, admin):
+def test_the_vhost_limit_comes_before_the_user_limit_and_both_before_access(core_broker, admin):
     admin.add_user("carol", password="pw")      # no permissions anywhere
     admin.set_vhost_limits("v", {"max-connections": 0})
     admin.set_user_limits("carol", {"max-connections": 0})
-    close = connection_close(Login(broker, "carol", "v").open_replies)
+    close = connection_close(Login(core_broker, "carol", "v").open_replies)
     assert "connection limit (0) is reached" in close.reply_text
     assert close.reply_text.startswith("NOT_ALLOWED - access to vhost 'v'")
     admin.clear_vhost_limits("v")
-    close = connection_close(Login(broker, "carol", "v").open_replies)
+    close = connection_close(Login(core_broker, "carol", "v").open_replies)
     assert close.reply_text == ("NOT_ALLOWED - connection refused for user 'carol': user "
                                 "connection limit (0) is reached")
     admin.clear_user_limits("carol")
-    close = connection_close(Login(broker, "carol", "v").open_replies)
+    close = connection_close(Login(core_broker, "carol", "v").open_replies)
     assert close.reply_text == "NOT_ALLOWED - access to vhost 'v' refused for user 'carol'"
 
 
 # -- user max-connections ------------------------------------------------------------
 
-def test_user_connection_limit_counts_every_vhost_of_the_user(broker, admin):
+def test_user_connection_limit_counts_every_vhost_of_the_user(core_broker, admin):
     admin.set_user_limits("alice", {"max-connections": 2})
-    assert Login(broker, "alice", "/").opened and Login(broker, "alice", "v").opened
-    close = connection_close(Login(broker, "alice", "/").open_replies)
+    assert Login(core_broker, "alice", "/").opened and Login(core_broker, "alice", "v").opened
+    close = connection_close(Login(core_broker, "alice", "/").open_replies)
     assert (close.reply_code, close.class_id, close.method_id) == (530, 10, 40)
     assert close.reply_text == ("NOT_ALLOWED - connection refused for user 'alice': user "
                                 "connection limit (2) is reached")
-    assert Login(broker, "bob", "/").opened
+    assert Login(core_broker, "bob", "/").opened
 
 
-def test_a_connection_the_broker_closed_is_uncounted_once(broker, admin):
+def test_a_connection_the_broker_closed_is_uncounted_once(core_broker, admin):
     admin.set_user_limits("alice", {"max-connections": 2})
-    closed_by_broker, kept = Login(broker, "alice"), Login(broker, "alice")
+    closed_by_broker, kept = Login(core_broker, "alice"), Login(core_broker, "alice")
     closed_by_broker.open_channel(1)
     assert connection_close(closed_by_broker.open_channel(1)).reply_code == 504  # reopened
     closed_by_broker.connection.lost()      # then its socket goes: counted out once
-    assert kept.opened and Login(broker, "alice").opened
-    assert not Login(broker, "alice").opened
+    assert kept.opened and Login(core_broker, "alice").opened
+    assert not Login(core_broker, "alice").opened
 
 
 # -- user max-channels ---------------------------------------------------------------
 
-def test_user_channel_limit_is_a_connection_error_across_connections(broker, admin):
+def test_user_channel_limit_is_a_connection_error_across_connections(core_broker, admin):
     admin.set_user_limits("alice", {"max-channels": 2})
-    first, second = Login(broker, "alice"), Login(broker, "alice", "v")
+    first, second = Login(core_broker, "alice"), Login(core_broker, "alice", "v")
     assert kinds(first.open_channel(1)) == [(1, commands.Channel.OpenOk)]
     assert kinds(second.open_channel(1)) == [(1, commands.Channel.OpenOk)]
     close = connection_close(second.open_channel(2))
     assert (close.reply_code, close.class_id, close.method_id) == (530, 0, 0)
     assert close.reply_text == ("NOT_ALLOWED - number of channels opened for user "
                                 "'alice' has reached the maximum allowed user limit of (2)")
-    bob = Login(broker, "bob")
+    bob = Login(core_broker, "bob")
     assert kinds(bob.open_channel(1)) == [(1, commands.Channel.OpenOk)]
 
 
-def test_every_way_a_channel_ends_gives_its_place_back_once(broker, admin):
+def test_every_way_a_channel_ends_gives_its_place_back_once(core_broker, admin):
     admin.set_user_limits("alice", {"max-channels": 3})
-    login = Login(broker, "alice")
+    login = Login(core_broker, "alice")
     for number in (1, 2, 3):
         login.open_channel(number)
     login.method(1, commands.Channel.Close(reply_code=200, reply_text="", class_id=0,
@@ -185,18 +185,18 @@ def test_every_way_a_channel_ends_gives_its_place_back_once(broker, admin):
                                                                    passive=True)))
     assert closed.reply_code == 404                                     # error close
     login.method(4, commands.Channel.CloseOk())
-    other = Login(broker, "alice", "v")
+    other = Login(core_broker, "alice", "v")
     assert kinds(other.open_channel(1)) == [(1, commands.Channel.OpenOk)]
     assert connection_close(other.open_channel(2)).reply_code == 530    # 2 + 1 open
     login.close()                                                       # connection close
-    third = Login(broker, "alice")
+    third = Login(core_broker, "alice")
     for number in (1, 2, 3):
         assert kinds(third.open_channel(number)) == [(number, commands.Channel.OpenOk)]
     assert connection_close(third.open_channel(4)).reply_code == 530
 
 
-def test_lowering_the_channel_limit_leaves_open_channels_working(broker, admin):
-    login = Login(broker, "alice")
+def test_lowering_the_channel_limit_leaves_open_channels_working(core_broker, admin):
+    login = Login(core_broker, "alice")
     login.open_channel(1)
     login.open_channel(2)
     admin.set_user_limits("alice", {"max-channels": 1})
@@ -206,9 +206,9 @@ def test_lowering_the_channel_limit_leaves_open_channels_working(broker, admin):
 
 # -- vhost max-queues ----------------------------------------------------------------
 
-def test_queue_limit_counts_exclusive_and_server_named_queues(broker, admin):
+def test_queue_limit_counts_exclusive_and_server_named_queues(core_broker, admin):
     admin.set_vhost_limits("v", {"max-queues": 2})
-    login = Login(broker, "alice", "v")
+    login = Login(core_broker, "alice", "v")
     login.open_channel(1)
     assert kinds(login.declare("q1")) == [(1, commands.Queue.DeclareOk)]
     assert kinds(login.declare("", exclusive=True)) == [(1, commands.Queue.DeclareOk)]
@@ -224,8 +224,8 @@ def test_queue_limit_counts_exclusive_and_server_named_queues(broker, admin):
     assert not login.transport.closed
 
 
-def test_redeclaring_an_existing_queue_is_not_refused(broker, admin):
-    login = Login(broker, "alice", "v")
+def test_redeclaring_an_existing_queue_is_not_refused(core_broker, admin):
+    login = Login(core_broker, "alice", "v")
     login.open_channel(1)
     login.declare("q1")
     login.declare("q2")
@@ -240,9 +240,9 @@ def test_redeclaring_an_existing_queue_is_not_refused(broker, admin):
     assert kinds(login.declare("q3")) == [(1, commands.Queue.DeclareOk)]
 
 
-def test_the_queue_limit_is_checked_after_the_name_and_before_the_arguments(broker, admin):
+def test_the_queue_limit_is_checked_after_the_name_and_before_the_arguments(core_broker, admin):
     admin.set_vhost_limits("v", {"max-queues": 0})
-    login = Login(broker, "alice", "v")
+    login = Login(core_broker, "alice", "v")
     login.open_channel(1)
     assert channel_close(login.declare("amq.q")).reply_code == 403
     login.method(1, commands.Channel.CloseOk())
@@ -251,7 +251,7 @@ def test_the_queue_limit_is_checked_after_the_name_and_before_the_arguments(brok
     assert "queue limit in vhost 'v' (0) is reached" in close.reply_text
 
 
-def test_a_deleted_vhost_or_user_takes_its_limits_along(broker, admin):
+def test_a_deleted_vhost_or_user_takes_its_limits_along(core_broker, admin):
     admin.set_vhost_limits("v", {"max-connections": 0})
     admin.set_user_limits("bob", {"max-connections": 0})
     admin.delete_vhost("v")
@@ -259,5 +259,5 @@ def test_a_deleted_vhost_or_user_takes_its_limits_along(broker, admin):
     admin.add_vhost("v")
     admin.add_user("bob", password="pw")
     admin.set_permissions("bob", "v", ".*", ".*", ".*")
-    assert Login(broker, "bob", "v").opened
+    assert Login(core_broker, "bob", "v").opened
 

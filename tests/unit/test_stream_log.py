@@ -815,6 +815,7 @@ def test_appends_syncs_and_reads_on_three_threads(tmp_path):
 
 # -- scale ------------------------------------------------------------------------------
 
+@pytest.mark.slow    # about 30 s: out of the quick loop (scripts/test.sh --quick)
 def test_a_million_messages_round_trip_in_order_with_a_small_index(tmp_path):
     count = 1_000_000
     stream = StreamLog(tmp_path / "s", max_segment_bytes=8 * 1024 * 1024)
