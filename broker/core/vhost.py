@@ -1,8 +1,6 @@
 """A virtual host: its exchanges, queues and bindings, and routing between them."""
 
-import base64
 import logging
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -33,6 +31,7 @@ from .persistence import Persistence
 from .ports import (DeleteBinding, DeleteExchange, DeleteQueue, SaveBinding,
                     SaveExchange, SaveQueue)
 from .scheduler import Scheduler
+from .server_names import server_named
 
 if TYPE_CHECKING:
     from .access_control import ChannelAccess
@@ -58,11 +57,6 @@ class VhostMetadata:
     description: str = ""
     tags: tuple[str, ...] = ()
     default_queue_type: str | None = None
-
-
-def server_named(prefix: str) -> str:
-    """A unique name like RabbitMQ's: `amq.gen-` + 22 url-safe base64 characters."""
-    return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
 class VirtualHost:
