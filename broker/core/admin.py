@@ -30,7 +30,7 @@ from .errors import ChannelError, ConnectionFailure
 from .limits import USER_LIMITS, VHOST_LIMITS
 from .passwords import SHA256_ALGORITHM, hash_password
 from .policy import OPERATOR_POLICY, POLICY, Policy, PolicyError, make_policy
-from .queue_type_arguments import QUEUE_TYPE_ARGUMENTS
+from .queue_types import QUEUE_TYPES
 from .vhost import VhostMetadata
 from .ports import (DeletePermissions, DeletePolicy, DeleteTopicPermissions, DeleteUser,
                     DeleteVhost, SavePermissions, SavePolicy, SaveTopicPermissions,
@@ -438,10 +438,10 @@ def checked_vhost_metadata(description: object, tags: object,
     if not isinstance(description, str):
         raise AdminError(f"a vhost's description is a string, not {description!r}")
     if default_queue_type is not None and (not isinstance(default_queue_type, str) or
-                                           default_queue_type not in QUEUE_TYPE_ARGUMENTS):
+                                           default_queue_type not in QUEUE_TYPES):
         raise AdminError(f"invalid_queue_type: the default queue type "
                          f"{default_queue_type!r} is not one of "
-                         f"{', '.join(QUEUE_TYPE_ARGUMENTS)}")
+                         f"{', '.join(QUEUE_TYPES)}")
     return VhostMetadata(description, _tags(tags), default_queue_type)
 
 

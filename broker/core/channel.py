@@ -20,10 +20,11 @@ from .message import CHECKED_HIGH_BITS, USER_ID_BIT, Message, PublishedMessage, 
 from .message_stats import MessageCounts
 from .observation import ACK, REJECT
 from .queue_base import Consumer, QueueBase
-from .queue_type_arguments import refuse_other_types_consumer_arguments
+from .queue_types import refuse_other_types_consumer_arguments
 from .sender_routing import sender_routed
+from .server_names import server_named
 from .stream_queue import DeliveredOffset
-from .vhost import VirtualHost, server_named
+from .vhost import VirtualHost
 
 if TYPE_CHECKING:
     from .connection import Connection

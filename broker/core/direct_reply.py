@@ -1,7 +1,7 @@
 """Direct reply-to (RabbitMQ's amq.rabbitmq.reply-to): RPC replies go straight to the
 requesting channel's consumer, with no reply queue."""
 
-from .vhost import server_named
+from .server_names import server_named
 
 REPLY_QUEUE = "amq.rabbitmq.reply-to"
 REPLY_PREFIX = REPLY_QUEUE + "."

@@ -4,8 +4,9 @@ x-arguments.
 
 - A policy matches an entity when its pattern (a regular expression, unanchored) is
   found in the entity's name, its apply-to covers the entity's kind, and none of its
-  definition's keys is one the entity's queue type does not support (a policy with
-  `max-age` does not match a classic queue at all, one with `max-length` no stream).
+  definition's keys is one the entity's queue type does not support (its kind's
+  `unsupported_policy_keys`, queue_types.py: a policy with `max-age` does not match a
+  classic queue at all, one with `max-length` no stream).
 - Of the matching policies the one with the highest priority applies; RabbitMQ leaves
   the choice between equal priorities to the order of its parameter table, Warren takes
   the name that sorts first. Operator policies are chosen the same way, separately.
@@ -59,22 +60,6 @@ NOT_IMPLEMENTED = frozenset([
     "ha-promote-on-failure", "queue-master-locator", "federation-upstream",
     "federation-upstream-set", "single-active-consumer", "max-priority"])
 
-# Keys whose policy does not match a queue of that type (RabbitMQ's
-# `unsupported_policies` capability of each queue type).
-CLASSIC_UNSUPPORTED = frozenset(["max-age", "stream-max-segment-size-bytes",
-                                 "queue-leader-locator", "initial-cluster-size",
-                                 "delivery-limit", "dead-letter-strategy"])
-STREAM_UNSUPPORTED = frozenset([
-    "expires", "message-ttl", "dead-letter-exchange", "dead-letter-routing-key",
-    "max-length", "max-in-memory-length", "max-in-memory-bytes", "max-priority",
-    "overflow", "queue-mode", "single-active-consumer", "delivery-limit", "ha-mode",
-    "ha-params", "ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure",
-    "queue-master-locator", "dead-letter-strategy"])
-QUORUM_UNSUPPORTED = frozenset([
-    "max-priority", "queue-mode", "single-active-consumer", "ha-mode", "ha-params",
-    "ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure",
-    "queue-master-locator", "max-age", "stream-max-segment-size-bytes",
-    "queue-leader-locator", "initial-cluster-size"])
 # Keys of an operator policy and a policy that both apply: the lower value wins.
 _MERGED_BY_MINIMUM = frozenset(["message-ttl", "max-length", "max-length-bytes",
                                 "expires", "delivery-limit"])

@@ -142,7 +142,8 @@ class PriorityReady:
 
 
 class PriorityQueue(Queue):
-    """A classic queue with x-max-priority 1-255 (vhost.py picks this class then)."""
+    """A classic queue with x-max-priority 1-255 (queue_types.kind_of picks this class
+    then)."""
 
     tail_in_parts = False
 

@@ -2,18 +2,16 @@
 
 Unknown arguments are accepted and kept, as RabbitMQ does. A known argument with an
 unacceptable value is a 406, worded like RabbitMQ's; so is, on a new queue, a known
-argument its queue type does not take. A redeclaration compares only the arguments of
-the queue's type (QUEUE_TYPE_ARGUMENTS), as RabbitMQ 3.10 does.
+argument its queue type does not take (queue_types.py). A redeclaration compares only
+the arguments of the queue's type (its kind's queue_arguments), as RabbitMQ 3.10 does.
 """
 
 from amqp_codec.field_table import text_value
 
 from .errors import precondition_failed
-from .queue_type_arguments import QUEUE_TYPE_ARGUMENTS, queue_type_of
 from .exchange import field_type_name, freeze_arguments
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-ACCEPTED_QUEUE_TYPES = ("classic", "quorum", "stream")
 DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
 QUEUE_MODES = ("default", "lazy")
 QUEUE_VERSIONS = (1, 2)
@@ -150,22 +148,22 @@ def validate_queue_arguments(arguments: dict, queue: str, vhost: str) -> None:
         raise precondition_failed(
             f"invalid arg 'x-dead-letter-routing-key' for queue '{queue}' in vhost "
             f"'{vhost}': routing_key_but_no_dlx_defined")
-    queue_type = queue_type_of(arguments)
-    if queue_type not in ACCEPTED_QUEUE_TYPES:
-        raise precondition_failed(
-            f"invalid arg 'x-queue-type' for queue '{queue}' in vhost '{vhost}': "
-            f"Warren implements classic, quorum (one replica) and stream queues, "
-            f"not '{queue_type}'")
 
 
-def check_arguments_equivalent(received: dict, current: dict, queue: str,
-                               vhost: str) -> None:
+def queue_type_of(arguments: dict) -> object:
+    """The x-queue-type the arguments name ("classic" when none), as text if it is."""
+    return text_value((arguments or {}).get("x-queue-type", "classic"))
+
+
+def check_arguments_equivalent(received: dict, current: dict, compared: tuple[str, ...],
+                               queue: str, vhost: str) -> None:
     """A redeclaration as RabbitMQ 3.10 checks it: the same queue type, and the same
-    value (or absence) of each argument that type takes; other arguments are ignored."""
+    value (or absence) of each argument that type takes (`compared`, in its order);
+    other arguments are ignored."""
     received = received or {}
     if queue_type_of(received) != queue_type_of(current):
         _refuse_inequivalent("x-queue-type", received, current, queue, vhost)
-    for name in QUEUE_TYPE_ARGUMENTS.get(queue_type_of(current), ()):
+    for name in compared:
         if freeze_arguments({"v": received.get(name)}) != freeze_arguments(
                 {"v": current.get(name)}):
             _refuse_inequivalent(name, received, current, queue, vhost)

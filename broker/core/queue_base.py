@@ -1,16 +1,16 @@
 """What every kind of queue shares. Classic queues (queue.py) and stream queues
 (stream_queue.py) derive from QueueBase; channels, the virtual host and the server hold
-every queue as a QueueBase, whatever its kind."""
+every queue as a QueueBase, whatever its kind. What each kind is, may be and takes is in
+its record (queue_types.py), which a queue reaches as `queue.kind`."""
 
 from abc import abstractmethod
 from collections import deque
-from typing import TYPE_CHECKING, Generic, TypeVar
-
-from .policy import CLASSIC_UNSUPPORTED
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 if TYPE_CHECKING:
     from .channel import Channel
     from .connection import Connection
+    from .queue_types import QueueKind
     from .vhost import VirtualHost
 
 # What a delivery awaiting its ack refers to, handed back to the queue on settle, discard
@@ -63,14 +63,13 @@ class QueueBase(Generic[Entry, ConsumerKind]):
     # queues with a durable store; a stream's consumers keep their own offsets.
     stores_messages = False
 
-    # Whether a channel-wide prefetch limit (Basic.Qos global=true) applies to this
-    # queue's consumers: RabbitMQ's classic queues only (quorum queues and streams
-    # refuse a consumer on a limited channel and ignore the limit set later).
-    honours_global_qos = True
+    # The record of the queue's kind, which queue_types.py, the table of kinds, sets on
+    # each class it lists.
+    kind: ClassVar["QueueKind"]
 
-    # Policy keys this kind of queue does not support: a policy that has one does not
-    # apply to it (broker/core/policy.py).
-    unsupported_policy_keys = CLASSIC_UNSUPPORTED
+    # kind.honours_global_qos, which a channel under a global prefetch limit reads per
+    # delivery: set on the class with `kind`, to be read in one step.
+    honours_global_qos: ClassVar[bool]
 
     def __init__(self, vhost: "VirtualHost", name: str, durable: bool,
                  exclusive_owner: "Connection | None", auto_delete: bool,
@@ -119,6 +118,11 @@ class QueueBase(Generic[Entry, ConsumerKind]):
     @abstractmethod
     def message_count(self) -> int:
         """The message count Queue.DeclareOk and Get-Ok report."""
+
+    @property
+    @abstractmethod
+    def bookkeeping_bytes(self) -> int:
+        """What held_bytes charges beyond the bodies of the messages held in memory."""
 
     @property
     @abstractmethod

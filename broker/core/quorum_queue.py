@@ -2,7 +2,7 @@
 
 Warren keeps one replica: a quorum queue is a classic queue (queue.py) that also
 - refuses, when declared, what RabbitMQ's quorum queues refuse (server-named,
-  auto-delete, exclusive, non-durable, arguments of other queue types);
+  auto-delete, exclusive, non-durable, arguments of other queue types: queue_types.py);
 - counts the deliveries of each message: every delivery carries the count of earlier
   ones that came back (reject or nack with requeue, Basic.Recover, the channel or
   connection closed with it unacked) in the `x-delivery-count` header, 0 at first;
@@ -20,51 +20,15 @@ survives a restart (RabbitMQ keeps it in its Raft log).
 import struct
 
 from amqp_codec import MalformedProperties, headers_entries, replace_properties
-from amqp_codec.field_table import text_value
 
-from .errors import precondition_failed, resource_locked
+from .errors import resource_locked
 from .message import Message, QueueEntry
 from .message_store import MEMORY_STORE
-from .policy import QUORUM_UNSUPPORTED
 from .queue import Queue
-from .queue_type_arguments import refuse_other_types_arguments
 
-QUORUM_TYPE = "quorum"
 DELIVERY_COUNT = "x-delivery-count"
 DELIVERY_LIMIT = "x-delivery-limit"
-DEAD_LETTER_STRATEGY = "x-dead-letter-strategy"
 _COUNT_KEY = bytes([len(DELIVERY_COUNT)]) + DELIVERY_COUNT.encode()
-
-
-def is_quorum(arguments: dict) -> bool:
-    return text_value((arguments or {}).get("x-queue-type")) == QUORUM_TYPE
-
-
-def validate_quorum_declaration(server_named: bool, durable: bool, exclusive: bool,
-                                auto_delete: bool, arguments: dict, queue: str,
-                                vhost: str) -> None:
-    """406 for a new quorum queue RabbitMQ would not create, in RabbitMQ's order and
-    words. `server_named`: the client left the name to the broker."""
-    if server_named:
-        raise precondition_failed(
-            "Cannot declare a server-named queue for type rabbit_quorum_queue")
-    refuse_other_types_arguments(arguments, QUORUM_TYPE, queue, vhost)
-    if text_value(arguments.get(DEAD_LETTER_STRATEGY)) == "at-least-once":
-        raise precondition_failed(
-            f"invalid arg '{DEAD_LETTER_STRATEGY}' for queue '{queue}' in vhost "
-            f"'{vhost}': Warren does not support at-least-once dead-lettering; leave the "
-            "argument out or use at-most-once")
-    for refused, name in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),
-                          (not durable, "non-durable")):
-        if refused:
-            raise precondition_failed(
-                f"invalid property '{name}' for queue '{queue}' in vhost '{vhost}'")
-
-
-def validate_classic_declaration(arguments: dict, queue: str, vhost: str) -> None:
-    """A new classic queue refuses the arguments of other queue types (x-delivery-limit,
-    x-max-age...), as RabbitMQ's do, rather than accepting what it would not apply."""
-    refuse_other_types_arguments(arguments, "classic", queue, vhost)
 
 
 def delivery_limit(arguments: dict, definition: dict):
@@ -100,14 +64,14 @@ def with_delivery_count(message: Message, count: int | None) -> Message:
 
 
 class QuorumQueue(Queue):
-    """A quorum queue with one replica: a classic queue that counts deliveries."""
+    """A quorum queue with one replica: a classic queue that counts deliveries. Always
+    durable and never exclusive (its kind refuses such a declaration)."""
 
-    unsupported_policy_keys = QUORUM_UNSUPPORTED
-    honours_global_qos = False
-
-    def __init__(self, vhost, name: str, auto_delete: bool = False,
-                 arguments: dict | None = None, store=MEMORY_STORE):
-        super().__init__(vhost, name, True, None, auto_delete, arguments, store)
+    def __init__(self, vhost, name: str, durable: bool = True, exclusive_owner=None,
+                 auto_delete: bool = False, arguments: dict | None = None,
+                 store=MEMORY_STORE):
+        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
+                         store)
         self.delivery_limit = delivery_limit(self.arguments, {})
 
     def enqueue(self, message: Message, publisher=None) -> bool:

@@ -1,5 +1,6 @@
-"""The arguments of stream queues: declaration checks (as RabbitMQ words them) and the
-consumer arguments that choose where a stream consumer starts and stops."""
+"""The arguments of stream queues: the checks of their values at declaration (as
+RabbitMQ words them; what else a stream refuses is its kind's, in queue_types.py) and
+the consumer arguments that choose where a stream consumer starts and stops."""
 
 import datetime
 import re
@@ -8,19 +9,13 @@ from dataclasses import dataclass
 from amqp_codec.field_table import text_value
 
 from .errors import precondition_failed
-from .queue_type_arguments import refuse_other_types_arguments
 
-STREAM_TYPE = "stream"
 DURATION_UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60,
                   "s": 1}
 _DURATION = re.compile(r"^([0-9]+)([YMDhms])$")
 OFFSET_WORDS = ("first", "last", "next")
 TRACKING_ARGUMENT = "x-stream-automatic-offset-tracking"
 END_ARGUMENT = "x-stream-end-offset"
-
-
-def is_stream(arguments: dict) -> bool:
-    return text_value((arguments or {}).get("x-queue-type")) == STREAM_TYPE
 
 
 def parse_duration(value) -> float | None:
@@ -33,17 +28,9 @@ def parse_duration(value) -> float | None:
     return int(match.group(1)) * DURATION_UNITS[match.group(2)]
 
 
-def validate_stream_declaration(durable: bool, exclusive: bool, auto_delete: bool,
-                                arguments: dict, queue: str, vhost: str) -> None:
-    """406 for what a stream cannot be: transient, exclusive, auto-deleted, or given a
-    classic-queue feature (TTL, length limit, dead-lettering, expiry)."""
-    for refused, name in ((not durable, "non-durable"),
-                          (exclusive, "exclusive-owner"),
-                          (auto_delete, "auto-delete")):
-        if refused:
-            raise precondition_failed(
-                f"invalid property '{name}' for queue '{queue}' in vhost '{vhost}'")
-    refuse_other_types_arguments(arguments, STREAM_TYPE, queue, vhost)
+def validate_stream_arguments(arguments: dict, queue: str, vhost: str) -> None:
+    """406 for an x-max-age that is not a duration, an x-stream-max-segment-size-bytes
+    that is not a positive integer."""
     if "x-max-age" in arguments:
         age = arguments["x-max-age"]
         if not isinstance(age, (str, bytes, bytearray)):

@@ -13,13 +13,14 @@ from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import BASIC_CONSUME, BASIC_GET, QUEUE_PURGE
 
 from .errors import ConnectionFailure, precondition_failed
-from .policy import STREAM_UNSUPPORTED, stream_setting
+from .policy import stream_setting
 from .queue_base import Consumer, QueueBase
 from .stream_arguments import (StreamConsumerOptions, StreamRetention, StreamStart,
                                parse_duration, stream_consumer_options)
 
 if TYPE_CHECKING:
     from .channel import Channel
+    from .connection import Connection
     from .vhost import VirtualHost
 
 OFFSET_HEADER = b"x-stream-offset"
@@ -54,13 +55,14 @@ class DeliveredOffset:
 
 class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
     """A durable stream over a StreamStore (ports.py). It is never exclusive
-    nor auto-deleted, and holds no messages itself: consumers read them through its store."""
+    nor auto-deleted (its kind refuses such a declaration), and holds no messages
+    itself: consumers read them through its store."""
 
-    unsupported_policy_keys = STREAM_UNSUPPORTED
-    honours_global_qos = False
-
-    def __init__(self, vhost: "VirtualHost", name: str, arguments: dict, store):
-        super().__init__(vhost, name, True, None, False, arguments, store)
+    def __init__(self, vhost: "VirtualHost", name: str, durable: bool,
+                 exclusive_owner: "Connection | None", auto_delete: bool,
+                 arguments: dict, store):
+        super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
+                         store)
         store.queue = self
 
     @property
@@ -72,6 +74,11 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
     def published(self) -> int:
         """The next offset: every message appended, retention's removals included."""
         return self.store.next_offset
+
+    @property
+    def bookkeeping_bytes(self) -> int:
+        """None: a stream holds no messages in memory."""
+        return 0
 
     # -- publishing ------------------------------------------------------------------
 

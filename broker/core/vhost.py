@@ -1,8 +1,6 @@
 """A virtual host: its exchanges, queues and bindings, and routing between them."""
 
-import base64
 import logging
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -11,8 +9,6 @@ from amqp_codec.reply_codes import ReplyCode
 
 from .errors import (ConnectionFailure, access_refused, not_found, precondition_failed,
                      resource_locked)
-from .message_store import MEMORY_STORE
-
 from .exchange import ALTERNATE_EXCHANGE, EXCHANGE_TYPES, Exchange, field_type_name
 from .delayed_exchange import DELAYED_KIND, DelayedExchange, delay_ms
 from .limits import Limits
@@ -20,19 +16,16 @@ from .message import Message
 from .message_stats import MessageCounts
 from .observation import Observer
 from .policy import VhostPolicies, merged_definition
-from .priority_queue import PriorityQueue, max_priority
 from .publish_faults import PublishFaults
 from .queue import Queue
 from .queue_base import QueueBase
-from .queue_arguments import check_arguments_equivalent, validate_queue_arguments
-from .stream_arguments import StreamRetention, is_stream, validate_stream_declaration
-from .stream_queue import StreamQueue
-from .quorum_queue import (QuorumQueue, is_quorum, validate_classic_declaration,
-                           validate_quorum_declaration)
+from .queue_arguments import check_arguments_equivalent
+from .queue_types import QueueDeclaration, kind_of
 from .persistence import Persistence
 from .ports import (DeleteBinding, DeleteExchange, DeleteQueue, SaveBinding,
                     SaveExchange, SaveQueue)
 from .scheduler import Scheduler
+from .server_names import server_named
 
 if TYPE_CHECKING:
     from .access_control import ChannelAccess
@@ -58,11 +51,6 @@ class VhostMetadata:
     description: str = ""
     tags: tuple[str, ...] = ()
     default_queue_type: str | None = None
-
-
-def server_named(prefix: str) -> str:
-    """A unique name like RabbitMQ's: `amq.gen-` + 22 url-safe base64 characters."""
-    return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
 class VirtualHost:
@@ -269,47 +257,28 @@ class VirtualHost:
                 f"queue name '{name}' contains reserved prefix 'amq.*'")
         access.configure("queue", name)
         arguments = self._with_default_type(arguments or {}, durable, exclusive, auto_delete)
-        if name not in self.queues:
-            dead_letter_exchange = _name_argument(arguments, "x-dead-letter-exchange")
-            if dead_letter_exchange is not None:
-                access.read("queue", name)
-                access.write("exchange", dead_letter_exchange)
-            # RabbitMQ checks the limit after the permissions, before the arguments
-            self.limits.check_new_queue(self.name, name, len(self.queues))
-        stream = is_stream(arguments)
-        quorum = is_quorum(arguments)
-        if name not in self.queues:   # a redeclaration is only compared, not validated
-            if stream:
-                validate_stream_declaration(durable, exclusive, auto_delete, arguments,
-                                            name, self.name)
-            elif quorum:
-                validate_quorum_declaration(name_chosen_by_server, durable, exclusive,
-                                            auto_delete, arguments, name, self.name)
-            else:
-                validate_classic_declaration(arguments, name, self.name)
-            validate_queue_arguments(arguments, name, self.name)
         existing = self.queues.get(name)
-        if existing is not None:
+        if existing is not None:   # a redeclaration is only compared, not validated
             self.check_exclusive(existing, connection)
             if exclusive != (existing.exclusive_owner is not None):
                 raise _locked(existing)   # RabbitMQ's strict check, even for the owner
             self._check_queue_equivalent(existing, durable, auto_delete, arguments)
             existing.touch()
             return existing
+        dead_letter_exchange = _name_argument(arguments, "x-dead-letter-exchange")
+        if dead_letter_exchange is not None:
+            access.read("queue", name)
+            access.write("exchange", dead_letter_exchange)
+        # RabbitMQ checks the limit after the permissions, before the arguments
+        self.limits.check_new_queue(self.name, name, len(self.queues))
+        kind = kind_of(arguments)
+        kind.validate_declaration(QueueDeclaration(
+            name, self.name, name_chosen_by_server, durable, exclusive, auto_delete,
+            arguments))
         persisted = durable and not exclusive
-        if stream:
-            store = self.persistence.stream_factory(
-                self.name, name, StreamRetention.from_arguments(arguments))
-            queue = StreamQueue(self, name, arguments, store)
-        elif quorum:
-            store = self.persistence.store_factory(self.name, name)
-            queue = QuorumQueue(self, name, auto_delete, arguments, store)
-        else:
-            store = (self.persistence.store_factory(self.name, name) if persisted
-                     else MEMORY_STORE)
-            queue = _classic_queue_class(arguments)(
-                self, name, durable, connection if exclusive else None, auto_delete,
-                arguments, store)
+        store = kind.make_store(self.persistence, self.name, name, arguments, persisted)
+        queue = kind.cls(self, name, durable, connection if exclusive else None,
+                         auto_delete, arguments, store)
         self._apply_policy(queue)
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
@@ -332,7 +301,8 @@ class VirtualHost:
                     f"inequivalent arg '{field}' for queue '{queue.name}' in vhost "
                     f"'{self.name}': received '{_describe(received)}' but current is "
                     f"'{_describe(current)}'")
-        check_arguments_equivalent(arguments, queue.arguments, queue.name, self.name)
+        check_arguments_equivalent(arguments, queue.arguments, queue.kind.queue_arguments,
+                                   queue.name, self.name)
 
     def delete_queue(self, queue: QueueBase, if_unused: bool = False,
                      if_empty: bool = False,
@@ -381,23 +351,27 @@ class VirtualHost:
     def restore_queue(self, name: str, auto_delete: bool, arguments: dict, store,
                       messages) -> Queue:
         """Recreate a durable queue and the messages recovered from its queue file."""
-        queue = (QuorumQueue(self, name, auto_delete, arguments, store)
-                 if is_quorum(arguments) else
-                 _classic_queue_class(arguments)(self, name, True, None, auto_delete,
-                                                 arguments, store))
-        self.queues[name] = queue
-        self.default_exchange.bind(queue, name, None)
+        queue = self._restored(name, auto_delete, arguments, store)
+        assert isinstance(queue, Queue), "a stream is restored by restore_stream"
         queue.restore(messages)
         queue.touch()
         self._apply_policy(queue)
         return queue
 
-    def restore_stream(self, name: str, arguments: dict, store) -> StreamQueue:
+    def restore_stream(self, name: str, arguments: dict, store) -> QueueBase:
         """Recreate a stream queue over its recovered log."""
-        queue = StreamQueue(self, name, arguments, store)
+        queue = self._restored(name, False, arguments, store)
+        self._apply_policy(queue)
+        return queue
+
+    def _restored(self, name: str, auto_delete: bool, arguments: dict,
+                  store) -> QueueBase:
+        """A durable queue of the kind its arguments name, over its recovered store,
+        in the vhost and bound to the default exchange."""
+        queue = kind_of(arguments).cls(self, name, True, None, auto_delete, arguments,
+                                       store)
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
-        self._apply_policy(queue)
         return queue
 
     def restore_binding(self, source: str, destination_kind: str, destination: str,
@@ -431,7 +405,7 @@ class VirtualHost:
         (nothing to do when they are those it has)."""
         if entity.is_queue:
             selected = self.policies.select("queue", entity.name,
-                                            entity.unsupported_policy_keys)
+                                            entity.kind.unsupported_policy_keys)
         else:
             selected = self.policies.select("exchange", entity.name)
         if selected != entity.applied_policies:
@@ -541,12 +515,6 @@ def _name_argument(arguments: dict, key: str) -> str | None:
 
 def _default_exchange_refused():
     return access_refused("operation not permitted on the default exchange")
-
-
-def _classic_queue_class(arguments: dict) -> type[Queue]:
-    """PriorityQueue for an x-max-priority of 1 or more, else the plain classic Queue,
-    whose code a priority queue's does not slow down."""
-    return PriorityQueue if max_priority(arguments) else Queue
 
 
 def _persisted(destination) -> bool:

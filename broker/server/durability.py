@@ -24,7 +24,8 @@ from broker.core.ports import (
     DeleteTopicPermissions, DeleteUser, DeleteVhost, DropStoreFiles, JournalEntry,
     SaveBinding, SaveExchange, SavePermissions, SavePolicy, SaveQueue,
     SaveTopicPermissions, SaveUser, SaveUserLimits, SaveVhost, SaveVhostLimits)
-from broker.core.stream_arguments import StreamRetention, is_stream
+from broker.core.queue_types import STREAM, kind_of
+from broker.core.stream_arguments import StreamRetention
 from .stream_store import DurableStreamStore, log_settings
 from storage.metadata import MetadataStore, PasswordHash, PolicyRecord
 from storage.queue_file import QueueFile
@@ -285,7 +286,7 @@ class DurableStorage:
 
     def _restore_queue(self, vhost, record) -> None:
         directory = os.path.join(self.queues_dir, record.id)
-        if is_stream(record.arguments):
+        if kind_of(record.arguments) is STREAM:
             self._restore_stream(vhost, record, directory)
             return
         queue_file, messages, problems = QueueFile.recover(directory, load_bodies=False)

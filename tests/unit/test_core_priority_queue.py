@@ -8,9 +8,8 @@ import re
 from pamqp import commands
 
 from broker.core.message import Message, QueueEntry
-from broker.core.priority_queue import (PriorityQueue, PriorityReady, max_priority,
-                                        message_priority)
-from broker.core.queue import ENTRY_COST, ENTRY_WINDOW, PAGE_WINDOW, Queue
+from broker.core.priority_queue import PriorityQueue, PriorityReady, message_priority
+from broker.core.queue import ENTRY_COST, ENTRY_WINDOW, PAGE_WINDOW
 from amqp_codec import InboundMethod, encode_properties
 from storage.queue_file import QueueFile
 from core_harness import Client, deliveries, paging_client
@@ -85,20 +84,6 @@ def test_remove_and_clear_keep_the_count():
     assert seqs(ready) == [1, 2] and len(ready) == 2
     ready.clear()
     assert len(ready) == 0 and not ready and list(ready) == []
-
-
-def test_x_max_priority_selects_the_queue_class():
-    assert max_priority({"x-max-priority": 10}) == 10
-    assert max_priority({"x-max-priority": 0}) == 0
-    assert max_priority({}) == 0
-    client = Client()
-    client.open_channel()
-    client.declare_queue(1, "p", arguments={"x-max-priority": 4})
-    client.declare_queue(1, "zero", arguments={"x-max-priority": 0})
-    client.declare_queue(1, "plain")
-    queues = client.broker.vhosts["/"].queues
-    assert type(queues["p"]) is PriorityQueue
-    assert type(queues["zero"]) is Queue and type(queues["plain"]) is Queue
 
 
 def publish(client, queue: str, body: bytes, priority: int | None, mode: int = 1):

@@ -42,9 +42,9 @@ def test_the_base_class_cannot_be_instantiated(streams):
 
 
 def test_asking_a_queue_whether_it_is_of_another_kind_changes_nothing(streams):
-    """The management API asks a queue whether it is a stream, a quorum queue, a classic
-    one; the answers must not depend on what was asked before (a compiled ABC's shared
-    isinstance cache made them so)."""
+    """Asked whether it is a stream, a quorum queue, a classic one, a queue's answers
+    must not depend on what was asked before (a compiled ABC's shared isinstance cache
+    made them so)."""
     client = streams.client()
     client.method(1, commands.Queue.Declare(queue="q", durable=True))
     queue = streams.broker.vhosts["/"].queues["q"]

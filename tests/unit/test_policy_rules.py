@@ -7,10 +7,10 @@ from pamqp import commands
 
 from broker.core.admin import AdminError, Administration
 from broker.core.broker import Broker
-from broker.core.policy import (CLASSIC_UNSUPPORTED, OPERATOR_POLICY, POLICY,
-                                STREAM_UNSUPPORTED, PolicyError, VhostPolicies,
+from broker.core.policy import (OPERATOR_POLICY, POLICY, PolicyError, VhostPolicies,
                                 alternate_exchange, classic_queue_settings, make_policy,
                                 merged_definition, stream_setting)
+from broker.core.queue_types import CLASSIC, STREAM
 from core_harness import Client, close_code, deliveries
 
 
@@ -110,8 +110,9 @@ def test_a_policy_with_a_key_the_queue_type_lacks_does_not_match_it():
     policies = VhostPolicies()
     policies.put(policy("stream-retention", definition={"max-age": "1h"}, priority=5))
     policies.put(policy("limits", definition={"max-length": 5}))
-    assert policies.select("queue", "q", CLASSIC_UNSUPPORTED)[0].name == "limits"
-    assert policies.select("queue", "s", STREAM_UNSUPPORTED)[0].name == \
+    assert policies.select("queue", "q", CLASSIC.unsupported_policy_keys)[0].name == \
+        "limits"
+    assert policies.select("queue", "s", STREAM.unsupported_policy_keys)[0].name == \
         "stream-retention"
     assert policies.select("exchange", "x")[0].name == "stream-retention"
 

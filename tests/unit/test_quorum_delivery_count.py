@@ -148,21 +148,3 @@ def test_the_count_header_is_a_signed_64_bit_integer_after_the_others():
     assert list(message.headers) == ["b", DELIVERY_COUNT]
     assert delivery_count(message) == 2 ** 40
     assert with_delivery_count(message, None).headers == {"b": 1}
-
-
-@pytest.mark.parametrize("queue, kwargs, text", [
-    ("q", {"durable": True, "arguments": {**QUORUM, "x-max-priority": 3}},
-     "invalid arg 'x-max-priority' for queue 'q' in vhost '/' of queue type "
-     "rabbit_quorum_queue"),
-    ("q", {"arguments": QUORUM},
-     "invalid property 'non-durable' for queue 'q' in vhost '/'"),
-    ("", {"durable": True, "arguments": QUORUM},
-     "Cannot declare a server-named queue for type rabbit_quorum_queue"),
-    ("c", {"arguments": {"x-delivery-limit": 1}},
-     "invalid arg 'x-delivery-limit' for queue 'c' in vhost '/' of queue type "
-     "rabbit_classic_queue"),
-])
-def test_declarations_rabbitmq_refuses_are_406(client, queue, kwargs, text):
-    (_, close), = client.method(1, commands.Queue.Declare(queue=queue, **kwargs))
-    assert (close.reply_code, close.reply_text) == (406, "PRECONDITION_FAILED - " + text)
-    assert queue not in client.broker.vhosts["/"].queues

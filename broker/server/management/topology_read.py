@@ -13,10 +13,8 @@ from starlette.responses import JSONResponse, Response
 
 from broker.core.exchange import Exchange
 from broker.core.policy import merged_definition
-from broker.core.quorum_queue import QuorumQueue
-from broker.core.queue import ENTRY_COST, Queue
+from broker.core.queue import ENTRY_COST
 from broker.core.queue_base import QueueBase
-from broker.core.stream_queue import StreamQueue
 from broker.core.vhost import VirtualHost
 
 from .auth import Caller
@@ -108,12 +106,6 @@ async def exchange_destination_bindings(request: Request) -> Response:
 
 # -- queues --------------------------------------------------------------------------
 
-def queue_type(queue: QueueBase) -> str:
-    if isinstance(queue, StreamQueue):
-        return "stream"
-    return "quorum" if isinstance(queue, QuorumQueue) else "classic"
-
-
 class QueueViews:
     """What the queue views need from one pass over the broker's channels."""
 
@@ -127,7 +119,7 @@ class QueueViews:
         unacked = self.unacked.get(queue, 0)
         unacked_bytes = self.unacked_bytes.get(queue, 0)
         rates = self.sampler.rates(queue)
-        held = queue.held_bytes - queue.bookkeeping_bytes if isinstance(queue, Queue) else 0
+        held = queue.held_bytes - queue.bookkeeping_bytes
         message_bytes = max(held - ENTRY_COST * unacked, unacked_bytes)
         consumers = queue.consumer_count
         view = {
@@ -156,7 +148,7 @@ class QueueViews:
             "reductions_details": {"rate": 0.0},
             "single_active_consumer_tag": (queue.consumers[0].tag if queue.single_active
                                            and queue.consumers else None),
-            "state": "running", "type": queue_type(queue), "vhost": queue.vhost.name,
+            "state": "running", "type": queue.kind.name, "vhost": queue.vhost.name,
         }
         return view
 

@@ -4,8 +4,6 @@ deliveries, and ready messages (for `TestVhost.assert_clean()`)."""
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from broker.core.stream_queue import StreamQueue
-
 from .refusal import TestHookError
 
 if TYPE_CHECKING:
@@ -34,7 +32,7 @@ def leftovers(hooks: "TestHooks", vhost: str) -> dict:
                     for delivery in _unacked(connection, channel)],
         "ready": [{"queue": name, "count": queue.message_count}
                   for name, queue in sorted(host.queues.items())
-                  if not isinstance(queue, StreamQueue) and queue.message_count],
+                  if queue.kind.name != "stream" and queue.message_count],
     }
 
 
