@@ -10,10 +10,11 @@ limit."""
 import logging
 import os
 
+from .segment_file import O_CLOEXEC
+
 log = logging.getLogger("warren.storage")
 
 RESERVE_FILE = "disk-reserve"
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class DiskReserve:
@@ -33,7 +34,7 @@ class DiskReserve:
         if self.held or not self.size:
             return self.held
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | _O_CLOEXEC, 0o600)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | O_CLOEXEC, 0o600)
             try:
                 os.posix_fallocate(fd, 0, self.size)
                 os.fsync(fd)

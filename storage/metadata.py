@@ -2,8 +2,10 @@
 durable exchanges, queues, bindings.
 
 Plain synchronous SQLAlchemy Core; every public method is one transaction and takes and
-returns plain values and frozen dataclasses. The broker calls it from a worker thread
-(trio.to_thread with a CapacityLimiter(1)), which also serialises SQLite's one writer.
+returns plain values and frozen dataclasses. The broker reads it at start-up, before it
+serves, and writes it from the group committer's worker thread (broker/server/committer.py,
+started with `trio.lowlevel.start_thread_soon`), one commit at a time, which also
+serialises SQLite's one writer.
 
 SQLite (the default, `<data_dir>/metadata.sqlite3`) or any SQLAlchemy URL, for example
 postgresql+psycopg://user@host/db. Conventions: `add_*` raises AlreadyExists for a name
@@ -20,7 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import (
-    Connection, Engine, and_, create_engine, delete, event, insert, or_, select, update,
+    Connection, CursorResult, Engine, and_, create_engine, delete, event, insert, or_, select,
+    update,
 )
 from sqlalchemy.engine import URL, make_url
 
@@ -159,11 +162,12 @@ def create_metadata_engine(url: str | None, data_dir: str) -> Engine:
     hide_parameters keeps bound values (password hashes) out of errors and logs."""
     if url is None:
         os.makedirs(data_dir, exist_ok=True)
-        url = URL.create("sqlite", database=os.path.join(data_dir, SQLITE_FILE_NAME))
-    url = make_url(url)
-    if url.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, hide_parameters=True)
-    engine = create_engine(url, hide_parameters=True,
+        address = URL.create("sqlite", database=os.path.join(data_dir, SQLITE_FILE_NAME))
+    else:
+        address = make_url(url)
+    if address.get_backend_name() != "sqlite":
+        return create_engine(address, pool_pre_ping=True, hide_parameters=True)
+    engine = create_engine(address, hide_parameters=True,
                            connect_args={"check_same_thread": False})
     _configure_sqlite(engine)
     return engine
@@ -569,7 +573,7 @@ def _seed_defaults(connection: Connection, guest_password: PasswordHash) -> None
 def _insert_vhost(connection: Connection, name: str) -> int:
     if _vhost_id_or_none(connection, name) is not None:
         raise AlreadyExists(f"vhost '{name}' already exists")
-    return connection.execute(insert(vhosts).values(name=name)).inserted_primary_key[0]
+    return _inserted_id(connection.execute(insert(vhosts).values(name=name)))
 
 
 def _insert_user(connection: Connection, name: str, password: PasswordHash | None,
@@ -580,9 +584,16 @@ def _insert_user(connection: Connection, name: str, password: PasswordHash | Non
         raise AlreadyExists(f"user '{name}' already exists")
     if password is None:
         password = NO_PASSWORD
-    return connection.execute(insert(users).values(
+    return _inserted_id(connection.execute(insert(users).values(
         name=name, password_hash=password.text, hashing_algorithm=password.algorithm,
-        tags_json=json.dumps(list(tags)))).inserted_primary_key[0]
+        tags_json=json.dumps(list(tags)))))
+
+
+def _inserted_id(result: CursorResult) -> int:
+    """The primary key of the row a single-row INSERT made."""
+    key = result.inserted_primary_key
+    assert key is not None, "an INSERT of one row"
+    return key[0]
 
 
 def _set_permissions(connection: Connection, user_id: int, vhost_id: int,

@@ -18,19 +18,18 @@ usable and the next `sync` writes it again. Only when even that cut fails is the
 file unusable until a restart recovers it from disk.
 """
 
-import errno
 import logging
 import os
-import shutil
-import threading
 from dataclasses import dataclass, field
-from functools import lru_cache
+from typing import cast
 
-from .names import decode_name, encode_name
+from .names import encode_name
+from .queue_file_compaction import compact_segment, compaction_candidate
 from .record import (FLAG_PERSISTENT, FLAG_REDELIVERED, KIND_ACK, KIND_DELIVERED,
-                     KIND_MESSAGE, RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, MessageFields,
-                     append_marker, append_message, decode_message, decode_segment_header,
-                     encode_segment_header, parse_record, scan_segment, with_flags)
+                     KIND_MESSAGE, MessageFields, append_marker, append_message,
+                     decode_message, encode_segment_header, parse_record)
+from .segment_file import (O_CLOEXEC, Segment, SegmentLog, StorageError, create_segment_file,
+                           fdatasync, fsync_directory, segment_numbers)
 from .seq_index import SeqIndex
 
 log = logging.getLogger("warren.storage")
@@ -38,15 +37,6 @@ log = logging.getLogger("warren.storage")
 DEFAULT_SEGMENT_SIZE = 16 * 1024 * 1024
 DEFAULT_COMPACT_RATIO = 0.3
 READ_RUN_BYTES = 1024 * 1024    # read_many: adjacent records read with one pread, at most
-SEGMENT_SUFFIX = ".seg"
-
-_fdatasync = getattr(os, "fdatasync", os.fsync)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-
-
-class StorageError(Exception):
-    """The queue file cannot be used: an earlier write or fsync failed, or it is closed."""
 
 
 @dataclass(slots=True)
@@ -76,29 +66,27 @@ class UnsyncedBatch:
     written: list = field(default_factory=list)     # (seq, offset in batch, length, flags)
     acked: dict = field(default_factory=dict)       # seq -> its location before the ack
     marked: list = field(default_factory=list)      # (seq, location) given a delivered mark
-    segment: "_Segment | None" = None
+    segment: "QueueSegment | None" = None
     base: int = 0               # where in the segment the write began
     end: int = 0                # and ended
     fd: int | None = None
 
 
-class _Segment:
-    """Bookkeeping for one segment file (only the flusher side touches it)."""
+class QueueSegment(Segment):
+    """Bookkeeping for one segment file of a queue file (only the flusher side touches
+    it)."""
 
-    __slots__ = ("number", "size", "live", "live_bytes", "min_seq", "max_seq", "refs",
-                 "fd", "dir_dirty", "damaged")
+    __slots__ = ("live", "live_bytes", "min_seq", "max_seq", "refs", "dir_dirty", "damaged")
 
     def __init__(self, number: int):
-        self.number = number
-        self.size = 0               # bytes in the file that hold a header or valid records
+        super().__init__(number, 0)
         self.live = 0               # live messages whose home record is here
         self.live_bytes = 0
-        self.min_seq = None         # seq range of every message record in the file
-        self.max_seq = None
+        self.min_seq: int | None = None     # seq range of every message record in the file
+        self.max_seq: int | None = None
         # Segments holding messages that this segment's ack/delivered records refer to:
         # while one of them exists, this segment's records are still needed.
         self.refs: dict[int, int] = {}
-        self.fd = None              # open for writing while active
         self.dir_dirty = False      # created, directory entry not fsynced yet
         self.damaged = False        # unreadable parts seen: never compacted
 
@@ -109,68 +97,8 @@ class _Segment:
             self.max_seq = seq
 
     def holds(self, seq: int) -> bool:
-        return self.min_seq is not None and self.min_seq <= seq <= self.max_seq
-
-
-def segment_name(number: int) -> str:
-    return f"{number:08d}{SEGMENT_SUFFIX}"
-
-
-def segment_numbers(directory: str) -> list[int]:
-    """The numbers of the segment files in `directory`, ascending ([] if it is missing)."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    numbers = []
-    for name in names:
-        stem, suffix = name[:-len(SEGMENT_SUFFIX)], name[-len(SEGMENT_SUFFIX):]
-        if suffix == SEGMENT_SUFFIX and stem.isdigit():
-            numbers.append(int(stem))
-    return sorted(numbers)
-
-
-def _fsync_directory(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def create_segment_file(path: str, header: bytes) -> int:
-    """Create a segment file holding just `header`; its descriptor, open for writing.
-    When the header cannot be written whole (ENOSPC...), no file is left behind: a
-    header-less file would only confuse recovery."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
-    try:
-        if os.pwrite(fd, header, 0) != len(header):
-            raise OSError(errno.ENOSPC, "short write of a segment header", path)
-    except OSError:
-        os.close(fd)
-        os.unlink(path)
-        raise
-    return fd
-
-
-def _make_directory(path: str) -> None:
-    """Create `path` (and missing parents) durably: each new entry's parent is fsynced."""
-    path = os.path.abspath(path)
-    missing = []
-    while not os.path.isdir(path):
-        missing.append(path)
-        path = os.path.dirname(path)
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory)
-        except FileExistsError:
-            pass
-        _fsync_directory(os.path.dirname(directory))
-
-
-def _read_file(path: str) -> bytes:
-    with open(path, "rb") as file:
-        return file.read()
+        low, high = self.min_seq, self.max_seq
+        return low is not None and high is not None and low <= seq <= high
 
 
 def _buffered_fields(record: list) -> MessageFields:
@@ -180,38 +108,7 @@ def _buffered_fields(record: list) -> MessageFields:
                          bytes(body), len(body))
 
 
-def _copies(seq: int, homes: dict, older: dict) -> list[int]:
-    """(recovery) The segments holding a copy of message `seq`, oldest first."""
-    home = homes.get(seq)
-    return [] if home is None else [*older.get(seq, ()), home[0]]
-
-
-class _AlikeFields:
-    """(recovery) Consecutive records alike share their exchange, routing key and
-    property block objects: a deep backlog of similar messages is recovered without a
-    copy of each per message."""
-
-    __slots__ = ("_last",)
-
-    def __init__(self):
-        self._last: MessageFields | None = None
-
-    def shared(self, fields: MessageFields) -> MessageFields:
-        last = self._last
-        if last is None:
-            self._last = fields
-            return fields
-        exchange, routing_key, properties, body, body_size = fields
-        fields = MessageFields(
-            last.exchange if exchange == last.exchange else exchange,
-            last.routing_key if routing_key == last.routing_key else routing_key,
-            last.properties if properties == last.properties else properties,
-            body, body_size)
-        self._last = fields
-        return fields
-
-
-class QueueFile:
+class QueueFile(SegmentLog[QueueSegment]):
     """The append-only, segmented message log of one durable queue.
 
     `seq` is the queue's 64-bit message number: strictly increasing across appends and
@@ -231,33 +128,23 @@ class QueueFile:
     def _setup(self, directory, segment_size: int, compact_ratio: float) -> None:
         if segment_size <= 0:
             raise ValueError("segment_size must be positive")
-        self.directory = os.fspath(directory)
+        self._setup_files(directory)
         self.segment_size = segment_size
         self.compact_ratio = compact_ratio
         # Loop side, guarded by _lock.
-        self._lock = threading.Lock()
         self._pending: dict[int, list] = {}         # seq -> [flags, exchange, key, props, body]
         self._pending_acks: list[int] = []
         self._pending_delivered: dict[int, None] = {}
         self._inflight: dict[int, list] | None = None   # the batch a sync is writing
         self._last_seq = 0          # highest seq appended (or recovered)
         self._durable_seq = 0       # highest seq covered by a completed sync
-        self._dropped = False
-        self._closed = False
         # Flusher side, guarded by _sync_lock; _index is also read by `read` under _lock.
-        self._sync_lock = threading.Lock()
         self._index = SeqIndex()                    # seq -> (segment, offset, length, flags)
         self._dups: dict[int, list[int]] = {}       # seq -> older segments holding a copy
         self._delivered: set[int] = set()           # live seqs with a delivered mark on disk
-        self._segments: dict[int, _Segment] = {}    # by number, ascending
-        self._active: _Segment | None = None
-        self._next_segment = 1
+        self._segments: dict[int, QueueSegment] = {}    # by number, ascending
         self._high_seq = 0          # highest seq in any record written or recovered
         self._collect_due = False
-        self._failed: BaseException | None = None
-        self._directory_exists = False
-        self.written_bytes = 0      # bytes ever written to segments (disk accounting)
-        self._checkpoint = None     # tests: called with a step name at crash-relevant points
 
     def __repr__(self) -> str:
         return f"<QueueFile {self.directory!r} last_seq={self._last_seq}>"
@@ -266,11 +153,6 @@ class QueueFile:
     def last_seq(self) -> int:
         """The highest seq appended or recovered; the next append must use a higher one."""
         return self._last_seq
-
-    @property
-    def durable_seq(self) -> int:
-        """The highest seq that a completed `sync` made durable."""
-        return self._durable_seq
 
     # -- the event-loop side: memory only -------------------------------------------------
 
@@ -314,6 +196,11 @@ class QueueFile:
                 self._pending_delivered[seq] = None
 
     # -- the flusher side: blocking I/O ---------------------------------------------------
+
+    @property
+    def durable_seq(self) -> int:
+        """The highest seq that a completed `sync` made durable."""
+        return self._durable_seq
 
     def sync(self) -> int:
         """Write what was buffered, fsync it, and return the highest seq now durable.
@@ -369,23 +256,23 @@ class QueueFile:
         sync failed with `error`: the segment is cut back to where the batch began and
         the batch is buffered again for the next sync. Closes `unsynced.fd`."""
         with self._sync_lock:
-            wrote = unsynced.fd is not None
-            if wrote:
-                os.close(unsynced.fd)
+            fd = unsynced.fd
+            if fd is not None:
+                os.close(fd)
                 unsynced.fd = None
-            segment = unsynced.segment
+            written_to = unsynced.segment if fd is not None else None
             if self._dropped or self._closed:
                 return
             if error is not None:
-                if wrote:
-                    self._cut_back(segment, error)
+                if written_to is not None:
+                    self._cut_back(written_to, error)
                 self._return_to_buffer(unsynced.batch, unsynced.acks, unsynced.delivered)
                 return
             try:
-                if wrote:
-                    segment.dir_dirty = False
-                    self.written_bytes += unsynced.end - segment.size
-                    segment.size = unsynced.end
+                if written_to is not None:
+                    written_to.dir_dirty = False
+                    self.written_bytes += unsynced.end - written_to.size
+                    written_to.size = unsynced.end
                     self._step("synced")
                 self._apply_written(unsynced)
             except BaseException as exc:
@@ -423,15 +310,16 @@ class QueueFile:
         return self._collect_due
 
     def _make_durable(self, unsynced: "UnsyncedBatch") -> None:
-        if unsynced.fd is not None:
-            self._sync_segment(unsynced.fd, unsynced.segment)
+        fd, segment = unsynced.fd, unsynced.segment
+        if fd is not None and segment is not None:
+            self._sync_segment(fd, segment)
 
-    def _sync_segment(self, fd: int, segment: _Segment) -> None:
+    def _sync_segment(self, fd: int, segment: QueueSegment) -> None:
         """fdatasync a segment through `fd`, and its directory entry when it is new
         (`dir_dirty` is cleared by the caller once the write counts as done)."""
-        _fdatasync(fd)
+        fdatasync(fd)
         if segment.dir_dirty:
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
 
     def _return_to_buffer(self, batch: dict, acks: list, delivered: dict) -> None:
         """A batch failed to reach the disk: buffer it again, ahead of what was appended
@@ -464,15 +352,14 @@ class QueueFile:
         """
         done = 0
         with self._sync_lock:
-            self._check_usable()
-            if self._dropped or self._closed:
+            if not self._usable():
                 return 0
             try:
                 while limit is None or done < limit:
-                    segment = self._compaction_candidate()
+                    segment = compaction_candidate(self)
                     if segment is None:
                         break
-                    if self._compact_segment(segment):
+                    if compact_segment(self, segment):
                         done += 1
                     self._collect_garbage()
             except OSError:
@@ -495,7 +382,7 @@ class QueueFile:
                 return False
             self._close_active()
             segment = self._writable_segment()
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
             segment.dir_dirty = False
             self._collect_garbage()
         return True
@@ -505,7 +392,7 @@ class QueueFile:
         with self._sync_lock:
             if self._failed is not None or self._dropped or self._closed:
                 return False
-            return self._compaction_candidate() is not None
+            return compaction_candidate(self) is not None
 
     def read(self, seq: int) -> bytes:
         """The body of a live message, from memory if not yet written, else from its segment.
@@ -524,7 +411,7 @@ class QueueFile:
                 raise KeyError(seq)
             number, offset, length, _flags = location
             try:
-                fd = os.open(self._path(number), os.O_RDONLY | _O_CLOEXEC)
+                fd = os.open(self._path(number), os.O_RDONLY | O_CLOEXEC)
             except FileNotFoundError:
                 continue        # compacted meanwhile: the index already says where it went
             try:
@@ -559,7 +446,7 @@ class QueueFile:
                         (location[1], location[2], index, seq))
         for number, records in by_segment.items():
             try:
-                fd = os.open(self._path(number), os.O_RDONLY | _O_CLOEXEC)
+                fd = os.open(self._path(number), os.O_RDONLY | O_CLOEXEC)
             except FileNotFoundError:   # compacted meanwhile: `read` follows each one
                 for _offset, _length, index, seq in records:
                     results[index] = self._read_or_error(seq, whole)
@@ -616,34 +503,13 @@ class QueueFile:
         fields = decode_message(data, at, parsed.length)
         return fields if whole else fields.body
 
-    def close(self, flush: bool = True) -> None:
-        """Sync (unless `flush` is False, which loses what was not synced) and close.
+    def _discard_buffered(self) -> None:
+        self._pending, self._pending_acks, self._pending_delivered = {}, [], {}
 
-        Call it once the loop has stopped appending: later appends raise StorageError.
-        """
-        if flush and self._failed is None:
-            self.sync()
-        with self._sync_lock:
-            with self._lock:
-                self._closed = True
-                self._pending, self._pending_acks, self._pending_delivered = {}, [], {}
-            self._close_active()
-
-    def drop(self) -> None:
-        """The queue was deleted: forget everything and remove its directory (blocking)."""
-        with self._sync_lock:
-            with self._lock:
-                self._dropped = True
-                self._pending, self._pending_acks, self._pending_delivered = {}, [], {}
-                self._index = SeqIndex()
-            self._close_active()
-            self._segments = {}
-            shutil.rmtree(self.directory, ignore_errors=True)
-            parent = os.path.dirname(os.path.abspath(self.directory))
-            try:
-                _fsync_directory(parent)
-            except OSError:
-                pass
+    def _forget(self) -> None:
+        self._discard_buffered()
+        self._index = SeqIndex()
+        self._segments = {}
 
     def stats(self) -> dict:
         """Segment and index figures, for diagnostics and tests."""
@@ -661,18 +527,6 @@ class QueueFile:
                 }
 
     # -- writing --------------------------------------------------------------------------
-
-    def _check_usable(self) -> None:
-        if self._failed is not None:
-            raise StorageError(f"{self.directory}: an earlier write failed "
-                               f"({self._failed!r}); recover from disk") from self._failed
-
-    def _step(self, name: str) -> None:
-        if self._checkpoint is not None:
-            self._checkpoint(name)
-
-    def _path(self, number: int) -> str:
-        return os.path.join(self.directory, segment_name(number))
 
     def _write_records(self, unsynced: "UnsyncedBatch") -> None:
         """Encode `unsynced`'s messages, acks and delivered marks and write them at the
@@ -702,7 +556,8 @@ class QueueFile:
         if buffer:
             segment = self._writable_segment()
             unsynced.base = segment.size
-            unsynced.end = self._append_bytes(segment, buffer)
+            unsynced.end = self._append(segment, buffer, sync=False)
+            assert segment.fd is not None       # (the active segment is open)
             unsynced.fd = os.dup(segment.fd)
         unsynced.segment = segment
 
@@ -710,7 +565,9 @@ class QueueFile:
         """The records of `unsynced` are durable: index them, and count what they make
         live and dead."""
         index = self._index
-        segment = unsynced.segment
+        # What needs a segment here (records to index, the refs of tombstones and marks)
+        # was written to one: it is None only when the batch wrote nothing.
+        segment = cast(QueueSegment, unsynced.segment)
         written, acked = unsynced.written, unsynced.acked
         if written:     # batches are in seq order; acks and marks name older seqs
             self._high_seq = max(self._high_seq, written[-1][0])
@@ -743,19 +600,17 @@ class QueueFile:
             for dup in self._dups.get(seq, ()):
                 self._add_ref(segment, dup)
 
-    def _add_ref(self, segment: _Segment, target: int) -> None:
+    def _add_ref(self, segment: QueueSegment, target: int) -> None:
         if target != segment.number and target in self._segments:
             segment.refs[target] = segment.refs.get(target, 0) + 1
 
-    def _writable_segment(self) -> _Segment:
+    def _writable_segment(self) -> QueueSegment:
         segment = self._active
         if segment is not None and segment.size < self.segment_size:
             return segment
         self._close_active()
-        if not self._directory_exists:
-            _make_directory(self.directory)
-            self._directory_exists = True
-        segment = _Segment(self._next_segment)
+        self._ensure_directory()
+        segment = QueueSegment(self._next_segment)
         self._next_segment += 1
         path = self._path(segment.number)
         header = encode_segment_header(self._high_seq)
@@ -768,60 +623,20 @@ class QueueFile:
         self._active = segment
         return segment
 
-    def _write(self, segment: _Segment, buffer) -> None:
+    def _write(self, segment: QueueSegment, buffer: bytearray) -> None:
         """Write `buffer` at the end of `segment` and make it (and the file) durable."""
-        end = self._append_bytes(segment, buffer)
-        try:
-            self._sync_segment(segment.fd, segment)
-        except OSError as error:
-            self._cut_back(segment, error)
-            raise
+        end = self._append(segment, buffer, sync=True)
         segment.dir_dirty = False
         self.written_bytes += end - segment.size
         segment.size = end
         self._step("synced")
 
-    def _append_bytes(self, segment: _Segment, buffer) -> int:
-        """Write `buffer` at the end of `segment` (not synced); returns where it ends.
-        On failure the segment is cut back to where it ended before."""
-        view = memoryview(buffer)
-        offset = segment.size
-        try:
-            while view:
-                written = os.pwrite(segment.fd, view, offset)
-                view = view[written:]
-                offset += written
-            self._step("written")
-        except OSError as error:
-            self._cut_back(segment, error)
-            raise
-        return offset
-
-    def _cut_back(self, segment: _Segment, error: OSError) -> None:
-        """A write failed: remove whatever part of it reached the file (a later write
-        that is shorter must not leave old records behind it), so the segment ends
-        where it did and the write can be tried again. If even that fails, the queue
-        file is unusable until recovery."""
-        log.debug("event=queue_file_write_failed path=%s error=%r",
-                    self._path(segment.number), error)
-        try:
-            os.ftruncate(segment.fd, segment.size)
-        except OSError as truncate_error:
-            self._failed = truncate_error
-
-    def _close_active(self) -> None:
-        segment = self._active
-        if segment is not None and segment.fd is not None:
-            os.close(segment.fd)
-            segment.fd = None
-        self._active = None
-
-    # -- deleting and compacting segments -------------------------------------------------
+    # -- deleting segments ----------------------------------------------------------------
 
     def _newest(self) -> int | None:
         return next(reversed(self._segments), None)
 
-    def _unresolved(self, segment: _Segment) -> dict:
+    def _unresolved(self, segment: QueueSegment) -> dict:
         """The refs of `segment` to segments that still exist (pruning the others)."""
         refs = segment.refs
         for target in [t for t in refs if t not in self._segments]:
@@ -850,90 +665,7 @@ class QueueFile:
                 os.unlink(self._path(segment.number))
                 del self._segments[segment.number]
                 log.debug("event=segment_deleted path=%s", self._path(segment.number))
-            _fsync_directory(self.directory)
-
-    def _compaction_candidate(self) -> _Segment | None:
-        newest = self._newest()
-        for number, segment in self._segments.items():
-            if number == newest or segment.damaged or segment is self._active:
-                continue
-            content = segment.size - SEGMENT_HEADER_SIZE
-            if content <= 0:
-                continue
-            refs = self._unresolved(segment)
-            if segment.live == 0 and not refs:
-                continue    # garbage collection deletes it without copying
-            keep = segment.live_bytes + RECORD_HEADER_SIZE * sum(refs.values())
-            if keep < self.compact_ratio * content:
-                return segment
-        return None
-
-    def _compact_segment(self, source: _Segment) -> bool:
-        """Copy what `source` still holds that matters into the active segment, then
-        delete it. Crash-safe: the copies are fsynced before the source is unlinked, and
-        recovery dedupes the two copies of a message by seq."""
-        path = self._path(source.number)
-        data = _read_file(path)
-        scan = scan_segment(data)
-        if scan.corrupt or scan.tail or decode_segment_header(data) is None:
-            source.damaged = True
-            log.warning("event=compaction_skipped path=%s reason=damaged_segment", path)
-            return False
-        index = self._index
-        segments = self._segments
-        number = source.number
-        targets = [segments[t] for t in self._unresolved(source)]
-        buffer = bytearray()
-        moved = []              # (seq, relative offset, length, flags)
-        forwarded = []          # (seq, [segments the copied ack/delivered record refers to])
-        for record in scan.records:
-            seq = record.seq
-            if record.kind == KIND_MESSAGE:
-                location = index.get(seq)
-                if location is None or location[0] != number or location[1] != record.offset:
-                    continue        # acked, or a stale duplicate of a copy made elsewhere
-                flags = record.flags | (FLAG_REDELIVERED if seq in self._delivered else 0)
-                raw = data[record.offset:record.offset + record.length]
-                if flags != record.flags:
-                    raw = with_flags(raw, flags)
-                moved.append((seq, len(buffer), record.length, flags))
-                buffer += raw
-            elif record.kind == KIND_ACK:
-                refers = [t.number for t in targets if t.holds(seq)]
-                if refers:
-                    append_marker(buffer, KIND_ACK, seq)
-                    forwarded.append(refers)
-            else:
-                location = index.get(seq)
-                if location is not None and location[0] != number:
-                    append_marker(buffer, KIND_DELIVERED, seq)
-                    forwarded.append([location[0], *self._dups.get(seq, ())])
-        if buffer:
-            active = self._writable_segment()
-            base = active.size
-            self._write(active, buffer)
-            self._step("compact:copied")
-            with self._lock:
-                for seq, offset, length, flags in moved:
-                    index[seq] = (active.number, base + offset, length, flags)
-            for seq, _offset, length, _flags in moved:
-                active.live += 1
-                active.live_bytes += length
-                active.cover(seq)
-            for refers in forwarded:
-                for target in refers:
-                    self._add_ref(active, target)
-        source.live = 0
-        source.live_bytes = 0
-        source.refs.clear()
-        os.unlink(path)
-        del segments[number]
-        self._step("compact:unlinked")
-        _fsync_directory(self.directory)
-        self._collect_due = True
-        log.info("event=segment_compacted path=%s moved=%d forwarded=%d",
-                 path, len(moved), len(forwarded))
-        return True
+            fsync_directory(self.directory)
 
     # -- recovery -------------------------------------------------------------------------
 
@@ -948,128 +680,10 @@ class QueueFile:
         truncated or unreadable segments). A torn tail of the newest segment, the normal
         result of a crash mid-write, is cut off and is not a problem.
         """
+        from .queue_file_recovery import replay     # (which builds on this module)
         queue_file = cls.__new__(cls)
         queue_file._setup(directory, segment_size, compact_ratio)
-        messages, problems = queue_file._replay(load_bodies)
+        messages, problems = replay(queue_file, load_bodies)
         for problem in problems:
             log.warning("event=recovery_problem %s", problem)
         return queue_file, messages, problems
-
-    def _replay(self, load_bodies: bool) -> tuple[list, list]:
-        problems = []
-        numbers = segment_numbers(self.directory)
-        self._directory_exists = os.path.isdir(self.directory)
-        newest = numbers[-1] if numbers else None
-        homes: dict[int, tuple] = {}        # seq -> (segment, offset, length, flags), newest
-        older: dict[int, list] = {}         # seq -> segments holding older copies
-        fields: dict[int, tuple] = {}       # seq -> MessageFields of its newest copy
-        alike = _AlikeFields()
-        acked: set[int] = set()
-        marked: set[int] = set()
-        acks_in: dict[int, list] = {}       # segment -> seqs acked by its records
-        marks_in: dict[int, list] = {}
-        high = 0
-        for number in numbers:
-            path = self._path(number)
-            data = _read_file(path)
-            segment = _Segment(number)
-            base_seq = decode_segment_header(data)
-            scan = scan_segment(data) if len(data) > SEGMENT_HEADER_SIZE else None
-            if base_seq is None:
-                if scan is None or not scan.records:
-                    os.unlink(path)
-                    if number != newest:
-                        problems.append(f"{path}: no valid header and no records; removed")
-                    else:
-                        log.info("event=torn_segment_removed path=%s bytes=%d",
-                                 path, len(data))
-                    continue
-                problems.append(f"{path}: segment header damaged; records read anyway")
-            else:
-                high = max(high, base_seq)
-            segment.size = len(data)
-            if scan is not None:
-                for offset, length in scan.corrupt:
-                    problems.append(f"{path}: offset {offset}: {length} damaged bytes "
-                                    f"skipped (bad length or checksum)")
-                if scan.tail is not None:
-                    offset, length = scan.tail
-                    if number == newest:
-                        self._truncate(path, offset)
-                        segment.size = offset
-                        log.info("event=torn_tail_dropped path=%s offset=%d bytes=%d",
-                                 path, offset, length)
-                    else:
-                        problems.append(f"{path}: offset {offset}: segment truncated or "
-                                        f"damaged; {length} trailing bytes hold no record")
-                segment.damaged = bool(scan.corrupt) or (
-                    scan.tail is not None and segment.size != scan.tail[0])
-                for record in scan.records:
-                    seq = record.seq
-                    if seq > high:
-                        high = seq
-                    if record.kind == KIND_MESSAGE:
-                        previous = homes.get(seq)
-                        if previous is not None:
-                            older.setdefault(seq, []).append(previous[0])
-                        homes[seq] = (number, record.offset, record.length, record.flags)
-                        segment.cover(seq)
-                        if record.flags & FLAG_PERSISTENT and seq not in acked:
-                            fields[seq] = alike.shared(decode_message(
-                                data, record.offset, record.length, load_bodies))
-                    elif record.kind == KIND_ACK:
-                        acked.add(seq)
-                        fields.pop(seq, None)
-                        acks_in.setdefault(number, []).append(seq)
-                    else:
-                        marked.add(seq)
-                        marks_in.setdefault(number, []).append(seq)
-            if base_seq is None:
-                segment.damaged = True
-            self._segments[number] = segment
-
-        messages = []
-        name = lru_cache(maxsize=256)(decode_name)   # one str per name, not per message
-        for seq in sorted(fields):
-            home = homes[seq]
-            number, _offset, length, flags = home
-            self._index[seq] = home
-            segment = self._segments[number]
-            segment.live += 1
-            segment.live_bytes += length
-            dups = [copy for copy in older.get(seq, ()) if copy != number]
-            if dups:
-                self._dups[seq] = dups
-            redelivered = bool(flags & FLAG_REDELIVERED) or seq in marked
-            if redelivered:
-                self._delivered.add(seq)
-            exchange, routing_key, properties, body, body_size = fields[seq]
-            messages.append(RecoveredMessage(seq, name(exchange), name(routing_key),
-                                             properties, body, redelivered, body_size))
-        for number, seqs in acks_in.items():
-            segment = self._segments[number]
-            for seq in seqs:
-                for copy in _copies(seq, homes, older):
-                    self._add_ref(segment, copy)
-        for number, seqs in marks_in.items():
-            segment = self._segments[number]
-            for seq in seqs:
-                if seq in self._index:
-                    for copy in _copies(seq, homes, older):
-                        self._add_ref(segment, copy)
-
-        self._high_seq = self._last_seq = self._durable_seq = high
-        self._next_segment = (numbers[-1] + 1) if numbers else 1
-        self._collect_due = True
-        self._collect_garbage()
-        return messages, problems
-
-    @staticmethod
-    def _truncate(path: str, size: int) -> None:
-        fd = os.open(path, os.O_WRONLY | _O_CLOEXEC)
-        try:
-            os.ftruncate(fd, size)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-

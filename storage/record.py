@@ -233,8 +233,8 @@ def scan_segment(data: bytes, start: int = SEGMENT_HEADER_SIZE,
     matching CRC. What follows the last valid record is the tail (a torn write). Only
     records of `kinds` count as valid (queue files and stream logs have their own).
     """
-    records = []
-    corrupt = []
+    records: list[Record] = []
+    corrupt: list[tuple[int, int]] = []
     size = len(data)
     position = start
     while position < size:
@@ -244,6 +244,7 @@ def scan_segment(data: bytes, start: int = SEGMENT_HEADER_SIZE,
             position += record.length
             continue
         end = _plausible_end(data, position, kinds)
+        resume: int | None
         if end is not None and end < size and parse_record(data, end, kinds) is not None:
             resume = end
         else:

@@ -11,7 +11,8 @@ import decimal
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from sqlalchemy import (
     Boolean, CheckConstraint, Column, ForeignKey, Index, Integer, MetaData, String, Table,
@@ -201,7 +202,7 @@ def _encode_value(value):
     raise TypeError(f"cannot store {type(value).__name__} in an AMQP field table")
 
 
-_TAG_DECODERS = {
+_TAG_DECODERS: dict[str, Callable[[Any], Any]] = {
     "table": lambda table: {key: _decode_value(value) for key, value in table.items()},
     "bytes": base64.b64decode,
     "decimal": decimal.Decimal,

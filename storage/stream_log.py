@@ -11,33 +11,35 @@ section "Stream logs".
 A failed write (ENOSPC, EIO) is cut back and what it held is buffered again for the
 next `sync`, as in `QueueFile`.
 
-Threads (as `QueueFile`). `append` and `store_consumer_offset` are for the event-loop
-thread: memory only (no system call) under a short lock. `sync`, `apply_retention`,
-`close` and `drop` do blocking I/O and serialize on a second lock: one flusher thread runs
-them (via `trio.to_thread`) while the loop keeps appending. `read`, `offset_for_timestamp`
-and the properties may run on any thread; `read` does its file I/O outside the locks.
+Threads (as `QueueFile`: `segment_file.SegmentLog`). `append` and
+`store_consumer_offset` are for the event-loop thread: memory only (no system call) under
+a short lock. `sync`, `apply_retention`, `close` and `drop` do blocking I/O and serialize
+on a second lock, while the loop keeps appending. In the broker, `sync` runs in the group
+committer's worker thread (broker/server/committer.py: `trio.lowlevel.start_thread_soon`,
+one commit at a time) and `apply_retention` in its maintenance pass (`trio.to_thread`).
+`read`, `offset_for_timestamp` and the properties may run on any thread (`read` runs in a
+thread of broker/server/read_pool.py, `offset_for_timestamp` on the loop); `read` does its
+file I/O outside the locks.
 """
 
 import bisect
 import logging
 import math
 import os
-import shutil
-import struct
-import sys
-import threading
 import time
 import zlib
 from array import array
 from typing import NamedTuple
 
 from .names import decode_name, encode_name
-from .queue_file import (StorageError, _fsync_directory, _make_directory,
-                         create_segment_file, segment_name, segment_numbers)
 from .record import (CRC_START, KIND_STREAM, MIN_STREAM_PAYLOAD, RECORD_HEADER_SIZE,
                      RECORD_MAGIC, SEGMENT_HEADER_SIZE, STREAM_HEAD, STREAM_KINDS,
-                     STREAM_SEGMENT_MAGIC, append_stream_record, decode_segment_header,
-                     encode_segment_header, parse_record, stream_fields)
+                     STREAM_SEGMENT_MAGIC, append_stream_record, encode_segment_header,
+                     parse_record, stream_fields)
+from .segment_file import (O_CLOEXEC, Segment, SegmentLog, StorageError, create_segment_file,
+                           fsync_directory, segment_numbers)
+from .stream_files import (OFFSETS_FILE, IndexFile, encode_consumer_offsets, encode_index,
+                           index_name, write_file_atomically)
 
 log = logging.getLogger("warren.storage")
 
@@ -46,25 +48,9 @@ INDEX_INTERVAL = 64 * 1024          # at least this many segment bytes between i
 INDEX_CHECKPOINT = 8 * 1024 * 1024  # rewrite the active segment's index after this growth
 READ_WINDOW = 256 * 1024            # bytes per pread when walking a segment
 MAX_READ_WINDOW = 4 * 1024 * 1024
-INDEX_SUFFIX = ".idx"
-OFFSETS_FILE = "offsets"
-TEMP_SUFFIX = ".tmp"
 _CURSOR_CACHE = 256                 # remembered (offset -> file position) read resumes
-
-INDEX_MAGIC = b"WARRENSX"
-OFFSETS_MAGIC = b"WARRENCO"
-_FILE_VERSION = 1
-# magic, version, reserved, base offset, next offset, indexed size, records, first
-# timestamp, last timestamp, samples
-_INDEX_HEAD = struct.Struct(">8sHHQQQQqqI")
-_OFFSETS_HEAD = struct.Struct(">8sHHI")    # magic, version, reserved, entries
-_OFFSET_ENTRY = struct.Struct(">Q")
-_U32 = struct.Struct(">I")
 _HEAD_SIZE = STREAM_HEAD.size       # record header + timestamp: 28
 
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_fdatasync = getattr(os, "fdatasync", os.fsync)
-_LITTLE_ENDIAN = sys.byteorder == "little"
 _new_tuple = tuple.__new__
 
 
@@ -79,43 +65,8 @@ class StreamRecord(NamedTuple):
     body: bytes
 
 
-def _pack_int64s(values: array) -> bytes:
-    if _LITTLE_ENDIAN:
-        values = array("q", values)
-        values.byteswap()
-    return values.tobytes()
-
-
-def _unpack_int64s(data) -> array:
-    values = array("q")
-    values.frombytes(data)
-    if _LITTLE_ENDIAN:
-        values.byteswap()
-    return values
-
-
-def _write_file_atomically(directory: str, name: str, data: bytes, durable: bool) -> None:
-    """Replace `name` in `directory` by `data` via a temporary file and rename; with
-    `durable`, the data and the rename are fsynced (else a crash may leave either version,
-    or a damaged one: only for derived data that is checked and rebuilt)."""
-    path = os.path.join(directory, name)
-    temporary = path + TEMP_SUFFIX
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    if durable:
-        _fsync_directory(directory)
-
-
-class _Segment:
-    """One segment file: its offset range, size and sparse index.
+class StreamSegment(Segment):
+    """One segment file of a stream log: its offset range, size and sparse index.
 
     The flusher thread writes these fields; readers look at them under the log's lock.
     The sparse index holds one sample (offset, file position, timestamp) for the first
@@ -123,23 +74,21 @@ class _Segment:
     after the previous sample: a few samples per megabyte, not one entry per message.
     """
 
-    __slots__ = ("number", "base", "next", "size", "file_size", "count", "first_ts",
-                 "last_ts", "offsets", "positions", "timestamps", "indexed_size", "fd")
+    __slots__ = ("base", "next", "file_size", "count", "first_ts", "last_ts", "offsets",
+                 "positions", "timestamps", "indexed_size")
 
     def __init__(self, number: int, base: int):
-        self.number = number
+        super().__init__(number, SEGMENT_HEADER_SIZE)   # `size`: only durable records
         self.base = base                # the offset its first record has (or had)
         self.next = base                # one past the offset of its last record
-        self.size = SEGMENT_HEADER_SIZE  # bytes of header and valid, durable records
         self.file_size = SEGMENT_HEADER_SIZE  # bytes on disk (retention counts these)
         self.count = 0                  # valid records
-        self.first_ts = None            # publish timestamps (ms) of its first/last record
-        self.last_ts = None
+        self.first_ts: int | None = None    # publish timestamps (ms) of its first/last record
+        self.last_ts: int | None = None
         self.offsets = array("q")       # the sparse index, three parallel arrays
         self.positions = array("q")
         self.timestamps = array("q")
         self.indexed_size = 0           # `size` when its index file was last written
-        self.fd = None                  # open for writing while active
 
     def start_for(self, offset: int) -> tuple[int, int]:
         """(file position, offset) of the last sampled record at or before `offset`."""
@@ -149,7 +98,7 @@ class _Segment:
         return self.positions[i], self.offsets[i]
 
 
-class _SegmentReader:
+class SegmentReader:
     """Walks the records of one segment file window by window, checking them.
 
     Damage is skipped the way `record.scan_segment` skips it (the next record after a
@@ -161,7 +110,7 @@ class _SegmentReader:
 
     def __init__(self, path: str, end: int):
         self.path = path
-        self.fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+        self.fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
         self.end = end
         self.damaged: list[tuple[int, int]] = []
         self.tail: tuple[int, int] | None = None
@@ -295,25 +244,14 @@ class _SegmentReader:
         return None
 
 
-class _IndexFile(NamedTuple):
-    base: int
-    next: int
-    size: int
-    count: int
-    first_ts: int
-    last_ts: int
-    offsets: array
-    positions: array
-    timestamps: array
-
-
-class StreamLog:
+class StreamLog(SegmentLog[StreamSegment]):
     """The append-only, segmented, offset-addressed log of one stream queue.
 
     Offsets start at 0 and increase by one per appended message, across restarts and
     retention. Publish timestamps are milliseconds since the epoch from `clock` (seconds,
     like `time.time`), made non-decreasing: a clock that steps back does not make them go
-    back, so a timestamp lookup is a binary search.
+    back, so a timestamp lookup is a binary search. After `close`, reads keep working on
+    what is on disk.
     """
 
     def __init__(self, directory, max_segment_bytes: int = DEFAULT_MAX_SEGMENT_BYTES,
@@ -329,10 +267,9 @@ class StreamLog:
 
     def _setup(self, directory, max_segment_bytes, max_bytes, max_age_seconds, clock):
         self.set_retention(max_segment_bytes, max_bytes, max_age_seconds)
-        self.directory = os.fspath(directory)
+        self._setup_files(directory)
         self._clock = clock
         # Loop side and reader view, guarded by _lock.
-        self._lock = threading.Lock()
         self._pending: list[tuple] = []     # (timestamp, exchange, key, properties, body)
         self._pending_base = 0              # offset of _pending[0]
         self._inflight: list[tuple] | None = None   # the batch a sync is writing
@@ -342,25 +279,17 @@ class StreamLog:
         self._disk_next = 0                 # offsets below this are in segment files
         self._durable_next = 0              # offsets below this are durable
         self._last_ts = 0                   # the newest timestamp handed out (ms)
-        self._segments: list[_Segment] = []     # ascending; the last one is the newest
+        self._segments: list[StreamSegment] = []     # ascending; the last one is the newest
         self._bases: list[int] = []         # segment base offsets, for bisect
         self._cursors: dict[int, tuple[int, int]] = {}  # offset -> (segment, position)
         self._consumers: dict[str, int] = {}
         self._consumers_dirty = False
         self._reported: set[tuple[int, int]] = set()
-        self._closed = False
-        self._dropped = False
         # One-entry caches (name, encoded name) of the last names appended.
         self._exchange_cache = self._routing_key_cache = (None, b"")
         # Flusher side, guarded by _sync_lock.
-        self._sync_lock = threading.Lock()
-        self._active: _Segment | None = None
-        self._next_segment = 1
         self._total_bytes = 0
         self._dir_dirty = False
-        self._directory_exists = False
-        self._failed: BaseException | None = None
-        self.written_bytes = 0      # bytes ever written to segments (disk accounting)
 
     def __repr__(self) -> str:
         return (f"<StreamLog {self.directory!r} first_offset={self._first_offset} "
@@ -452,8 +381,8 @@ class StreamLog:
         with self._sync_lock:
             self._check_usable()
             with self._lock:
-                batch = self._pending
                 consumers = dict(self._consumers) if self._consumers_dirty else None
+                batch = self._pending
                 if self._dropped or self._closed or (not batch and consumers is None):
                     return self._durable_next - 1
                 base = self._pending_base
@@ -468,15 +397,14 @@ class StreamLog:
                     self._write_batch(batch, base)
                 if consumers is not None:
                     self._write_consumer_offsets(consumers)
-            except OSError:
-                self._return_to_buffer(batch, consumers is not None)
-                raise
             except BaseException as exc:
-                self._failed = exc
+                if isinstance(exc, OSError):    # cut back: written again by the next sync
+                    self._return_to_buffer(batch, consumers is not None)
+                else:
+                    self._failed = exc
                 raise
             with self._lock:
-                self._inflight = None
-                self._durable_next = target
+                self._durable_next, self._inflight = target, None
             return target - 1
 
     def _return_to_buffer(self, batch: list, consumers_dirty: bool) -> None:
@@ -514,8 +442,7 @@ class StreamLog:
         if self.max_bytes is None and self.max_age_seconds is None:
             return 0
         with self._sync_lock:
-            self._check_usable()
-            if self._dropped or self._closed:
+            if not self._usable():
                 return 0
             cutoff = None
             if self.max_age_seconds is not None:
@@ -540,45 +467,26 @@ class StreamLog:
                     raise
                 removed.append(oldest)
             if removed:
-                _fsync_directory(self.directory)
+                fsync_directory(self.directory)
                 log.info("event=stream_retention path=%s segments=%d first_offset=%d",
                          self.directory, len(removed), self._first_offset)
             return len(removed)
 
-    def close(self, flush: bool = True) -> None:
-        """Sync (unless `flush` is False, which loses what was not synced) and close.
+    def _discard_buffered(self) -> None:
+        self._pending = []
+        self._pending_base = self._next_offset = self._disk_next
 
-        Later appends raise StorageError; reads keep working on what is on disk.
-        """
-        if flush and self._failed is None:
-            self.sync()
-        with self._sync_lock:
-            with self._lock:
-                self._closed = True
-                self._pending = []
-                self._pending_base = self._next_offset = self._disk_next
-            active = self._active
-            if active is not None and flush and self._failed is None \
-                    and active.indexed_size != active.size:
-                self._write_index(active)   # spares the next recovery the scan
-            self._close_active()
+    def _forget(self) -> None:
+        self._pending = []
+        self._inflight = None
+        self._segments = []
+        self._bases = []
+        self._consumers = {}
 
-    def drop(self) -> None:
-        """The stream was deleted: forget everything and remove its directory (blocking)."""
-        with self._sync_lock:
-            with self._lock:
-                self._dropped = True
-                self._pending = []
-                self._inflight = None
-                self._segments = []
-                self._bases = []
-                self._consumers = {}
-            self._close_active()
-            shutil.rmtree(self.directory, ignore_errors=True)
-            try:
-                _fsync_directory(os.path.dirname(os.path.abspath(self.directory)))
-            except OSError:
-                pass
+    def _seal_active(self) -> None:
+        active = self._active
+        if active is not None and active.indexed_size != active.size:
+            self._write_index(active)   # spares the next recovery the scan
 
     def stats(self) -> dict:
         """Segment and index figures, for diagnostics and tests."""
@@ -643,11 +551,11 @@ class StreamLog:
             window = min(MAX_READ_WINDOW, max(READ_WINDOW // 4,
                                               average * (cursor - start + want) + 1024))
             try:
-                reader = _SegmentReader(path, size)
+                reader = SegmentReader(path, size)
             except FileNotFoundError:
                 with self._lock:
                     if segment in self._segments or self._dropped:
-                        if self._dropped:
+                        if self._dropped_meanwhile():
                             return []
                         raise StorageError(f"{path}: segment file is missing") from None
                 continue    # deleted by retention meanwhile: read from the new start
@@ -692,12 +600,13 @@ class StreamLog:
                     return self._next_offset
                 found = None
                 for segment in self._segments:
-                    if segment.count and segment.last_ts >= target:
+                    if (segment.count and segment.last_ts is not None
+                            and segment.last_ts >= target):
                         found = segment
                         break
                 if found is None:
                     return self._memory_offset_for(target)
-                if found.first_ts >= target:
+                if found.first_ts is not None and found.first_ts >= target:
                     return max(found.base, self._first_offset)
                 i = bisect.bisect_left(found.timestamps, target) - 1
                 if i >= 0:
@@ -706,7 +615,7 @@ class StreamLog:
                     position, start = SEGMENT_HEADER_SIZE, found.base
                 path, size, segment_next = self._path(found.number), found.size, found.next
             try:
-                reader = _SegmentReader(path, size)
+                reader = SegmentReader(path, size)
             except FileNotFoundError:
                 with self._lock:
                     if found in self._segments and not self._dropped:
@@ -731,7 +640,7 @@ class StreamLog:
 
     def _memory_slice(self, offset: int, count: int) -> list:
         """Under _lock: up to `count` unwritten records from `offset` on."""
-        out = []
+        out: list[tuple] = []
         for records, base in ((self._inflight, self._inflight_base),
                               (self._pending, self._pending_base)):
             if records and len(out) < count:
@@ -769,7 +678,7 @@ class StreamLog:
                 del cursors[next(iter(cursors))]
             cursors[offset] = (number, position)
 
-    def _report_damage(self, segment: _Segment, path: str, damaged, tail) -> None:
+    def _report_damage(self, segment: StreamSegment, path: str, damaged, tail) -> None:
         spans = list(damaged) + ([tail] if tail else [])
         with self._lock:
             new = [span for span in spans if (segment.number, span[0]) not in self._reported]
@@ -779,17 +688,6 @@ class StreamLog:
                         "(damaged records skipped)", path, position, length)
 
     # -- writing --------------------------------------------------------------------------
-
-    def _check_usable(self) -> None:
-        if self._failed is not None:
-            raise StorageError(f"{self.directory}: an earlier write failed "
-                               f"({self._failed!r}); recover from disk") from self._failed
-
-    def _path(self, number: int) -> str:
-        return os.path.join(self.directory, segment_name(number))
-
-    def _index_name(self, number: int) -> str:
-        return f"{number:08d}{INDEX_SUFFIX}"
 
     def _write_batch(self, batch: list, base: int) -> None:
         """Write `batch` (offsets from `base`) across as many segments as it fills."""
@@ -817,7 +715,7 @@ class StreamLog:
                 i += 1
                 if position >= limit:
                     break
-            self._write(segment, buffer, start)
+            self.written_bytes += self._append(segment, buffer, sync=True) - start
             with self._lock:
                 for sample_offset, sample_position, sample_ts in sampled:
                     segment.offsets.append(sample_offset)
@@ -835,17 +733,15 @@ class StreamLog:
                 self._write_index(segment)      # sealed: its index is final
                 self._close_active()
         if self._dir_dirty:
-            _fsync_directory(self.directory)
+            fsync_directory(self.directory)
             self._dir_dirty = False
         active = self._active
         if active is not None and active.size - active.indexed_size >= INDEX_CHECKPOINT:
             self._write_index(active)
 
-    def _new_segment(self, base: int) -> _Segment:
-        if not self._directory_exists:
-            _make_directory(self.directory)
-            self._directory_exists = True
-        segment = _Segment(self._next_segment, base)
+    def _new_segment(self, base: int) -> StreamSegment:
+        self._ensure_directory()
+        segment = StreamSegment(self._next_segment, base)
         self._next_segment += 1
         path = self._path(segment.number)
         segment.fd = create_segment_file(
@@ -859,117 +755,28 @@ class StreamLog:
         self._active = segment
         return segment
 
-    def _write(self, segment: _Segment, buffer, offset: int) -> None:
-        """Write `buffer` at `offset` and fdatasync; on failure cut the file back to
-        `offset` (or, if that fails too, leave the log unusable until recovery)."""
-        start = offset
-        view = memoryview(buffer)
-        try:
-            while view:
-                written = os.pwrite(segment.fd, view, offset)
-                view = view[written:]
-                offset += written
-            _fdatasync(segment.fd)
-        except OSError as error:
-            log.debug("event=stream_write_failed path=%s error=%r",
-                      self._path(segment.number), error)
-            try:
-                os.ftruncate(segment.fd, start)
-            except OSError as truncate_error:
-                self._failed = truncate_error
-            raise
-        self.written_bytes += offset - start
-
-    def _close_active(self) -> None:
-        segment = self._active
-        if segment is not None and segment.fd is not None:
-            os.close(segment.fd)
-            segment.fd = None
-        self._active = None
-
-    def _write_index(self, segment: _Segment) -> None:
+    def _write_index(self, segment: StreamSegment) -> None:
         """Write the segment's sparse index file (derived data: not fsynced; recovery
         checks it against the segment and rebuilds it when it is missing or damaged)."""
-        head = _INDEX_HEAD.pack(INDEX_MAGIC, _FILE_VERSION, 0, segment.base, segment.next,
-                                segment.size, segment.count, segment.first_ts or 0,
-                                segment.last_ts or 0, len(segment.offsets))
-        data = b"".join((head, _pack_int64s(segment.offsets),
-                         _pack_int64s(segment.positions), _pack_int64s(segment.timestamps)))
-        data += _U32.pack(zlib.crc32(data))
-        _write_file_atomically(self.directory, self._index_name(segment.number), data,
-                               durable=False)
+        data = encode_index(IndexFile(
+            segment.base, segment.next, segment.size, segment.count, segment.first_ts or 0,
+            segment.last_ts or 0, segment.offsets, segment.positions, segment.timestamps))
+        write_file_atomically(self.directory, index_name(segment.number), data,
+                              durable=False)
         segment.indexed_size = segment.size
-
-    def _read_index(self, number: int) -> _IndexFile | None:
-        try:
-            with open(os.path.join(self.directory, self._index_name(number)), "rb") as file:
-                data = file.read()
-        except FileNotFoundError:
-            return None
-        if len(data) < _INDEX_HEAD.size + _U32.size:
-            return None
-        (crc,) = _U32.unpack_from(data, len(data) - _U32.size)
-        if zlib.crc32(memoryview(data)[:-_U32.size]) != crc:
-            return None
-        magic, version, _reserved, base, next_, size, count, first_ts, last_ts, samples = \
-            _INDEX_HEAD.unpack_from(data)
-        if (magic != INDEX_MAGIC or version != _FILE_VERSION
-                or len(data) != _INDEX_HEAD.size + 24 * samples + _U32.size):
-            return None
-        start = _INDEX_HEAD.size
-        arrays = [_unpack_int64s(data[start + 8 * samples * k:start + 8 * samples * (k + 1)])
-                  for k in range(3)]
-        return _IndexFile(base, next_, size, count, first_ts, last_ts, *arrays)
 
     def _unlink_segment(self, number: int) -> None:
         os.unlink(self._path(number))
         try:
-            os.unlink(os.path.join(self.directory, self._index_name(number)))
+            os.unlink(os.path.join(self.directory, index_name(number)))
         except FileNotFoundError:
             pass
 
     def _write_consumer_offsets(self, consumers: dict) -> None:
         """Replace the consumer-offset file durably (temp file, fsync, rename, fsync)."""
-        if not self._directory_exists:
-            _make_directory(self.directory)
-            self._directory_exists = True
-        parts = [_OFFSETS_HEAD.pack(OFFSETS_MAGIC, _FILE_VERSION, 0, len(consumers))]
-        for name, offset in consumers.items():
-            encoded = encode_name(name)
-            parts += (len(encoded).to_bytes(1, "big"), encoded, _OFFSET_ENTRY.pack(offset))
-        data = b"".join(parts)
-        data += _U32.pack(zlib.crc32(data))
-        _write_file_atomically(self.directory, OFFSETS_FILE, data, durable=True)
-
-    def _read_consumer_offsets(self, problems: list) -> dict[str, int]:
-        path = os.path.join(self.directory, OFFSETS_FILE)
-        try:
-            with open(path, "rb") as file:
-                data = file.read()
-        except FileNotFoundError:
-            return {}
-        consumers = {}
-        try:
-            (crc,) = _U32.unpack_from(data, len(data) - _U32.size)
-            if zlib.crc32(memoryview(data)[:-_U32.size]) != crc:
-                raise ValueError("checksum")
-            magic, version, _reserved, entries = _OFFSETS_HEAD.unpack_from(data)
-            if magic != OFFSETS_MAGIC or version != _FILE_VERSION:
-                raise ValueError("magic or version")
-            position = _OFFSETS_HEAD.size
-            for _ in range(entries):
-                length = data[position]
-                name = decode_name(data[position + 1:position + 1 + length])
-                (offset,) = _OFFSET_ENTRY.unpack_from(data, position + 1 + length)
-                consumers[name] = offset
-                position += 1 + length + _OFFSET_ENTRY.size
-            if position != len(data) - _U32.size:
-                raise ValueError("length")
-        except (ValueError, IndexError, struct.error) as exc:
-            problems.append(f"{path}: consumer-offset file damaged ({exc}); consumer "
-                            f"offsets lost")
-            return {}
-        return consumers
+        self._ensure_directory()
+        write_file_atomically(self.directory, OFFSETS_FILE,
+                              encode_consumer_offsets(consumers), durable=True)
 
     # -- recovery -------------------------------------------------------------------------
 
@@ -986,151 +793,13 @@ class StreamLog:
         index does not cover is scanned and checked. A torn tail of the newest segment, the
         normal result of a crash mid-write, is cut off and is not a problem.
         """
+        from .stream_log_recovery import replay     # (which builds on this module)
         stream = cls.__new__(cls)
         stream._setup(directory, max_segment_bytes, max_bytes, max_age_seconds, clock)
-        problems = stream._replay(verify)
+        problems = replay(stream, verify)
         for problem in problems:
             log.warning("event=recovery_problem %s", problem)
         return stream, problems
-
-    def _replay(self, verify: bool) -> list[str]:
-        problems: list[str] = []
-        directory = self.directory
-        self._directory_exists = os.path.isdir(directory)
-        if not self._directory_exists:
-            return problems
-        numbers = segment_numbers(directory)
-        self._next_segment = numbers[-1] + 1 if numbers else 1
-        present = set(numbers)
-        for name in os.listdir(directory):
-            stem = name[:-len(INDEX_SUFFIX)]
-            if name.endswith(TEMP_SUFFIX) or (
-                    name.endswith(INDEX_SUFFIX) and stem.isdigit()
-                    and int(stem) not in present):
-                os.unlink(os.path.join(directory, name))    # unfinished or orphaned
-        # A newest segment without a valid header holds nothing yet: a crash right
-        # after creating it.
-        while numbers:
-            path = self._path(numbers[-1])
-            with open(path, "rb") as file:
-                head = file.read(SEGMENT_HEADER_SIZE + 1)
-            if len(head) > SEGMENT_HEADER_SIZE or \
-                    decode_segment_header(head, STREAM_SEGMENT_MAGIC) is not None:
-                break
-            self._unlink_segment(numbers.pop())
-            log.info("event=torn_segment_removed path=%s bytes=%d", path, len(head))
-
-        high = 0        # one past the highest offset seen anywhere
-        last_ts = 0
-        for number in numbers:
-            newest = number == numbers[-1]
-            segment = self._recover_segment(number, newest, high, verify, problems)
-            if segment is None:
-                continue
-            high = max(high, segment.next)
-            if segment.last_ts is not None:
-                last_ts = max(last_ts, segment.last_ts)
-            self._segments.append(segment)
-            self._bases.append(segment.base)
-            self._total_bytes += segment.file_size
-
-        self._consumers = self._read_consumer_offsets(problems)
-        for name, offset in self._consumers.items():
-            high = max(high, offset + 1)
-        self._next_offset = self._disk_next = self._durable_next = self._pending_base = high
-        self._first_offset = self._segments[0].base if self._segments else high
-        self._last_ts = last_ts
-        return problems
-
-    def _recover_segment(self, number: int, newest: bool, previous_next: int, verify: bool,
-                         problems: list) -> _Segment | None:
-        path = self._path(number)
-        file_size = os.path.getsize(path)
-        with open(path, "rb") as file:
-            base = decode_segment_header(file.read(SEGMENT_HEADER_SIZE),
-                                         STREAM_SEGMENT_MAGIC)
-        segment = _Segment(number, base if base is not None else previous_next)
-        segment.file_size = file_size
-        index = None if verify or base is None else self._read_index(number)
-        if index is not None and (index.base != base or index.size > file_size
-                                  or index.size < SEGMENT_HEADER_SIZE):
-            if index.size > file_size:
-                problems.append(f"{path}: {file_size} bytes, shorter than the "
-                                f"{index.size} its index covers; segment scanned")
-            index = None
-        if index is not None:
-            segment.next, segment.size, segment.count = index.next, index.size, index.count
-            if index.count:
-                segment.first_ts, segment.last_ts = index.first_ts, index.last_ts
-            segment.offsets, segment.positions, segment.timestamps = \
-                index.offsets, index.positions, index.timestamps
-            segment.indexed_size = index.size
-            expected = index.next
-        else:
-            expected = base
-        found = []
-        if segment.size < file_size:
-            self._scan_rest(segment, path, file_size, expected, newest, found)
-        if base is None:
-            if not segment.count:       # (nothing in `found` matters then)
-                self._unlink_segment(number)
-                if newest:      # a crash while creating it
-                    log.info("event=torn_segment_removed path=%s bytes=%d", path, file_size)
-                else:
-                    problems.append(f"{path}: no valid header and no records; removed")
-                return None
-            problems.append(f"{path}: segment header damaged; records read anyway")
-            first = segment.offsets[0]
-            segment.base = min(first, previous_next) if self._segments else first
-        elif base < previous_next:
-            problems.append(f"{path}: starts at offset {base}, below the end of the "
-                            f"previous segment ({previous_next})")
-        problems += found
-        if segment.indexed_size != segment.size:
-            self._write_index(segment)
-        return segment
-
-    def _scan_rest(self, segment: _Segment, path: str, file_size: int,
-                   expected: int | None, newest: bool, problems: list) -> None:
-        """Walk and check the records after `segment.size`, extending its index."""
-        last_sample = segment.positions[-1] if segment.positions else -INDEX_INTERVAL
-        with _SegmentReader(path, file_size) as reader:
-            for offset, timestamp, position, length, _fields in reader.records(
-                    segment.size, expected, 0, MAX_READ_WINDOW, copy=False):
-                if position - last_sample >= INDEX_INTERVAL:
-                    segment.offsets.append(offset)
-                    segment.positions.append(position)
-                    segment.timestamps.append(timestamp)
-                    last_sample = position
-                if segment.first_ts is None:
-                    segment.first_ts = timestamp
-                segment.last_ts = timestamp
-                segment.count += 1
-                segment.next = offset + 1
-                segment.size = position + length
-            for position, length in reader.damaged:
-                problems.append(f"{path}: position {position}: {length} damaged bytes "
-                                f"skipped (bad length, checksum or offset)")
-            if reader.tail is not None:
-                position, length = reader.tail
-                if newest:
-                    _truncate(path, position)
-                    segment.file_size = position
-                    log.info("event=torn_tail_dropped path=%s position=%d bytes=%d",
-                             path, position, length)
-                else:
-                    problems.append(f"{path}: position {position}: segment truncated or "
-                                    f"damaged; {length} trailing bytes hold no record")
-
-
-def _truncate(path: str, size: int) -> None:
-    fd = os.open(path, os.O_WRONLY | _O_CLOEXEC)
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 def _timestamp_of(record: tuple) -> int:
     return record[0]

@@ -5,8 +5,9 @@ import threading
 
 import pytest
 
-from storage.queue_file import QueueFile, StorageError, segment_numbers
+from storage.queue_file import QueueFile
 from storage.record import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE, scan_segment
+from storage.segment_file import StorageError, segment_numbers
 
 # Exercises no module of the compiled build: scripts/test.sh runs it on the pure-Python
 # build only (docs/testing.md, "The CI arrangement").

@@ -10,8 +10,9 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, initialize, invariant,
                                  precondition, rule)
 
-from storage.queue_file import QueueFile, segment_numbers
+from storage.queue_file import QueueFile
 from storage.record import RECORD_HEADER_SIZE, SEGMENT_HEADER_SIZE
+from storage.segment_file import segment_numbers
 
 # Exercises no module of the compiled build: scripts/test.sh runs it on the pure-Python
 # build only (docs/testing.md, "The CI arrangement").

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from storage.queue_file import StorageError, segment_numbers
 from storage.record import (SEGMENT_HEADER_SIZE, STREAM_SEGMENT_MAGIC,
                             encode_segment_header)
+from storage.segment_file import StorageError, segment_numbers
+from storage.stream_files import decode_index, index_name
 from storage.stream_log import StreamLog, StreamRecord
 
 # Exercises no module of the compiled build: scripts/test.sh runs it on the pure-Python
@@ -608,7 +609,7 @@ def test_index_checkpoints_keep_recovery_of_a_big_active_segment_short(tmp_path,
         if i % 100 == 99:
             stream.sync()
     stream.close(flush=False)
-    index = stream._read_index(1)
+    index = decode_index((directory / index_name(1)).read_bytes())
     assert index is not None and index.size > 150_000      # a recent checkpoint
     recovered, problems = StreamLog.recover(directory)
     assert problems == [] and recovered.next_offset == 2000
@@ -662,7 +663,7 @@ def test_offsets_past_lost_data_are_not_handed_out_again(tmp_path):
 def _retention_strikes_before_the_next_open(monkeypatch, stream):
     """Make retention delete segments between a read's planning and its open."""
     import storage.stream_log as module
-    original = module._SegmentReader
+    original = module.SegmentReader
     fired = []
 
     class Racing(original):
@@ -672,7 +673,7 @@ def _retention_strikes_before_the_next_open(monkeypatch, stream):
                 stream.apply_retention()
             super().__init__(path, end)
 
-    monkeypatch.setattr(module, "_SegmentReader", Racing)
+    monkeypatch.setattr(module, "SegmentReader", Racing)
     return fired
 
 
@@ -718,7 +719,7 @@ def test_a_failed_sync_is_cut_back_and_written_again(tmp_path, monkeypatch):
     def failing(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("storage.stream_log._fdatasync", failing)
+    monkeypatch.setattr("storage.segment_file.fdatasync", failing)
     with pytest.raises(OSError):
         stream.sync()
     monkeypatch.undo()
@@ -741,7 +742,7 @@ def test_a_failed_sync_that_cannot_be_cut_back_makes_the_log_unusable(tmp_path,
     def failing(*args):
         raise OSError(5, "I/O error")
 
-    monkeypatch.setattr("storage.stream_log._fdatasync", failing)
+    monkeypatch.setattr("storage.segment_file.fdatasync", failing)
     monkeypatch.setattr(os, "ftruncate", failing)
     with pytest.raises(OSError):
         stream.sync()
