@@ -11,10 +11,11 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from broker.core.backlog import ENTRY_COST
 from broker.core.exchange import Exchange
 from broker.core.policy import merged_definition
 from broker.core.quorum_queue import QuorumQueue
-from broker.core.queue import ENTRY_COST, Queue
+from broker.core.queue import Queue
 from broker.core.queue_base import QueueBase
 from broker.core.stream_queue import StreamQueue
 from broker.core.vhost import VirtualHost
