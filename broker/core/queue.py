@@ -172,10 +172,12 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             else:
                 # settle() inline: a no-ack delivery (to a queue with a store, here) is
                 # done with at once, so its bytes are never counted as held.
-                if not consumer.no_ack:
-                    self.held_bytes += size + ENTRY_COST
-                else:
+                if consumer.no_ack:
                     self.store.settle(entry)
+                else:
+                    self.held_bytes += size + ENTRY_COST
+                    if self.stores_messages:
+                        self.store.delivered(entry)     # it awaits its ack
                 return True
         self.held_bytes += size + ENTRY_COST
         if len(ready) < self.entry_window and not self._paged.tail:
@@ -353,6 +355,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
                     continue
                 if consumer.no_ack:
                     self.settle(entry)
+                elif self.stores_messages:
+                    self.store.delivered(entry)     # it awaits its ack
                 if counts_bytes:
                     self.ready_bytes -= body_size(entry.message)
             if not (self._paged.tail and self._read_ahead() and consumers):
