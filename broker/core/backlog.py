@@ -320,9 +320,9 @@ class PagedOut:
         return tail[0] if tail and isinstance(tail[0], QueueEntry) else None
 
     def expired_head(self, now: float, expired: list[QueueEntry]) -> None:
-        """`ready` is empty (just recovered, or all expired): the expired messages at
-        the head of the tail leave it and join `expired` (entries, which saved
-        nothing against ENTRY_COST)."""
+        """`ready` is empty (just recovered, or all expired): the messages at the head
+        of the tail that expired before `now` leave it and join `expired` (only entries
+        there can expire; they saved nothing against ENTRY_COST)."""
         tail = self.tail
         while tail:
             head = tail[0]

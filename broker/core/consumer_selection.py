@@ -61,8 +61,11 @@ class ConsumerSelection:
 
     def hand_over(self, gone: Consumer, successor: Consumer) -> bool:
         """x-single-active-consumer: the active consumer `gone` went and `successor`
-        takes over. Whether it can be served at once: not while `gone` still has
-        unacked messages, which may come back ahead of the ready ones."""
+        takes over. Whether it can be served at once: while `gone` still has unacked
+        messages, which may come back ahead of the ready ones, the new one is served
+        nothing, from the moment the last of them is acked, rejected or requeued on.
+        (Its Basic.Cancel and its channel's close are two round trips apart, and a
+        dispatch in between, for another reason, must not hand it the ready ones.)"""
         consumers = self.consumers
         consumers.remove(successor)
         consumers.appendleft(successor)
@@ -70,3 +73,12 @@ class ConsumerSelection:
             self.handing_over = gone
             return False
         return True
+
+
+def all_stalled(consumers: deque[Consumer]) -> bool:
+    """Whether there are consumers and every one waits for its connection's socket (the
+    clients read slower than the queue is fed): publisher flow control."""
+    for consumer in consumers:     # a loop: called for every publish to a long backlog
+        if consumer.channel.connection.transport.writable:
+            return False
+    return bool(consumers)

@@ -6,32 +6,28 @@ of paged-out bodies (backlog.py), the TTL and x-expires timers (queue_expiry.py)
 dead-lettering (dead_letter.py).
 """
 
-import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
+from . import queue_paging
 from .backlog import (
     ENTRY_COST, ENTRY_WINDOW, FLOW_BACKLOG, KEPT_IN_PARTS, READ_AHEAD, HeadOnDisk,
-    PagedOut, held_size,
+    PagedOut,
 )
-from .consumer_selection import ConsumerSelection
+from .consumer_selection import ConsumerSelection, all_stalled
 from .dead_letter import DeadLettering
-from .message import (
-    EXPIRATION_BIT, Message, PagedOutPlaceholders, QueueEntry, body_size,
-)
+from .message import EXPIRATION_BIT, Message, QueueEntry, body_size
 from .message_store import MEMORY_STORE
 from .policy import classic_queue_settings
 from .ports import QueueStore
 from .queue_base import Consumer, QueueBase
 from .queue_expiry import Expiry, expiry_time
+from .queue_limits import count_ready_bytes, drop_overflow, would_overflow
 
 if TYPE_CHECKING:
     from .channel import Channel
     from .connection import Connection
     from .vhost import VirtualHost
-
-log = logging.getLogger("warren.queue")
-
 
 class Queue(QueueBase[QueueEntry, Consumer]):
     """A classic queue: ready messages in a deque, delivered to consumers in turn.
@@ -118,7 +114,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         body = message.body
         assert body is not None, "a message is enqueued with its body"
         size = len(body)
-        if limited and self.overflow != "drop-head" and self._would_overflow(size):
+        if limited and self.overflow != "drop-head" and would_overflow(self, size):
             if self.overflow == "reject-publish-dlx":
                 self.dead_lettering.refused(message)
             return False
@@ -137,7 +133,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             if self.consumers:
                 self.dispatch()
             if publisher is not None and self.backlog > FLOW_BACKLOG \
-                    and self.consumers_stalled():
+                    and all_stalled(self.consumers):
                 publisher.throttle(self)
             return True
         now = None
@@ -187,13 +183,13 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if byte_limit is not None:
             self.ready_bytes += size
         if limited:
-            self._drop_overflow()
+            drop_overflow(self)
         if self.consumers:
             self.dispatch(now)
         if entry.expires_at is not None:
             self._may_expire = True
             self._arm_expiry()
-        if publisher is not None and self.backlog > FLOW_BACKLOG and self.consumers_stalled():
+        if publisher is not None and self.backlog > FLOW_BACKLOG and all_stalled(self.consumers):
             publisher.throttle(self)
         return True
 
@@ -219,12 +215,6 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         # charged RUN_ENTRY_COST or MEMORY_RUN_COST while in a run
         self.held_bytes -= self._paged.append(entry)
 
-    def _from_tail(self) -> QueueEntry:
-        """The tail's first message, which leaves it (charged ENTRY_COST again)."""
-        entry, saved = self._paged.popleft()
-        self.held_bytes += saved
-        return entry
-
     def _place_restored(self, entry: QueueEntry) -> None:
         """A recovered message, in seq order: a paged-out one goes to the tail (and
         every one after it)."""
@@ -234,57 +224,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.ready.append(entry)
 
     def restore(self, recovered) -> None:
-        """Load messages recovered from the queue file (in seq order). A record without
-        a body (recovered with load_bodies=False) is read back before it is delivered.
-        Their TTL, if any, counts again from now: publish times are not stored."""
-        now = self.vhost.scheduler.clock()
-        placeholders = PagedOutPlaceholders()
-        for record in recovered:
-            message = (Message(record.exchange, record.routing_key, record.properties,
-                               record.body) if record.body is not None else
-                       placeholders.placeholder(record.exchange, record.routing_key,
-                                                record.properties, record.body_size))
-            entry = QueueEntry(message, record.seq, record.redelivered)
-            message.persistent_cache = True
-            self.held_bytes += held_size(entry)
-            if self.message_ttl is not None or message.has_expiration():
-                entry.expires_at = expiry_time(self.message_ttl, message, now)
-                self._may_expire = True
-            self._place_restored(entry)
-        # Seqs continue after the last one the store ever had, acked ones included (the
-        # queue file refuses a seq it has seen).
-        self._next_seq = self.store.last_seq
-        self._count_ready_bytes()
-        self._arm_expiry()
-
-    def _would_overflow(self, size: int) -> bool:
-        """Whether one more message of `size` bytes would take the queue over a length
-        limit (x-overflow reject-publish and reject-publish-dlx refuse it)."""
-        limit = self.max_length
-        byte_limit = self.max_length_bytes
-        return ((limit is not None and self.backlog >= limit)
-                or (byte_limit is not None and self.ready_bytes + size > byte_limit))
-
-    def _drop_overflow(self) -> None:
-        """x-overflow drop-head: discard the oldest ready messages while the queue is
-        over max-length or max-length-bytes (the reject-publish modes drop none)."""
-        if self.overflow != "drop-head":
-            return
-        ready = self.ready
-        paged = self._paged
-        limit = self.max_length
-        byte_limit = self.max_length_bytes
-        if limit is None:
-            limit = self.backlog
-        dropped = []
-        while (ready or paged.tail) and (
-                len(ready) + paged.tail_count > limit
-                or (byte_limit is not None and self.ready_bytes > byte_limit)):
-            entry = ready.popleft() if ready else self._from_tail()
-            if byte_limit is not None:
-                self.ready_bytes -= body_size(entry.message)
-            dropped.append(entry)
-        self.discard(dropped, "maxlen")
+        """Load messages recovered from the queue file (queue_paging.restore)."""
+        queue_paging.restore(self, recovered)
 
     def apply_policy(self, definition: dict) -> None:
         """The policy in force changed (broker/core/policy.py): take the settings it
@@ -303,18 +244,12 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         counted = self.max_length_bytes is not None
         self.max_length_bytes = settings.max_length_bytes
         if not counted:
-            self._count_ready_bytes()
-        self._drop_overflow()     # the new limits under the overflow mode so far ...
+            count_ready_bytes(self)
+        drop_overflow(self)     # the new limits under the overflow mode so far ...
         self.overflow = settings.overflow
-        self._drop_overflow()     # ... then under the new mode
+        drop_overflow(self)     # ... then under the new mode
         if self.consumers:
             self.dispatch()
-
-    def _count_ready_bytes(self) -> None:
-        """Under a byte limit, count the bodies of the ready messages from scratch."""
-        self.ready_bytes = (0 if self.max_length_bytes is None else
-                            sum(body_size(entry.message) for entry in self.ready)
-                            + sum(body_size(entry.message) for entry in self._tail()))
 
     def _tail(self):
         """The ready messages behind those in `ready`, in order (entries made for the
@@ -415,31 +350,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         return was_empty and bool(ready) and ready[0].message.body is not None
 
     def _bodies_read(self, entries: list[QueueEntry], bodies: list) -> None:
-        """The store read paged-out bodies (on the event loop): waiting Basic.Get calls
-        go first, dead-letters next, consumers last."""
-        paged = self._paged
-        unreadable, loaded = paged.bodies_arrived(entries, bodies)
-        self.held_bytes += loaded
-        if unreadable:
-            self._forget_unreadable(unreadable)
-        if paged.dead_letters:
-            self.dead_lettering.send_waiting()
-        waiters, paged.waiters = paged.waiters, []
-        for callback in waiters:
-            callback()
-        if not self.deleted:
-            self.dispatch()
-
-    def _forget_unreadable(self, entries: list[QueueEntry]) -> None:
-        """Bodies the store could not read (it logged why): the messages leave the
-        queue but stay in its file, so a restart finds them again if they are sound."""
-        for entry in entries:
-            self.ready.remove(entry)
-            self.held_bytes -= ENTRY_COST
-        self._count_ready_bytes()
-        log.error("event=paged_messages_unreadable vhost=%r queue=%r count=%d hint=%r",
-                  self.vhost.name, self.name, len(entries),
-                  "they stay in the queue file; restart the broker to recover them")
+        """The store read paged-out bodies (queue_paging.bodies_read)."""
+        queue_paging.bodies_read(self, entries, bodies)
 
     def _leaves_ready(self, entry: QueueEntry) -> bool:
         """A paged-out entry left the ready queue from its head (expired, over the
@@ -496,7 +408,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if self.max_length_bytes is not None:
             self.ready_bytes += sum(body_size(entry.message) for entry in entries)
         if self.max_length is not None or self.max_length_bytes is not None:
-            self._drop_overflow()     # as RabbitMQ, which checks the limits on requeue
+            drop_overflow(self)     # as RabbitMQ, which checks the limits on requeue
         self.dispatch()
         if self._may_expire:
             self._arm_expiry()
@@ -526,30 +438,14 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.store.settle(entry)
 
     def purge(self) -> int:
-        count = self.backlog
-        for entry in self.ready:
-            self.held_bytes -= held_size(entry)
-            self.store.settle(entry)
-        for entry in self._tail():
-            self.held_bytes -= held_size(entry)
-            self.store.settle(entry)
-        self.held_bytes += self._paged.saved_bytes
-        self.ready.clear()
-        self.ready_bytes = 0
-        self._paged.clear()
-        self._paged.reading.clear()    # reads in flight are dropped when they come back
-        return count
+        return queue_paging.purge(self)
 
     def make_consumer(self, tag: str, channel: "Channel", no_ack: bool, exclusive: bool,
                       prefetch: int, arguments: dict) -> Consumer:
         return Consumer(tag, channel, self, no_ack, exclusive, prefetch, arguments)
 
     def drop_messages(self) -> int:
-        """The queue is deleted: let go of its messages; how many were ready.
-        Dead-letters still waiting for their bodies are dropped with it."""
-        self._paged.dead_letters.clear()
-        self._paged.dead_letter_reads.clear()
-        return self.purge()
+        return queue_paging.drop_messages(self)
 
     def add_consumer(self, consumer: Consumer) -> None:
         if consumer.priority:
@@ -558,13 +454,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         self.dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        """x-single-active-consumer: when the active consumer goes, the waiting one
-        with the highest x-priority (the first registered among equals) takes over,
-        as in RabbitMQ 3.10's classic queues. While the one gone still has unacked
-        messages, which may come back ahead of the ready ones, the new one is served
-        nothing: from the moment the last of them is acked, rejected or requeued on.
-        (Its Basic.Cancel and its channel's close are two round trips apart, and a
-        dispatch in between, for another reason, must not hand it the ready ones.)"""
+        """x-single-active-consumer: when the active consumer goes, its successor
+        takes over (ConsumerSelection.hand_over)."""
         consumers = self.consumers
         was_active = self.single_active and consumers and consumers[0] is consumer
         super().remove_consumer(consumer)
@@ -573,7 +464,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.dispatch()
 
     def _successor(self) -> Consumer:
-        return max(self.consumers, key=_priority)   # the first of the highest
+        """The waiting consumer with the highest x-priority, the first registered among
+        equals, as in RabbitMQ 3.10's classic queues."""
+        return max(self.consumers, key=_priority)
 
     def touch(self) -> None:
         """The queue was used (declared, read by Basic.Get, lost its last consumer):
@@ -586,13 +479,6 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if not (self.deleted or self.consumers) and self.expiry.unused_long_enough():
             self.vhost.delete_queue(self)
 
-    def consumers_stalled(self) -> bool:
-        """Whether the queue has consumers and every one waits for its connection's
-        socket (the clients read slower than the queue is fed)."""
-        for consumer in self.consumers:     # a loop: called for every publish to a
-            if consumer.channel.connection.transport.writable:     # long backlog
-                return False
-        return bool(self.consumers)
 
 
 def _delivery_failed(consumer: Consumer, error: Exception) -> None:
