@@ -189,7 +189,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if entry.expires_at is not None:
             self._may_expire = True
             self._arm_expiry()
-        if publisher is not None and self.backlog > FLOW_BACKLOG and all_stalled(self.consumers):
+        if (publisher is not None and self.backlog > FLOW_BACKLOG
+                and all_stalled(self.consumers)):
             publisher.throttle(self)
         return True
 
@@ -208,18 +209,14 @@ class Queue(QueueBase[QueueEntry, Consumer]):
             self.store.page_out(entry)
             if entry.message.body is None:
                 self.held_bytes -= size
-        # charged RUN_ENTRY_COST or MEMORY_RUN_COST while in a run (_to_tail inlined)
-        self.held_bytes -= paged.append(entry)
-
-    def _to_tail(self, entry: QueueEntry) -> None:
         # charged RUN_ENTRY_COST or MEMORY_RUN_COST while in a run
-        self.held_bytes -= self._paged.append(entry)
+        self.held_bytes -= paged.append(entry)
 
     def _place_restored(self, entry: QueueEntry) -> None:
         """A recovered message, in seq order: a paged-out one goes to the tail (and
         every one after it)."""
         if entry.message.body is None or self._paged.tail:
-            self._to_tail(entry)
+            self.held_bytes -= self._paged.append(entry)    # charged less in a run
         else:
             self.ready.append(entry)
 
@@ -421,9 +418,10 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         if not ready or entries[-1].seq < ready[0].seq:
             ready.extendleft(reversed(entries))
         elif entries[0].seq > ready[-1].seq:    # queued anew (a quorum queue's returns)
-            if self._paged.tail:
+            paged = self._paged
+            if paged.tail:
                 for entry in entries:
-                    self._to_tail(entry)
+                    self.held_bytes -= paged.append(entry)    # charged less in a run
             else:
                 ready.extend(entries)
         else:
