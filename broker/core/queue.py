@@ -1,9 +1,12 @@
 """Classic queues: FIFO delivery, round-robin dispatch, requeue.
 
-The queue keeps the hot path (enqueue, dispatch, _next_consumer, take, settle, requeue);
-its cold concerns are collaborators: the backlog behind the entry window and the reads
-of paged-out bodies (backlog.py), the TTL and x-expires timers (queue_expiry.py) and
-dead-lettering (dead_letter.py).
+The queue keeps the hot path (enqueue, dispatch, _next_consumer, take, settle, requeue)
+and the hooks a priority or quorum queue overrides. Its other concerns are
+collaborators, by composition: the backlog behind the entry window and the reads of
+paged-out bodies (backlog.py, no back pointer), its recovery, body reads and purge
+(queue_paging.py), the TTL and x-expires timers (queue_expiry.py, no back pointer),
+the length limits (queue_limits.py), dead-lettering (dead_letter.py) and the order of
+prioritised or single active consumers (consumer_selection.py).
 """
 
 from collections import deque
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from .channel import Channel
     from .connection import Connection
     from .vhost import VirtualHost
+
 
 class Queue(QueueBase[QueueEntry, Consumer]):
     """A classic queue: ready messages in a deque, delivered to consumers in turn.
