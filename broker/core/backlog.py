@@ -202,7 +202,7 @@ class PagedOut:
 
     def __init__(self, read_ahead: int):
         self.page_window = PAGE_WINDOW      # Queue.page_window
-        self.read_ahead = read_ahead        # Queue._read_ahead
+        self.read_ahead = read_ahead        # fill_ready keeps this many in `ready`
         # The tail: ready messages behind those in `Queue.ready` (beyond the entry
         # window), in order, as runs and, between them, QueueEntry objects (redelivered
         # messages, messages with an expiry). Once a message was queued here, every
