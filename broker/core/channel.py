@@ -129,8 +129,6 @@ class Channel:
             self.unacked[tag] = Delivery(tag, queue, entry, consumer)
             if self.ack_watch is None:
                 self.ack_watch = AckWatch(self, tag)
-            if queue.stores_messages:
-                queue.store.delivered(entry)
         connection.write(frames)
 
     def deliver_at_once(self, consumer: Consumer, message: Message) -> None:

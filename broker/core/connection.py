@@ -32,13 +32,13 @@ from amqp_codec.wire_ids import (BASIC_PUBLISH, CHANNEL_OPEN, CONNECTION_OPEN,
 from .access_control import User
 from .auth import (AuthenticationFailure, UndecodableCredentials, is_loopback,
                    parse_credentials)
+from .backlog import FLOW_RESUME, HeadOnDisk
 from .certificate_login import EXTERNAL, TlsPeer, offered_mechanisms
 from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
 from .message import PublishedMessage
 from .ports import Transport
-from .queue import FLOW_RESUME, HeadOnDisk
 
 if TYPE_CHECKING:
     from .broker import Broker

@@ -13,22 +13,124 @@ the former too, and fails to dead-letter the message for the latter); a death wh
 count is not an integer counts from 1 again.
 A message whose properties cannot be read or whose x-death cannot be written back is
 not dead-lettered: it is dropped with a warning.
+
+`DeadLettering` is a classic queue's collaborator for the rest: which messages go, in
+which order, once their bodies are in memory, and the republishing itself.
 """
 
 import datetime
 import logging
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from amqp_codec import (EncodedValue, Long, MalformedProperties, array_elements,
                         encode_table, headers_entries, replace_properties,
                         with_table_entry)
 
-from .message import Message, SenderRoutedMessage
+from .backlog import held_size
+from .message import Message, QueueEntry, SenderRoutedMessage
 from .sender_routing import CC, cc_routing_keys
+
+if TYPE_CHECKING:
+    from .exchange import Exchange
+    from .queue import Queue
 
 log = logging.getLogger("warren.dead_letter")
 
 _FIRST_DEATH = ("x-first-death-reason", "x-first-death-queue", "x-first-death-exchange")
+
+
+class DeadLettering:
+    """Where a classic queue's messages go when they leave it without an ack (rejected,
+    expired, over a length limit): its x-dead-letter-exchange, with its
+    x-dead-letter-routing-key, in order. Those whose bodies are paged out wait, and so
+    do those behind them, until the store read them back (`queue._paged` keeps the
+    waiting ones, so that the reads' answer finds them)."""
+
+    __slots__ = ("queue", "exchange", "routing_key")
+
+    def __init__(self, queue: "Queue", exchange: str | None, routing_key: str | None):
+        self.queue = queue
+        self.exchange = exchange          # the exchange's name, or None
+        self.routing_key = routing_key
+
+    def target(self) -> "Exchange | None":
+        name = self.exchange
+        return None if name is None else self.queue.vhost.exchanges.get(name)
+
+    def discard(self, entries: list[QueueEntry], reason: str) -> None:
+        """`entries` leave the queue for good: settled at once without a dead-letter
+        exchange, else dead-lettered in order (Queue.discard)."""
+        queue = self.queue
+        paged_out = [entry for entry in entries if entry.message.body is None]
+        unread = [entry for entry in paged_out if not queue._leaves_ready(entry)]
+        if self.target() is None or not entries:
+            for entry in entries:
+                queue.held_bytes -= held_size(entry)
+                queue.store.settle(entry)
+            return
+        now = datetime.datetime.now(datetime.timezone.utc)
+        paged = queue._paged
+        paged.dead_letters.extend((entry, reason, now) for entry in entries)
+        reads = paged.dead_letter_reads
+        for entry in paged_out:
+            reads[entry.seq] = entry    # a read in flight for delivery serves too
+        if unread:
+            queue.store.read_bodies(unread, queue._bodies_read)
+        self.send_waiting()
+
+    def send_waiting(self) -> None:
+        """Dead-letter the waiting messages whose bodies are in memory, in order,
+        up to the first one still being read. One that could not be read is dropped
+        (it stays in the queue file; the store logged why)."""
+        queue = self.queue
+        paged = queue._paged
+        waiting = paged.dead_letters
+        reads = paged.dead_letter_reads
+        exchange = None
+        while waiting:
+            entry, reason, now = waiting[0]
+            if entry.message.body is None and entry.seq in reads:
+                return
+            waiting.popleft()
+            queue.held_bytes -= held_size(entry)
+            if entry.message.body is None:
+                log.error("event=dead_letter_unreadable vhost=%r queue=%r seq=%d",
+                          queue.vhost.name, queue.name, entry.seq)
+                continue
+            queue.store.settle(entry)
+            if exchange is None:
+                exchange = self.target()
+            if exchange is not None:
+                queue._republish(exchange, entry.message, reason, now)
+
+    def refused(self, message: Message) -> None:
+        """x-overflow reject-publish-dlx: a copy of the refused message is dead-lettered
+        (it never entered the queue)."""
+        exchange = self.target()
+        if exchange is not None:
+            self.queue._republish(exchange, message, "maxlen",
+                                  datetime.datetime.now(datetime.timezone.utc))
+
+    def republish(self, exchange: "Exchange", message: Message, reason: str,
+                  now: datetime.datetime) -> None:
+        """Dead-letter one message. When that fails, the message is dropped, as if the
+        queue had no dead-letter exchange, and the failure is logged: the queue and
+        whoever triggered the dead-lettering carry on."""
+        queue = self.queue
+        vhost = queue.vhost
+        try:
+            dead = dead_letter_message(message, queue.name, reason, exchange.name,
+                                       self.routing_key, now)
+            if dead is not None:
+                observer = vhost.observer
+                if observer is not None:
+                    observer.dead_lettered(queue, reason, dead)
+                for destination in vhost.route(exchange, dead):
+                    destination.enqueue(dead)
+        except Exception as error:
+            log.error("event=dead_letter_failed vhost=%r queue=%r reason=%s", vhost.name,
+                      queue.name, reason, exc_info=error)
 
 
 def dead_letter_message(message: Message, queue_name: str, reason: str, exchange: str,

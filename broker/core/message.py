@@ -29,7 +29,7 @@ class Message:
     # until first asked for. Two makers skip __init__ (cheaper) and must stay in step
     # with these slots: the decoder makes a PublishedMessage (it sets every attribute
     # of an amqp_codec.InboundPublish, these two caches included), and
-    # queue.MemoryRun.move_to.
+    # backlog.MemoryRun.move_to.
     __slots__ = ("exchange", "routing_key", "properties", "body", "decoded_cache",
                  "persistent_cache")
 
@@ -200,7 +200,7 @@ def body_size(message: Message) -> int:
 
 
 # Whether the classes here can be made by object.__new__ and their slots set, without
-# their __init__ (cheaper in pure Python: queue.MemoryRun.move_to does so). Not in a
+# their __init__ (cheaper in pure Python: backlog.MemoryRun.move_to does so). Not in a
 # compiled build (mypyc): object.__new__ refuses its classes ("not safe").
 MADE_BY_OBJECT_NEW = Message.__new__ is object.__new__
 
@@ -208,7 +208,7 @@ MADE_BY_OBJECT_NEW = Message.__new__ is object.__new__
 class QueueEntry:
     """A message's place in one queue: the shared Message plus per-queue state."""
 
-    # queue.MemoryRun.move_to sets every slot without __init__ (cheaper): keep it in step.
+    # backlog.MemoryRun.move_to sets every slot without __init__ (cheaper): keep in step.
     __slots__ = ("message", "seq", "redelivered", "expires_at")
 
     def __init__(self, message: Message, seq: int, redelivered: bool = False,

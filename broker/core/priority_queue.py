@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Iterator
 from amqp_codec import MalformedProperties
 from amqp_codec.properties import priority
 
+from .backlog import READ_AHEAD, READ_BATCH
 from .message import QueueEntry
 from .message_store import MEMORY_STORE
 from .ports import QueueStore
-from .queue import READ_AHEAD, READ_BATCH, Queue
+from .queue import Queue
 
 if TYPE_CHECKING:
     from .connection import Connection

@@ -59,8 +59,9 @@ class QueueBase(Generic[Entry, ConsumerKind]):
     # larger instances more slowly: docs/architecture.md, "Queues").
     single_active = False
 
-    # Whether the channel tells the store about deliveries (store.delivered): classic
-    # queues with a durable store; a stream's consumers keep their own offsets.
+    # Whether the store hears of deliveries (store.delivered: the queue tells it on a
+    # hand-over that awaits an ack, Channel.get on a Get): classic queues with a durable
+    # store; a stream's consumers keep their own offsets.
     stores_messages = False
 
     # The record of the queue's kind, which queue_types.py, the table of kinds, sets on

@@ -3,8 +3,8 @@ whose backlog is long and whose consumers all wait for their sockets to drain.""
 
 from pamqp import commands
 
+from broker.core.backlog import FLOW_BACKLOG
 from broker.core.broker import Broker
-from broker.core.queue import FLOW_BACKLOG
 from core_harness import Client
 
 

@@ -12,8 +12,9 @@ from pamqp.header import ContentHeader
 from amqp_codec import PROTOCOL_HEADER, InboundMethod
 from broker.core.broker import Broker
 from broker.core.message import Message, QueueEntry
-from broker.core.queue import (ENTRY_COST, ENTRY_WINDOW, MEMORY_RUN_COST, READ_AHEAD,
-                               HeadOnDisk, PagedOut, Queue)
+from broker.core.backlog import (ENTRY_COST, ENTRY_WINDOW, MEMORY_RUN_COST, READ_AHEAD,
+                                 HeadOnDisk, PagedOut)
+from broker.core.queue import Queue
 from storage.queue_file import QueueFile
 from core_harness import Client, ManualReads, deliveries, kinds, paging_client
 

@@ -7,9 +7,9 @@ import re
 
 from pamqp import commands
 
+from broker.core.backlog import ENTRY_COST, ENTRY_WINDOW, PAGE_WINDOW
 from broker.core.message import Message, QueueEntry
 from broker.core.priority_queue import PriorityQueue, PriorityReady, message_priority
-from broker.core.queue import ENTRY_COST, ENTRY_WINDOW, PAGE_WINDOW
 from amqp_codec import InboundMethod, encode_properties
 from storage.queue_file import QueueFile
 from core_harness import Client, deliveries, paging_client

@@ -6,8 +6,8 @@ from hypothesis import given, settings, strategies as st
 from pamqp import commands
 
 from amqp_codec import InboundPublish, encode_properties
+from broker.core.backlog import ENTRY_COST, RUN_ENTRY_COST
 from broker.core.broker import Broker
-from broker.core.queue import ENTRY_COST, RUN_ENTRY_COST
 from broker.server.alarms import held_memory
 from core_harness import Client, close_code, paging_client
 

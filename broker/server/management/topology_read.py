@@ -11,9 +11,9 @@ import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from broker.core.backlog import ENTRY_COST
 from broker.core.exchange import Exchange
 from broker.core.policy import merged_definition
-from broker.core.queue import ENTRY_COST
 from broker.core.queue_base import QueueBase
 from broker.core.vhost import VirtualHost
 
