@@ -31,5 +31,8 @@ class MemoryQueueStore(QueueStore):
     def drop(self) -> None:
         pass
 
+    def synced(self) -> None:
+        pass    # never called: nothing of its is committed
+
 
 MEMORY_STORE = MemoryQueueStore()

@@ -6,13 +6,11 @@ writes: the server commits them (SQL, fsync) off the event loop, and only then s
 replies that promise durability (confirms, Tx.CommitOk, Declare-Ok of durable entities).
 """
 
-from typing import Callable
-
-from .message_store import MEMORY_STORE
-from .ports import QueueStore
+from typing import Callable, Iterable
 
 from .errors import precondition_failed
-from .ports import JournalEntry
+from .message_store import MEMORY_STORE
+from .ports import BufferedStore, JournalEntry, QueueStore
 
 
 def _memory_store(vhost: str, queue: str) -> QueueStore:
@@ -44,19 +42,19 @@ class Persistence:
         self.durable = 0                 # how many of them are on disk
         self._waiting: dict = {}         # connections holding output for later writes
         self._changes: list[JournalEntry] = []
-        self._dirty_stores: dict = {}
+        self._dirty_stores: dict[BufferedStore, None] = {}
 
     def record(self, entry: JournalEntry) -> None:
         """A change to durable metadata, applied by the next commit."""
         self._changes.append(entry)
         self.writes += 1
 
-    def store_written(self, store) -> None:
+    def store_written(self, store: BufferedStore) -> None:
         """A store buffered a message whose confirm must wait for the next commit."""
         self._dirty_stores[store] = None
         self.writes += 1
 
-    def store_touched(self, store) -> None:
+    def store_touched(self, store: BufferedStore) -> None:
         """A store buffered an ack or marker: flushed by the next commit, which nothing
         waits for."""
         self._dirty_stores[store] = None
@@ -78,7 +76,7 @@ class Persistence:
         self._waiting[connection] = None
         self.on_commit_request()
 
-    def committed(self, stores: list, writes: int) -> None:
+    def committed(self, stores: Iterable[BufferedStore], writes: int) -> None:
         """A commit synced `stores` and made the first `writes` writes durable (called
         on the event loop): stores catch up, connections release their held output."""
         self.durable = writes
@@ -93,8 +91,8 @@ class Persistence:
                 except Exception as error:   # that connection fails, the commit stands
                     connection.fail(error)
 
-    def failed(self, changes: list[JournalEntry], stores: list, writes: int,
-               reason: str) -> None:
+    def failed(self, changes: list[JournalEntry], stores: Iterable[BufferedStore],
+               writes: int, reason: str) -> None:
         """A commit of the first `writes` writes failed (called on the event loop):
         `changes` are the journal entries it did not apply, `stores` those it tried to
         sync. Both go back into the journal for the next commit (the stores buffered
@@ -115,7 +113,7 @@ class Persistence:
     def has_pending(self) -> bool:
         return bool(self._changes or self._dirty_stores)
 
-    def take_pending(self) -> tuple[list[JournalEntry], list, int]:
+    def take_pending(self) -> tuple[list[JournalEntry], list[BufferedStore], int]:
         """Everything written so far, for one commit: (changes, stores, writes)."""
         changes, self._changes = self._changes, []
         stores, self._dirty_stores = list(self._dirty_stores), {}

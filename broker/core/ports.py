@@ -10,11 +10,16 @@
   reads from disk: it asks its store for paged-out bodies (`read_bodies`) or stream
   records (`StreamStore.read`), and the store answers later, on the event loop, once a
   worker thread has read them; the queue then delivers what became available. The
-  in-memory QueueStore is the core's own (message_store.py).
+  in-memory QueueStore is the core's own (message_store.py). A store's writes wait for
+  the server's group commit, which calls its `synced()` (`BufferedStore`); the rest of
+  what the commit calls on a store is the server's (broker/server/store_ports.py).
 """
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    from .stream_queue import StreamQueue
 
 
 class JournalEntry:
@@ -217,11 +222,26 @@ class Transport(Protocol):
         handled: read from the socket again (it is not read while input is held)."""
 
 
-class QueueStore(Protocol):
+class BufferedStore(Protocol):
+    """A store whose writes wait in memory for the server's group commit: it tells
+    Persistence about them (`store_written`, `store_touched`), and the commit that made
+    them durable tells it back."""
+
+    def synced(self) -> None:
+        """A commit that synced this store ended (on the event loop): it may let go of
+        what is now durable, or have its queue deliver it."""
+
+
+class QueueStore(BufferedStore, Protocol):
     """Per-queue message persistence. Entries carry `.seq` and `.message`."""
 
-    store_id: str | None   # names the store's directory; None for memory-only stores
-    last_seq: int          # the highest seq it was ever given: the queue continues after it
+    @property
+    def store_id(self) -> str | None:
+        """Names the store's directory; None for memory-only stores."""
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq it was ever given: the queue continues after it."""
 
     def append(self, entry) -> None:
         """A message entered the queue."""
@@ -256,12 +276,24 @@ class StreamRecord(Protocol):
     body: bytes
 
 
-class StreamStore(Protocol):
+class StreamStore(BufferedStore, Protocol):
     """A stream's log, as a stream queue sees it. Offsets count from 0 per stream."""
 
-    first_offset: int     # the oldest offset still kept (retention removes older ones)
-    next_offset: int      # the offset the next append gets
-    durable_offset: int   # the highest offset on disk (-1: none)
+    @property
+    def first_offset(self) -> int:
+        """The oldest offset still kept (retention removes older ones)."""
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next append gets."""
+
+    @property
+    def durable_offset(self) -> int:
+        """The highest offset on disk (-1: none)."""
+
+    # The stream queue over it (set by the queue), whose `dispatch()` the store calls
+    # when records it read, or appends a commit made durable, can be delivered.
+    queue: "StreamQueue | None"
 
     def append(self, message) -> int:
         """Append a message (written by the next commit); its offset."""

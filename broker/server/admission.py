@@ -17,6 +17,7 @@ import logging
 import resource
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 log = logging.getLogger("warren.server")
 
@@ -61,7 +62,7 @@ class Admission:
     """Connection caps and login throttling for one listener (event loop only)."""
 
     unauthenticated_max: int
-    clock: object                        # () -> seconds, monotonic
+    clock: Callable[[], float]           # seconds, monotonic
     unauthenticated: int = 0
     lingering: int = 0                   # closed by the client, its socket still open
     refused_sockets: int = 0             # closed at accept since the last summary

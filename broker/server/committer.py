@@ -7,11 +7,21 @@ are released refused (`Persistence.failed`). Nothing it took is reported durable
 
 import logging
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Callable, cast
 
 import trio
 
 from broker.core.persistence import Persistence
+from broker.core.ports import JournalEntry
 from storage.kernel_sync import CAPACITY as KERNEL_SYNC_CAPACITY, KernelSync
+from storage.queue_file import UnsyncedBatch
+
+from .alarms import DiskSpace
+from .store_ports import CommitStore, KernelSyncStore
+
+if TYPE_CHECKING:
+    import outcome
 
 log = logging.getLogger("warren.storage")
 
@@ -25,24 +35,29 @@ class GroupCommitter:
     takes them all at once, so many publishers, channels and reads share one fsync.
     """
 
-    def __init__(self, persistence: Persistence, apply_changes, sync_stores,
-                 maintain_stores, kernel_sync: KernelSync | None = None):
+    def __init__(self, persistence: Persistence,
+                 apply_changes: Callable[[list[JournalEntry]], None],
+                 sync_stores: Callable[[list[CommitStore]], int],
+                 maintain_stores: Callable[[list[CommitStore]], list[CommitStore]],
+                 kernel_sync: KernelSync | None = None):
         self.persistence = persistence
         self._kernel_sync = kernel_sync     # syncs queue-file-only commits on the loop
-        self._apply_changes = apply_changes   # blocking: list[JournalEntry] -> None
-        self._sync_stores = sync_stores       # blocking: list[store] -> None
-        self._maintain_stores = maintain_stores  # blocking: list[store] -> unfinished
-        self._synced_since_maintenance: dict = {}
+        # Blocking, in the worker thread: apply journal entries; sync stores, returning
+        # the bytes written; maintain stores, returning those with more to do.
+        self._apply_changes = apply_changes
+        self._sync_stores = sync_stores
+        self._maintain_stores = maintain_stores
+        self._synced_since_maintenance: dict[CommitStore, None] = {}
         self._take_request()
         persistence.on_commit_request = self._commit_asked
         self._committing = False
         self._storage_job = trio.Lock()     # one commit or maintenance at a time
         self._finished = _CommitDone()      # set when the running commit ends
         self._failing = False               # the last commit failed
-        self._disk = None                   # DiskSpace told what each commit wrote
-        self._disk_checked = lambda: None   # then called on the event loop
+        self._disk: DiskSpace | None = None   # told what each commit wrote
+        self._disk_checked: Callable[[], None] = lambda: None   # then, on the event loop
 
-    def watch_disk(self, disk, on_commit) -> None:
+    def watch_disk(self, disk: DiskSpace, on_commit: Callable[[], None]) -> None:
         """Report each commit to `disk` (a DiskSpace, in the worker thread), then call
         `on_commit()` on the event loop (the disk alarm looks at it again)."""
         self._disk = disk
@@ -116,32 +131,45 @@ class GroupCommitter:
                     return True             # a commit that ran meanwhile took it all
                 self._committing = True
                 finished = self._finished = _CommitDone()
-                changes, stores, writes = self.persistence.take_pending()
-                if self._syncs_in_kernel(changes, stores):
-                    await self._commit_on_loop(stores, writes)
-                else:
+                changes, pending, writes = self.persistence.take_pending()
+                # The stores that tell Persistence of their writes are the server's.
+                stores = cast("list[CommitStore]", pending)
+                kernel = self._kernel_sync
+                in_kernel = (None if kernel is None
+                             else self._kernel_sync_stores(changes, stores))
+                if kernel is None or in_kernel is None:
                     self._start_thread(changes, stores, writes)
                     await finished.wait()
+                else:
+                    await self._commit_on_loop(kernel, in_kernel, writes)
         return finished.succeeded
 
-    def _syncs_in_kernel(self, changes: list, stores: list) -> bool:
-        """Whether this commit can run on the loop with `KernelSync`: no metadata
+    def _kernel_sync_stores(self, changes: list[JournalEntry],
+                            stores: list[CommitStore]) -> list[KernelSyncStore] | None:
+        """The stores, if this commit can run on the loop with `KernelSync`: no metadata
         change, only queue files (no more than the kernel takes at once) that write
         into their open segment (nothing to create or to fsync but the segments), and
         no failed commit to recover from (claiming the disk reserve back writes it: a
-        thread's job)."""
-        return (self._kernel_sync is not None and not changes
-                and len(stores) <= KERNEL_SYNC_CAPACITY
-                and (self._disk is None or self._disk.write_error is None)
-                and all(getattr(store, "appends_in_place", False) for store in stores))
+        thread's job). None when it cannot."""
+        if (changes or len(stores) > KERNEL_SYNC_CAPACITY
+                or (self._disk is not None and self._disk.write_error is not None)):
+            return None
+        in_kernel = []
+        for store in stores:
+            kernel_store = store.kernel_sync_store
+            if kernel_store is None or not kernel_store.appends_in_place:
+                return None
+            in_kernel.append(kernel_store)
+        return in_kernel
 
-    async def _commit_on_loop(self, stores: list, writes: int) -> None:
+    async def _commit_on_loop(self, kernel: KernelSync, stores: list[KernelSyncStore],
+                              writes: int) -> None:
         """A commit without a worker thread: the batches are written here, into the
         page cache, and the kernel fdatasyncs them while the loop serves connections.
         The release follows when the eventfd says they are done; the next commit starts
         two turns after it, as after a thread's commit, so that the connections it woke
         have read their next publishes."""
-        error, written = await self._sync_in_kernel(stores)
+        error, written = await self._sync_in_kernel(kernel, stores)
         if error is not None:
             # The disk reserve is handed back (a file deleted): in a thread.
             await trio.to_thread.run_sync(self._report_to_disk, error, 0)
@@ -152,12 +180,13 @@ class GroupCommitter:
         if error is None:
             await self._collect_garbage(stores)
 
-    async def _sync_in_kernel(self, stores: list) -> tuple[Exception | None, int]:
+    async def _sync_in_kernel(self, kernel: KernelSync, stores: list[KernelSyncStore]
+                              ) -> tuple[Exception | None, int]:
         """Write each store's batch and have the kernel fdatasync them all; a failed
         write or sync buffers every batch again (none is reported durable). Returns the
         error, and the bytes written."""
-        unsynced = []
-        error = None
+        unsynced: list[tuple[KernelSyncStore, UnsyncedBatch]] = []
+        error: Exception | None = None
         before = sum(store.written_bytes for store in stores)
         try:
             for store in stores:
@@ -168,7 +197,7 @@ class GroupCommitter:
             # A batch of acks of records never written as persistent wrote nothing.
             written = [batch.fd for _store, batch in unsynced if batch.fd is not None]
             if written:
-                await self._fdatasync(written)
+                await self._fdatasync(kernel, written)
         except OSError as failure:
             error = failure
         except Exception as failure:    # a fault of Warren's, with syncs maybe in flight
@@ -190,10 +219,10 @@ class GroupCommitter:
                   "a fault in Warren: report it with the traceback below",
                   exc_info=fault)
 
-    async def _fdatasync(self, descriptors: list[int]) -> None:
+    @staticmethod
+    async def _fdatasync(kernel: KernelSync, descriptors: list[int]) -> None:
         """fdatasync every descriptor through the kernel's AIO, waiting on its eventfd;
         raises OSError for the first that failed."""
-        kernel = self._kernel_sync
         kernel.submit(descriptors)
         ended = dict(kernel.completed())
         while len(ended) < len(descriptors):
@@ -203,7 +232,7 @@ class GroupCommitter:
             if ended[number] < 0:
                 raise OSError(-ended[number], os.strerror(-ended[number]))
 
-    async def _collect_garbage(self, stores: list) -> None:
+    async def _collect_garbage(self, stores: list[KernelSyncStore]) -> None:
         """Delete the segments a commit on the loop left deletable (in a worker
         thread, as `sync` does in the thread's commits)."""
         due = [store for store in stores if not store.dropped and store.garbage_due]
@@ -213,12 +242,13 @@ class GroupCommitter:
             except Exception as error:
                 log.error("event=segment_collection_failed error=%r", error)
 
-    def _start_thread(self, changes: list, stores: list, writes: int) -> None:
+    def _start_thread(self, changes: list[JournalEntry], stores: list[CommitStore],
+                      writes: int) -> None:
         """Hand the commit to a worker thread now. The thread's wake-up of the event
         loop runs `_commit_done` directly, not a task: confirms wait for it."""
         token = trio.lowlevel.current_trio_token()
 
-        def deliver(result) -> None:
+        def deliver(result: "outcome.Outcome[None]") -> None:
             error = None
             try:
                 result.unwrap()
@@ -231,8 +261,8 @@ class GroupCommitter:
 
         trio.lowlevel.start_thread_soon(lambda: self._write(changes, stores), deliver)
 
-    def _commit_done(self, changes: list, stores: list, writes: int,
-                     error: Exception | None) -> None:
+    def _commit_done(self, changes: list[JournalEntry], stores: Sequence[CommitStore],
+                     writes: int, error: Exception | None) -> None:
         """On the event loop, from the worker thread's wake-up (or in the committer task,
         for a commit on the loop): release what waited for the commit at once (confirms
         are sent here, not by a task on a later turn).
@@ -254,14 +284,14 @@ class GroupCommitter:
         finished.set(succeeded=True)
 
     @staticmethod
-    def _settle(step) -> None:
+    def _settle(step: Callable[[], None]) -> None:
         try:
             step()
         except Exception as error:
             log.error("event=commit_release_failed", exc_info=error)
 
-    def _commit_failed(self, changes: list, stores: list, writes: int,
-                       error: Exception) -> None:
+    def _commit_failed(self, changes: list[JournalEntry], stores: Sequence[CommitStore],
+                       writes: int, error: Exception) -> None:
         reason = failure_reason(error)
         if not self._failing:
             self._failing = True
@@ -274,7 +304,7 @@ class GroupCommitter:
         self.persistence.failed(changes, stores, writes, reason)
         self._disk_checked()
 
-    def _write(self, changes, stores) -> None:
+    def _write(self, changes: list[JournalEntry], stores: list[CommitStore]) -> None:
         """The blocking part of a commit. `apply_changes` removes from `changes` what
         it applied, so a failure leaves there what is still to do."""
         try:
@@ -294,7 +324,7 @@ class GroupCommitter:
                 disk.wrote(written)
 
 
-def _collect_garbage(stores: list) -> None:
+def _collect_garbage(stores: list[KernelSyncStore]) -> None:
     for store in stores:
         store.collect_garbage()
 
@@ -304,7 +334,7 @@ class _CommitDone:
 
     __slots__ = ("_event", "succeeded")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._event = trio.Event()
         self.succeeded = False
 

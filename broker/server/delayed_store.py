@@ -14,23 +14,28 @@ losing it.
 
 import logging
 from functools import partial
+from typing import Callable
 
 from broker.core.message import Message
+from broker.core.persistence import Persistence
 from storage.names import MAX_NAME_BYTES, decode_name
 from storage.queue_file import QueueFile, RecoveredMessage
+from storage.record import MessageFields
 
-from .durable_store import DurableQueueStore
+from .durable_store import QueueFileStore
+from .read_pool import ReadPool
+from .store_ports import DelayedStorePort
 
 log = logging.getLogger("warren.storage")
 
 
-class DurableDelayedStore(DurableQueueStore):
+class DurableDelayedStore(QueueFileStore, DelayedStorePort):
     """DelayedStore over a QueueFile (see broker/core/delayed_exchange.py)."""
 
     __slots__ = ("exchange", "durable", "releasing", "released")
 
-    def __init__(self, queue_file: QueueFile, persistence, store_id: str, reads,
-                 exchange: str, durable: bool):
+    def __init__(self, queue_file: QueueFile, persistence: Persistence, store_id: str,
+                 reads: ReadPool, exchange: str, durable: bool):
         super().__init__(queue_file, persistence, store_id, reads)
         self.exchange = exchange        # the name read-back messages carry
         self.durable = durable          # persistent messages survive a restart
@@ -56,16 +61,18 @@ class DurableDelayedStore(DurableQueueStore):
             return str(due_ms)
         return field
 
-    def read(self, seqs: list[int], on_read) -> None:
+    def read(self, seqs: list[int],
+             on_read: Callable[[list[Message | None]], None]) -> None:
         self.reads.submit(partial(self._read_messages, seqs), on_read)
 
-    def _read_messages(self, seqs: list[int]) -> list:
+    def _read_messages(self, seqs: list[int]) -> list[Message | None]:
         """(worker thread) The messages `seqs`; None for one that cannot be read."""
+        found: list[MessageFields | Exception]
         try:
             found = self.queue_file.read_many(seqs, whole=True)
         except Exception as error:      # e.g. too many open files: all of them failed
             found = [error] * len(seqs)
-        messages = []
+        messages: list[Message | None] = []
         for seq, fields in zip(seqs, found):
             if isinstance(fields, Exception):
                 log.error("event=delayed_read_failed store=%s seq=%d error=%r",

@@ -13,12 +13,8 @@ from broker.core.access_control import AccessControl, TopicPermission, User
 from broker.core.broker import Broker
 from broker.core.delayed_exchange import DelayedExchange
 from broker.core.passwords import SHA256_ALGORITHM, hash_password
-from broker.core.policy import PolicyError, make_policy
-from .delayed_store import DurableDelayedStore, held_index
-from .durable_store import DurableQueueStore
-from .read_pool import ReadPool
 from broker.core.persistence import Persistence
-from broker.core.vhost import VhostMetadata
+from broker.core.policy import PolicyError, make_policy
 from broker.core.ports import (
     DeleteBinding, DeleteExchange, DeletePermissions, DeletePolicy, DeleteQueue,
     DeleteTopicPermissions, DeleteUser, DeleteVhost, DropStoreFiles, JournalEntry,
@@ -26,10 +22,16 @@ from broker.core.ports import (
     SaveTopicPermissions, SaveUser, SaveUserLimits, SaveVhost, SaveVhostLimits)
 from broker.core.queue_types import STREAM, kind_of
 from broker.core.stream_arguments import StreamRetention
-from .stream_store import DurableStreamStore, log_settings
+from broker.core.vhost import VhostMetadata
 from storage.metadata import MetadataStore, PasswordHash, PolicyRecord
 from storage.queue_file import QueueFile
 from storage.stream_log import StreamLog
+
+from .delayed_store import DurableDelayedStore, held_index
+from .durable_store import DurableQueueStore
+from .read_pool import ReadPool
+from .store_ports import CommitStore
+from .stream_store import DurableStreamStore, log_settings
 
 log = logging.getLogger("warren.storage")
 
@@ -173,7 +175,7 @@ class DurableStorage:
                     "every entry type of broker/core/ports.py needs one")
 
     @staticmethod
-    def sync_stores(stores: list) -> int:
+    def sync_stores(stores: list[CommitStore]) -> int:
         """Write and fsync every store; returns the bytes written to their segments."""
         written = 0
         for store in stores:
@@ -184,7 +186,7 @@ class DurableStorage:
         return written
 
     @staticmethod
-    def maintain_stores(stores: list) -> list:
+    def maintain_stores(stores: list[CommitStore]) -> list[CommitStore]:
         """Compaction of queue files (one segment per queue per pass) and retention of
         streams, off the confirm path: the periodic flush runs it. Returns the stores
         that have more to do (the next pass visits them again)."""
@@ -325,7 +327,8 @@ class DurableStorage:
                         log.error("event=queue_close_failed vhost=%s queue=%s error=%r",
                                   vhost.name, queue.name, error)
             for exchange in vhost.exchanges.values():
-                if isinstance(getattr(exchange, "store", None), DurableDelayedStore):
+                if (isinstance(exchange, DelayedExchange)
+                        and isinstance(exchange.store, DurableDelayedStore)):
                     try:
                         exchange.store.close()
                     except OSError as error:

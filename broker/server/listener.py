@@ -71,7 +71,9 @@ class Server:
         OSError when the address cannot be bound."""
         listeners = (await trio.open_tcp_listeners(self.port, host=self.host)
                      if self.plain_listener else [])
-        tls_listeners = (await trio.open_tcp_listeners(self.tls.port, host=self.host)
+        # A TlsListener is made only for a port (node.py); tls.py types it int | None.
+        tls_listeners = (await trio.open_tcp_listeners(
+                             self.tls.port, host=self.host)  # type: ignore[arg-type]
                          if self.tls is not None else [])
         self._trio_token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
@@ -172,6 +174,7 @@ class Server:
             await trio.aclose_forcefully(stream)
             return
         accepted_at = trio.current_time()
+        transport: SocketTransport | None
         try:
             host, port = stream.socket.getpeername()[:2]
             if tls is None:

@@ -114,8 +114,9 @@ class Node:
         if management.port == 0:
             return None
         host = management.host or self.settings.host
+        port = management.port      # a port number, or "auto": a free port (0)
         return ManagementListener(self.broker, self.committer, host,
-                                  0 if management.port == "auto" else management.port,
+                                  port if isinstance(port, int) else 0,
                                   management.sample_interval)
 
 

@@ -18,12 +18,19 @@ import time
 from collections import OrderedDict, deque
 from functools import partial
 from operator import attrgetter
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
+from broker.core.message import Message
 from broker.core.persistence import Persistence
 from broker.core.ports import DropStoreFiles
 from broker.core.stream_arguments import StreamRetention
 from storage.stream_log import DEFAULT_MAX_SEGMENT_BYTES, StreamLog
+
+from .read_pool import ReadPool
+from .store_ports import CommitStore, StreamStorePort
+
+if TYPE_CHECKING:
+    from broker.core.stream_queue import StreamQueue
 
 log = logging.getLogger("warren.storage")
 
@@ -48,20 +55,22 @@ class TailRecord(NamedTuple):
     body: bytes
 
 
-class DurableStreamStore:
+class DurableStreamStore(CommitStore, StreamStorePort):
     """Every message of a stream goes to its log, whatever its delivery mode."""
 
     __slots__ = ("log", "persistence", "store_id", "dropped", "clock", "queue", "reads",
                  "_chunks", "_reading", "_record_size", "_tail", "_tail_floor")
 
+    kernel_sync_store = None    # a commit syncs a stream log in its worker thread
+
     def __init__(self, log: StreamLog, persistence: Persistence, store_id: str,
-                 reads, clock=time.time):
+                 reads: ReadPool, clock: Callable[[], float] = time.time):
         self.log = log
         self.persistence = persistence
         self.store_id = store_id
         self.dropped = False
         self.clock = clock            # wall clock, seconds: interval starts count from it
-        self.queue = None             # the StreamQueue, told when appends become durable
+        self.queue: StreamQueue | None = None   # told when appends become durable
         self.reads = reads            # the ReadPool (or a test's stand-in)
         # Records read: first offset asked for -> (end offset, records); reads in
         # flight: first offset -> count; the mean size of a record read, in bytes.
@@ -70,7 +79,7 @@ class DurableStreamStore:
         self._record_size = 1024
         # (offset, message) of the latest appends, and where the latest commit's
         # messages start (the tail keeps those whatever its size).
-        self._tail: deque[tuple] = deque()
+        self._tail: deque[tuple[int, Message]] = deque()
         self._tail_floor = log.durable_offset + 1
 
     @property
@@ -190,7 +199,8 @@ class DurableStreamStore:
         tail = self._tail
         if tail:
             floor = self._tail_floor
-            keep = min(TAIL_RECORDS, TAIL_BYTES // (len(tail[-1][1].body) + 1) + 1)
+            newest = tail[-1][1].body or b""    # (a stream's messages keep their body)
+            keep = min(TAIL_RECORDS, TAIL_BYTES // (len(newest) + 1) + 1)
             while len(tail) > keep and tail[0][0] < floor:
                 tail.popleft()
         self._tail_floor = self.log.durable_offset + 1

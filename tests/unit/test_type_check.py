@@ -1,6 +1,7 @@
-"""The type check: mypy over amqp_codec, broker/core and broker/server/management with
-the settings of pyproject.toml ([tool.mypy]), run as a subprocess so that scripts/test.sh
-runs it with every other test. mypy comes with the `test` extra (pip install -e ".[test]")."""
+"""The type check: mypy over what pyproject.toml's [tool.mypy] names (amqp_codec,
+broker/core and broker/server), with its settings, run as a subprocess so that
+scripts/test.sh runs it with every other test. mypy comes with the `test` extra (pip
+install -e ".[test]")."""
 
 import subprocess
 import sys
@@ -48,7 +49,7 @@ def _report(result: subprocess.CompletedProcess) -> str:
             f"pip install -e '.[test]'):\n{result.stdout}{result.stderr}")
 
 
-def test_mypy_accepts_the_codec_the_core_and_the_management_api():
+def test_mypy_accepts_the_codec_the_core_and_the_server():
     result = run_mypy()
     assert result.returncode == 0, _report(result)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from amqp_codec import MalformedProperties, decode_properties
 
 from broker.core.message import Message
+from broker.core.queue import Queue
 from broker.core.queue_base import QueueBase
 from broker.core.vhost import VirtualHost
 
@@ -116,8 +117,7 @@ def peek(hooks: "TestHooks", vhost: str, queue: str, count: int = 10) -> list:
     """The first `count` ready messages of a classic, priority or quorum queue, left
     where they are. The body of a message paged out to disk is null."""
     found = find_queue(vhost_of(hooks, vhost), queue)
-    ready = getattr(found, "ready", None)
-    if ready is None:
+    if not isinstance(found, Queue):
         raise TestHookError(f"peek reads classic, priority and quorum queues; {queue!r} is a "
                        "stream (read it with a consumer)")
     found.message_count   # drops expired messages at the head first
