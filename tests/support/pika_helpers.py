@@ -23,8 +23,8 @@ from pika import spec
 from broker.testing import test_vhost
 from broker.testing.test_vhost import TestVhost
 
-# A broker given by its address (a dedicated broker of broker_factory) is reached as the
-# user every fresh broker has, on its default vhost.
+# A broker given by its address (`warren_broker`, or a dedicated broker of broker_factory)
+# is reached as the user every fresh broker has, on its default vhost.
 USER = "guest"
 PASSWORD = "guest"
 VHOST = "/"
