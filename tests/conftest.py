@@ -196,18 +196,6 @@ def broker_of_the_module(tmp_path_factory, pytestconfig):
     broker.stop()
 
 
-@pytest.fixture(scope="session")
-def broker(warren_broker):
-    """One broker shared by the integration tests of a session, the plugin's
-    `warren_broker` (whose vhosts the `warren` fixture makes): a BrokerAddress."""
-    external = _external_broker()
-    if external is not None:
-        return external
-    return BrokerAddress(warren_broker.host, warren_broker.port,
-                         warren_broker.listening.control_socket,
-                         warren_broker.management_url)
-
-
 RABBITMQ_START_TIMEOUT = 120.0   # a node starts in about 4 s on an idle 2-core machine
 
 
