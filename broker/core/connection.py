@@ -85,6 +85,7 @@ class Connection:
         self.tls = tls           # None: plain TCP
         self.state = ConnectionState.STARTING
         self.handshake = Handshake(self)
+        self._start_sent = False   # Connection.Start answered the protocol header
         # Handed over by the handshake at Connection.Open (see `opened`):
         self.user = ""
         self.user_tags: tuple[str, ...] = ()
@@ -153,34 +154,36 @@ class Connection:
         error still handles what was decoded before it, then closes the connection; an
         unexpected exception closes this connection (541 INTERNAL_ERROR), no other."""
         try:
-            return self._receive(data)
+            framer = self.framer
+            try:
+                items = framer.feed(data)
+            except ProtocolHeaderMismatch:
+                self.transport.write(PROTOCOL_HEADER)
+                return _STOP_READING
+            except ProtocolError as error:
+                self.handle_all(error.decoded)
+                log.info("event=protocol_error peer=%s code=%s text=%r",
+                         self.peer, int(error.reply_code), error.text)
+                self.close(error.reply_code, error.reply_text, error.class_id,
+                           error.method_id)
+                return _STOP_READING
+            if not self._start_sent and framer.header_received:
+                self._start_sent = True
+                self.handshake.start()
+            self.handle_all(items)
+            if framer.awaiting_content:
+                # As RabbitMQ: a connection publishes once a Basic.Publish has arrived,
+                # so an alarm pauses (and tells) one in the middle of a large message.
+                self.has_published = True
+            self.end_of_batch()
+            if self._alarms or self._throttled_by or self._deferred is not None:
+                return self._paused_outcome()
+            return _READ_ON
         except Exception as error:
             self.fail(error)
             return _STOP_READING
 
-    def _receive(self, data: bytes) -> ReadOutcome:
-        framer = self.framer
-        started = framer.header_received
-        try:
-            items = framer.feed(data)
-        except ProtocolHeaderMismatch:
-            self.transport.write(PROTOCOL_HEADER)
-            return _STOP_READING
-        except ProtocolError as error:
-            self.handle_all(error.decoded)
-            log.info("event=protocol_error peer=%s code=%s text=%r",
-                     self.peer, int(error.reply_code), error.text)
-            self.close(error.reply_code, error.reply_text, error.class_id,
-                       error.method_id)
-            return _STOP_READING
-        if not started and framer.header_received:
-            self.handshake.start()
-        self.handle_all(items)
-        if framer.awaiting_content:
-            # As RabbitMQ: a connection publishes once a Basic.Publish has arrived,
-            # so an alarm pauses (and tells) one in the middle of a large message too.
-            self.has_published = True
-        self.end_of_batch()
+    def _paused_outcome(self) -> ReadOutcome:
         pause = self.paused_for()
         if pause is None:
             return _READ_ON
