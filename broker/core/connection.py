@@ -336,10 +336,10 @@ class Connection:
         this batch promises durability, seal the held output for the next commit."""
         if self.needs_sync:
             self.needs_sync = False
-            self._held_output.open_segment()
+            segment = self._held_output.open_segment()
             self._flush_confirms()
             persistence = self.broker.persistence
-            self._held_output.seal(persistence.writes)
+            segment.target = persistence.writes   # sealed: it goes once they are durable
             persistence.wait_durable(self)
         elif self._confirming:
             self._flush_confirms()

@@ -11,7 +11,6 @@ which Tune-Ok tunes to the agreed frame_max.
 """
 
 import logging
-from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
@@ -48,17 +47,25 @@ class ConnectionState(Enum):
     CLOSED = "closed"       # no more frames either way
 
 
-@dataclass(frozen=True)
 class Opened:
-    """What a finished handshake hands to its connection at Connection.Open."""
+    """What a finished handshake hands to its connection at Connection.Open.
 
-    vhost: "VirtualHost"
-    user: str
-    user_tags: tuple[str, ...]   # as at login, as RabbitMQ keeps them
-    channel_max: int             # agreed at Tune-Ok (frame_max is in the framer)
-    heartbeat: int               # seconds, 0: none
-    client_properties: dict
-    capabilities: dict           # the client's, from client_properties
+    (A plain class, not a dataclass: under mypyc a dataclass builds its annotations at
+    import, when the VirtualHost type may not exist yet.)"""
+
+    __slots__ = ("vhost", "user", "user_tags", "channel_max", "heartbeat",
+                 "client_properties", "capabilities")
+
+    def __init__(self, vhost: "VirtualHost", user: str, user_tags: tuple[str, ...],
+                 channel_max: int, heartbeat: int, client_properties: dict,
+                 capabilities: dict):
+        self.vhost = vhost
+        self.user = user
+        self.user_tags = user_tags          # as at login, as RabbitMQ keeps them
+        self.channel_max = channel_max      # agreed at Tune-Ok (frame_max: the framer's)
+        self.heartbeat = heartbeat          # seconds, 0: none
+        self.client_properties = client_properties
+        self.capabilities = capabilities    # the client's, from client_properties
 
 
 class Handshake:

@@ -78,10 +78,6 @@ class HeldOutput:
             segments.append(HeldSegment())
         return segments[-1]
 
-    def seal(self, writes: int) -> None:
-        """The read is handled: its segment goes once `writes` writes are durable."""
-        self.segments[-1].target = writes
-
     def hold_confirm(self, data: bytes, channel: int, delivery_tag: int,
                      multiple: bool) -> None:
         """A Basic.Ack, encoded as `data`, behind what is held."""
@@ -105,10 +101,16 @@ class HeldOutput:
     def release_durable(self, writes: int) -> bool:
         """The first `writes` durable writes are on disk: send the output held for
         them, in order. Returns whether output is still held for later writes."""
-        for segment in self._covered(writes):
-            for write in segment.data:
-                self.transport.write(write)
-        self.transport.flush()
+        # (`_covered`'s loop written out: this runs after every commit)
+        segments = self.segments
+        transport = self.transport
+        while segments:
+            target = segments[0].target
+            if target is None or target > writes:
+                break
+            for write in segments.popleft().data:
+                transport.write(write)
+        transport.flush()
         return self.still_held()
 
     def release_failed(self, writes: int, reason: str,
