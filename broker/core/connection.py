@@ -179,8 +179,8 @@ class Connection:
             if self._alarms or self._throttled_by or self._deferred is not None:
                 return self._paused_outcome()
             return _READ_ON
-        except Exception as error:
-            self.fail(error)
+        except Exception as bug:   # (not `error`: mypyc types a name once per function)
+            self.fail(bug)
             return _STOP_READING
 
     def _paused_outcome(self) -> ReadOutcome:
