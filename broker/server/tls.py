@@ -17,7 +17,8 @@ import trio
 from broker.config import ConfigError, TlsSettings
 from broker.core.certificate_login import NO_CERTIFICATE, NO_NAME, TlsPeer
 
-from .transport import RECEIVE_SIZE, SocketTransport, receive_ready
+from .socket_io import RECEIVE_SIZE, receive_ready
+from .transport import SocketTransport
 
 log = logging.getLogger("warren.server")
 
