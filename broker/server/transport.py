@@ -18,7 +18,7 @@ scheduler (a checkpoint keeps busy connections from starving the others)."""
 
 import logging
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import trio
 
@@ -33,6 +33,9 @@ from .handshake_guard import HandshakeGuard
 from .linger import wait_for_peer_close
 from .socket_io import receive_ready, send_ready
 
+if TYPE_CHECKING:
+    from broker.core.broker import Broker
+
 log = logging.getLogger("warren.server")
 
 HIGH_WATER = 4 * 1024 * 1024  # stop feeding consumers above this many buffered bytes
@@ -44,7 +47,7 @@ CLOSE_OK_TIMEOUT = 5.0        # how long a server-initiated close waits for Clos
 class SocketTransport:
     """Implements the core's Transport over a trio stream."""
 
-    def __init__(self, stream: trio.abc.Stream, broker, peer: tuple[str, int],
+    def __init__(self, stream: trio.SocketStream, broker: "Broker", peer: tuple[str, int],
                  alarm: ResourceAlarm, drain_signal: DrainSignal, admission: Admission,
                  tls: TlsPeer | None = None, accepted_at: float | None = None):
         self.stream = stream
@@ -138,6 +141,10 @@ class SocketTransport:
         """End the connection without a Connection.Close: the socket just closes, as
         when the network fails (a test broker's fault)."""
         log.info("event=connection_dropped peer=%s", self.peer)
+        self._end_tasks()
+
+    def _end_tasks(self) -> None:
+        """Cancel the connection's reader, writer and heartbeat tasks (if running)."""
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -241,7 +248,7 @@ class SocketTransport:
         """One non-blocking read (TlsSocketTransport decrypts it)."""
         return receive_ready(fd)
 
-    async def _wait_before_reading(self, pause: Pause) -> None:
+    async def _wait_before_reading(self, pause: Pause | None) -> None:
         """Wait for what the connection asked for, each kind once and in this order
         (a wait that ends leaves the socket read once more before the next)."""
         if pause is Pause.ALARM:
@@ -283,7 +290,7 @@ class SocketTransport:
                 finally:
                     self._sending = False
             if self._closing:
-                self._nursery.cancel_scope.cancel()
+                self._end_tasks()
                 return
 
     def _send_now(self) -> bool:
@@ -327,7 +334,7 @@ class SocketTransport:
             if not self._held_by_alarm and now - self._last_received > 2 * interval:
                 log.info("event=heartbeat_timeout peer=%s interval=%s", self.peer, interval)
                 self.connection.lost()
-                self._nursery.cancel_scope.cancel()
+                self._end_tasks()
                 return
             if now - self._last_sent >= interval / 2 and self.sends_heartbeats:
                 self.write(HEARTBEAT_FRAME)

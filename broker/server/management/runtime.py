@@ -10,7 +10,6 @@ import decimal
 import socket
 from typing import TYPE_CHECKING, Iterator
 
-import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -67,11 +66,8 @@ def connection_name(transport: "SocketTransport") -> str:
 
 
 def local_address(transport: "SocketTransport") -> tuple[str, int]:
-    stream = transport.stream
-    if not isinstance(stream, trio.SocketStream):
-        return "", 0
     try:
-        host, port = stream.socket.getsockname()[:2]
+        host, port = transport.stream.socket.getsockname()[:2]
     except OSError:   # the socket is already closed
         return "", 0
     return host, port
