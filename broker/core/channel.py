@@ -92,6 +92,13 @@ class Channel:
                           - counts.get_no_ack)
         return counts
 
+    def _next_tag(self) -> int:
+        """A new delivery tag. `deliver` and `deliver_at_once` take theirs inline, after
+        encoding (which may raise), without a call per message."""
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        return tag
+
     # -- delivery (called by queues) -------------------------------------------------
 
     def can_deliver(self, consumer: Consumer) -> bool:
@@ -148,8 +155,7 @@ class Channel:
                        routing_key: str, properties: bytes, body: bytes) -> None:
         """Deliver a message read from a stream; `entry` is what an ack hands back to
         the queue."""
-        tag = self.next_delivery_tag
-        self.next_delivery_tag = tag + 1
+        tag = self._next_tag()
         consumer.unacked += 1
         self.unacked[tag] = Delivery(tag, consumer.queue, entry, consumer)
         if self.ack_watch is None:
@@ -323,9 +329,7 @@ class Channel:
                     accepted = False
         elif mandatory:
             self.counts.return_unroutable += 1
-            self.connection.write(self.connection.framer.encode_return(
-                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body))
+            self._return_unroutable(message)
             if observer is not None:
                 observer.returned(message)
         else:
@@ -339,9 +343,7 @@ class Channel:
         mandatory one that nothing bound now would route is returned at once (on this
         channel, which may be gone by the due time) and not held."""
         if mandatory and not self.vhost.route(exchange, message):
-            self.connection.write(self.connection.framer.encode_return(
-                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body))
+            self._return_unroutable(message)
             return True
         exchange.hold(message, delay)
         return True
@@ -356,9 +358,7 @@ class Channel:
         self._holds.clear()
         if mandatory and not queues and not any(self.vhost.route(exchange, message)
                                                 for exchange, _delay in holds):
-            self.connection.write(self.connection.framer.encode_return(
-                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body))
+            self._return_unroutable(message)
             return True
         for exchange, delay in holds:
             exchange.hold(message, delay)
@@ -375,16 +375,19 @@ class Channel:
             channel, consumer_tag = target
             channel.deliver_reply(consumer_tag, message)
         elif mandatory:
-            self.connection.write(self.connection.framer.encode_return(
-                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body))
+            self._return_unroutable(message)
         return True
+
+    def _return_unroutable(self, message: Message) -> None:
+        """Basic.Return of a mandatory message that reached no queue."""
+        self.connection.write(self.connection.framer.encode_return(
+            self.number, ReplyCode.NO_ROUTE, "NO_ROUTE", message.exchange,
+            message.routing_key, message.properties, message.body))
 
     def deliver_reply(self, consumer_tag: str, message: Message) -> None:
         if self.closing:
             return
-        tag = self.next_delivery_tag
-        self.next_delivery_tag = tag + 1
+        tag = self._next_tag()
         self.connection.write(self.connection.framer.encode_deliver(
             self.number, consumer_tag, tag, False, message.exchange, message.routing_key,
             message.properties, message.body))
@@ -513,8 +516,7 @@ class Channel:
             counts.get_empty += 1
             self.send(commands.Basic.GetEmpty())
             return
-        tag = self.next_delivery_tag
-        self.next_delivery_tag = tag + 1
+        tag = self._next_tag()
         if entry.redelivered:
             counts.redeliver += 1
         if method.no_ack:
