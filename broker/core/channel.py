@@ -12,6 +12,7 @@ from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_
 
 from .access_control import CACHED_DECISIONS, IMPERSONATOR, ChannelAccess
 from .delayed_exchange import delay_ms
+from .confirms import Confirms
 from .consumer_timeout import AckWatch, timed_out_error
 from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
 from .errors import ChannelError, ConnectionFailure, precondition_failed
@@ -65,13 +66,8 @@ class Channel:
         # limiter: Basic.Get deliveries since the last global Basic.Qos (which counts
         # every delivery then unacked), less the Basic.Get deliveries settled since.
         self.uncounted_unacked = 0
-        self.confirming = False
-        # Publishes are numbered by `published` (every publish, the message counter
-        # too); confirm sequence numbers count from the Confirm.Select: published -
-        # confirm_base. acked_seq and nacked_seqs hold `published` numbers.
-        self.confirm_base = 0
-        self.acked_seq = 0
-        self.nacked_seqs: list[int] = []
+        self.confirming = False        # Confirm.Select received (Connection reads it too)
+        self.confirms = Confirms(self)
         self.last_queue_name = ""
         self.reply_token: str | None = None       # consuming amq.rabbitmq.reply-to
         self.reply_consumer_tag: str | None = None
@@ -222,7 +218,7 @@ class Channel:
         else:
             accepted = self._route(exchange, message, command.mandatory)
         if not accepted:
-            self.nacked_seqs.append(self.published)
+            self.confirms.nacked.append(self.published)
         self.connection.confirms_pending(self)
 
     def _publish_target(self, command) -> Exchange:
@@ -393,45 +389,8 @@ class Channel:
             message.properties, message.body))
 
     def flush_confirms(self) -> None:
-        """Confirm every publish routed since the last flush: one Basic.Ack per
-        contiguous range (multiple=true), a Basic.Nack for each refused message."""
-        if self.closing:
-            return
-        observer = self.vhost.observer
-        if observer is not None:
-            nacks = len(self.nacked_seqs)
-            observer.confirming(self, self.published - self.acked_seq - nacks, nacks)
-        faults = self.vhost.faults
-        if faults is not None and faults.confirm_delay:
-            faults.hold_confirms(self, self.published, self.nacked_seqs)
-            self.nacked_seqs = []
-            return
-        self.confirm_through(self.published, self.nacked_seqs)
-        self.nacked_seqs.clear()
-
-    def confirm_through(self, published: int, nacked: list[int]) -> None:
-        """Confirm the publishes up to `published`: those in `nacked` with Basic.Nack,
-        the others with Basic.Ack (one per contiguous range)."""
-        write = self.connection.write
-        for seq in nacked:
-            self._ack_through(seq - 1)
-            write(self.connection.framer.encode_basic_nack(
-                self.number, seq - self.confirm_base, False))
-            self.counts.confirm += 1
-            self.acked_seq = seq
-        self._ack_through(published)
-
-    @property
-    def unconfirmed(self) -> int:
-        """Publishes of confirm mode not confirmed yet."""
-        return self.published - self.acked_seq if self.confirming else 0
-
-    def _ack_through(self, seq: int) -> None:
-        if seq > self.acked_seq:
-            self.connection.write_confirm(self.number, seq - self.confirm_base,
-                                          seq - self.acked_seq > 1)
-            self.counts.confirm += seq - self.acked_seq
-            self.acked_seq = seq
+        """The connection's end of a batch: confirm what was published since."""
+        self.confirms.flush()
 
     # -- consuming -----------------------------------------------------------------
 
@@ -655,15 +614,7 @@ class Channel:
             for queue in queues:
                 queue.dispatch()
 
-    # -- transactions and confirms -------------------------------------------------
-
-    def select_confirm(self) -> None:
-        if self.transaction is not None:
-            raise precondition_failed(
-                "cannot switch from tx to confirm mode")
-        if not self.confirming:   # publishes before Confirm.Select are not confirmed
-            self.confirm_base = self.acked_seq = self.published
-        self.confirming = True
+    # -- transactions ---------------------------------------------------------------
 
     def select_tx(self) -> None:
         if self.confirming:

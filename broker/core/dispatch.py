@@ -210,7 +210,7 @@ def channel_flow_ok(channel: Channel, method) -> None:
 
 
 def confirm_select(channel: Channel, method) -> None:
-    channel.select_confirm()
+    channel.confirms.select()
     if not method.nowait:
         channel.send(commands.Confirm.SelectOk())
 
