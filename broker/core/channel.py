@@ -24,6 +24,7 @@ from .queue_base import Consumer, QueueBase
 from .queue_type_arguments import refuse_other_types_consumer_arguments
 from .sender_routing import sender_routed
 from .stream_queue import DeliveredOffset
+from .transactions import Transaction, undo_settlements
 from .vhost import VirtualHost, server_named
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class Channel:
         self.last_queue_name = ""
         self.reply_token: str | None = None       # consuming amq.rabbitmq.reply-to
         self.reply_consumer_tag: str | None = None
-        self.transaction: "Transaction | None" = None
+        self.transaction: Transaction | None = None
         self.ack_watch: AckWatch | None = None   # while deliveries are unacked
         self.published = 0             # the channel's message counts (and publish numbers)
         self.counts = MessageCounts()   # (message_counts() has them all)
@@ -210,13 +211,13 @@ class Channel:
             self.transaction.publishes.append((exchange, message, command.mandatory))
             return
         if not self.confirming:
-            self._route(exchange, message, command.mandatory)
+            self.route(exchange, message, command.mandatory)
             return
         faults = self.vhost.faults
         if faults is not None and faults.refuses_publish():
             accepted = False   # a test broker's injected fault (publish_faults.py)
         else:
-            accepted = self._route(exchange, message, command.mandatory)
+            accepted = self.route(exchange, message, command.mandatory)
         if not accepted:
             self.confirms.nacked.append(self.published)
         self.connection.confirms_pending(self)
@@ -289,7 +290,7 @@ class Channel:
                        replace_properties(message.properties, reply_to=reply_to),
                        message.body)
 
-    def _route(self, exchange, message: Message, mandatory: bool) -> bool:
+    def route(self, exchange, message: Message, mandatory: bool) -> bool:
         """Deliver to every bound queue; False if any queue refused the message."""
         if exchange.delays_messages:
             delay = delay_ms(message)
@@ -532,7 +533,7 @@ class Channel:
         if self.transaction is not None:
             self.transaction.acks.extend(deliveries)
         else:
-            self._settle(deliveries)
+            self.settle_acked(deliveries)
 
     def reject(self, delivery_tag: int, multiple: bool, requeue: bool,
                outcome: str = REJECT) -> None:
@@ -541,7 +542,7 @@ class Channel:
         if self.transaction is not None:
             self.transaction.rejects.append((deliveries, requeue, outcome))
             return
-        self._reject(deliveries, requeue, outcome)
+        self.settle_rejected(deliveries, requeue, outcome)
 
     def recover(self, requeue: bool) -> None:
         if not requeue:
@@ -549,7 +550,7 @@ class Channel:
                                     *BASIC_RECOVER)
         deliveries = list(self.unacked.values())
         self.unacked.clear()
-        self._reject(deliveries, True, None)
+        self.settle_rejected(deliveries, True, None)
 
     def _take(self, delivery_tag: int, multiple: bool) -> list[Delivery]:
         """Remove and return the deliveries a tag names; an unknown tag is a 406.
@@ -568,7 +569,7 @@ class Channel:
             return [unacked.pop(delivery_tag)]
         return [unacked.pop(tag) for tag in [t for t in unacked if t <= delivery_tag]]
 
-    def _settle(self, deliveries: list[Delivery]) -> None:
+    def settle_acked(self, deliveries: list[Delivery]) -> None:
         queues = self._release(deliveries)
         self.counts.ack += len(deliveries)
         observer = self.vhost.observer
@@ -578,7 +579,7 @@ class Channel:
             delivery.queue.settle(delivery.entry)
         self._after_release(queues)
 
-    def _reject(self, deliveries: list[Delivery], requeue: bool,
+    def settle_rejected(self, deliveries: list[Delivery], requeue: bool,
                 outcome: str | None) -> None:
         """Requeue or discard (dead-letter) `deliveries`; `outcome` is how the client
         settled them (None for Basic.Recover)."""
@@ -614,44 +615,6 @@ class Channel:
             for queue in queues:
                 queue.dispatch()
 
-    # -- transactions ---------------------------------------------------------------
-
-    def select_tx(self) -> None:
-        if self.confirming:
-            raise precondition_failed("cannot switch from confirm to tx mode")
-        if self.transaction is None:
-            self.transaction = Transaction()
-
-    def commit(self) -> None:
-        transaction = self._require_tx()
-        self.transaction = Transaction()
-        for exchange, message, mandatory in transaction.publishes:
-            self._route(exchange, message, mandatory)
-        self._settle(transaction.acks)
-        for deliveries, requeue, outcome in transaction.rejects:
-            self._reject(deliveries, requeue, outcome)
-        if transaction.acks or transaction.rejects:
-            self.vhost.persistence.barrier()   # CommitOk once the acks are on disk
-
-    def rollback(self) -> None:
-        transaction = self._require_tx()
-        self.transaction = Transaction()
-        self._undo_settlements(transaction)
-
-    def _undo_settlements(self, transaction: "Transaction") -> None:
-        """The acks, nacks and rejects of an uncommitted transaction did not happen:
-        their deliveries are unacked again."""
-        pending = transaction.acks + [d for ds, _, _ in transaction.rejects for d in ds]
-        for delivery in sorted(pending, key=_by_tag):
-            self.unacked[delivery.tag] = delivery
-        if pending and self.ack_watch is None:
-            self.ack_watch = AckWatch(self, max(map(_by_tag, pending)))
-
-    def _require_tx(self) -> "Transaction":
-        if self.transaction is None:
-            raise precondition_failed("channel is not transactional")
-        return self.transaction
-
     # -- closing -------------------------------------------------------------------
 
     def shutdown(self) -> None:
@@ -663,7 +626,7 @@ class Channel:
             self.vhost.retired_counts.add(self.message_counts())
             self.counts_retired = True
         if self.transaction is not None:
-            self._undo_settlements(self.transaction)
+            undo_settlements(self, self.transaction)
             self.transaction = None
         if self.ack_watch is not None:
             self.ack_watch.stop()
@@ -683,17 +646,3 @@ class Channel:
         for queue in queues - set(by_queue):
             queue.dispatch()
 
-
-class Transaction:
-    """Publishes and acks buffered on a tx channel until Tx.Commit."""
-
-    __slots__ = ("publishes", "acks", "rejects")
-
-    def __init__(self):
-        self.publishes: list = []
-        self.acks: list[Delivery] = []
-        self.rejects: list = []
-
-
-def _by_tag(delivery: Delivery) -> int:
-    return delivery.tag

@@ -13,6 +13,7 @@ from .channel import Channel
 from .direct_reply import REPLY_QUEUE
 from .errors import not_found
 from .observation import NACK
+from .transactions import commit_tx, rollback_tx, select_tx
 
 _CR_LF = str.maketrans("", "", "\r\n")
 
@@ -216,17 +217,17 @@ def confirm_select(channel: Channel, method) -> None:
 
 
 def tx_select(channel: Channel, method) -> None:
-    channel.select_tx()
+    select_tx(channel)
     channel.send(commands.Tx.SelectOk())
 
 
 def tx_commit(channel: Channel, method) -> None:
-    channel.commit()
+    commit_tx(channel)
     channel.send(commands.Tx.CommitOk())
 
 
 def tx_rollback(channel: Channel, method) -> None:
-    channel.rollback()
+    rollback_tx(channel)
     channel.send(commands.Tx.RollbackOk())
 
 
