@@ -5,24 +5,24 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from amqp_codec import replace_properties
 from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER,
                                  CHANNEL_FLOW)
 
-from .access_control import CACHED_DECISIONS, IMPERSONATOR, ChannelAccess
-from .delayed_exchange import delay_ms
+from .access_control import ChannelAccess
 from .confirms import Confirms
 from .consumer_timeout import AckWatch, timed_out_error
-from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
+from .delayed_exchange import delay_ms
+from .direct_reply import (REPLY_PREFIX, REPLY_QUEUE, consume_replies, route_reply,
+                           stop_replies)
 from .errors import ChannelError, ConnectionFailure, precondition_failed
-from .exchange import Exchange, field_type_name
+from .exchange import field_type_name
 from .message import CHECKED_HIGH_BITS, USER_ID_BIT, Message, PublishedMessage, QueueEntry
 from .message_stats import MessageCounts
 from .observation import ACK, REJECT
+from .publish_checks import checked, publish_target
 from .queue_base import Consumer, QueueBase
 from .queue_type_arguments import refuse_other_types_consumer_arguments
-from .sender_routing import sender_routed
 from .stream_queue import DeliveredOffset
 from .transactions import Transaction, undo_settlements
 from .vhost import VirtualHost, server_named
@@ -192,7 +192,7 @@ class Channel:
         exchange = access.publish_targets.get(command.exchange)
         if (exchange is None or exchange.deleted
                 or access.generation != access.access.generation):
-            exchange = self._publish_target(command)
+            exchange = publish_target(self, command)
         properties = command.properties
         # A publish the decoder made as a PublishedMessage is the message; one made as
         # an InboundPublish (a direct session's, a test's) is copied into one.
@@ -206,7 +206,7 @@ class Channel:
         # call it cost ~570 instructions per message (callgrind, bench/core_hot_path.py).
         if len(properties) >= 2 and (properties[0] & CHECKED_HIGH_BITS
                                      or properties[1] & USER_ID_BIT):
-            message = self._checked(message)
+            message = checked(self, message)
         if self.transaction is not None:
             self.transaction.publishes.append((exchange, message, command.mandatory))
             return
@@ -221,74 +221,6 @@ class Channel:
         if not accepted:
             self.confirms.nacked.append(self.published)
         self.connection.confirms_pending(self)
-
-    def _publish_target(self, command) -> Exchange:
-        """The exchange a publish goes to, after RabbitMQ's checks in its order: write
-        permission (403 before 404), existence (404), not internal (403), then the
-        user's topic permission on the routing key. Unless that last check applies, the
-        exchange joins the channel's publish cache (ChannelAccess.publish_targets), so
-        the next publishes to it skip these checks until permissions change or the
-        exchange is deleted."""
-        access = self.access
-        name = command.exchange
-        access.write("exchange", name)
-        exchange = self.vhost.exchanges.get(name)
-        if exchange is None:
-            exchange = self.vhost.exchange(name)   # 404
-        if exchange.internal:
-            raise ChannelError(ReplyCode.ACCESS_REFUSED,
-                               f"cannot publish to internal exchange '{exchange.name}' "
-                               f"in vhost '{self.vhost.name}'")
-        if access.topics is not None and exchange.kind == "topic":
-            access.topic("write", exchange.name, command.routing_key)
-            return exchange    # checked per routing key: not cached
-        targets = access.publish_targets
-        if len(targets) >= CACHED_DECISIONS:
-            targets.clear()
-        targets[name] = exchange
-        return exchange
-
-    def _checked(self, message: Message) -> Message:
-        if message.has_user_id():
-            self._check_user_id(message)
-        if message.has_expiration():
-            self._check_expiration(message)
-        if message.has_reply_to():
-            message = self._with_reply_token(message)
-        if message.may_name_recipients():
-            message = sender_routed(message)
-        return message
-
-    def _check_user_id(self, message: Message) -> None:
-        """RabbitMQ's validated user id: user_id, when set, must be the login user,
-        unless the user had the impersonator tag when it logged in."""
-        user_id = message.decoded_properties.user_id
-        connection = self.connection
-        if user_id != connection.user and IMPERSONATOR not in connection.user_tags:
-            raise precondition_failed(   # (a user_id that is not UTF-8 shows as '?')
-                f"user_id property set to '{user_id}' but authenticated user was "
-                f"'{connection.user}'")
-
-    @staticmethod
-    def _check_expiration(message: Message) -> None:
-        try:
-            message.expiration_ms()
-        except ValueError:
-            raise precondition_failed(
-                f"invalid expiration '{message.decoded_properties.expiration}': "
-                "expected a non-negative integer of milliseconds") from None
-
-    def _with_reply_token(self, message: Message) -> Message:
-        """A request asking for a direct reply gets this channel's token in reply_to
-        (the other properties are kept byte for byte)."""
-        if message.decoded_properties.reply_to != REPLY_QUEUE:
-            return message
-        if self.reply_token is None:
-            raise precondition_failed("fast reply consumer does not exist")
-        reply_to = (REPLY_PREFIX + self.reply_token).encode()
-        return Message(message.exchange, message.routing_key,
-                       replace_properties(message.properties, reply_to=reply_to),
-                       message.body)
 
     def route(self, exchange, message: Message, mandatory: bool) -> bool:
         """Deliver to every bound queue; False if any queue refused the message."""
@@ -313,7 +245,7 @@ class Channel:
         # exchange has no alternate; the test costs ~900 instructions per message.
         if (not queues and not exchange.name
                 and message.routing_key.startswith(REPLY_PREFIX)):
-            return self._reply(message, mandatory)
+            return route_reply(self, message, mandatory)
         observer = self.vhost.observer
         if observer is not None:
             observer.published(exchange, message, len(queues))
@@ -326,7 +258,7 @@ class Channel:
                     accepted = False
         elif mandatory:
             self.counts.return_unroutable += 1
-            self._return_unroutable(message)
+            self.return_unroutable(message)
             if observer is not None:
                 observer.returned(message)
         else:
@@ -340,7 +272,7 @@ class Channel:
         mandatory one that nothing bound now would route is returned at once (on this
         channel, which may be gone by the due time) and not held."""
         if mandatory and not self.vhost.route(exchange, message):
-            self._return_unroutable(message)
+            self.return_unroutable(message)
             return True
         exchange.hold(message, delay)
         return True
@@ -355,7 +287,7 @@ class Channel:
         self._holds.clear()
         if mandatory and not queues and not any(self.vhost.route(exchange, message)
                                                 for exchange, _delay in holds):
-            self._return_unroutable(message)
+            self.return_unroutable(message)
             return True
         for exchange, delay in holds:
             exchange.hold(message, delay)
@@ -365,17 +297,7 @@ class Channel:
                 accepted = False
         return accepted
 
-    def _reply(self, message: Message, mandatory: bool) -> bool:
-        """A reply to a direct reply-to request goes straight to the requester."""
-        target = self.connection.broker.direct_replies.consumer_for(message.routing_key)
-        if target is not None:
-            channel, consumer_tag = target
-            channel.deliver_reply(consumer_tag, message)
-        elif mandatory:
-            self._return_unroutable(message)
-        return True
-
-    def _return_unroutable(self, message: Message) -> None:
+    def return_unroutable(self, message: Message) -> None:
         """Basic.Return of a mandatory message that reached no queue."""
         self.connection.write(self.connection.framer.encode_return(
             self.number, ReplyCode.NO_ROUTE, "NO_ROUTE", message.exchange,
@@ -402,7 +324,7 @@ class Channel:
                                     f"attempt to reuse consumer tag '{tag}'",
                                     *BASIC_CONSUME)
         if method.queue == REPLY_QUEUE:   # no permission needed, as in RabbitMQ
-            return self._consume_replies(method, tag)
+            return consume_replies(self, method, tag)
         name = self.queue_name(method.queue)
         self.access.read("queue", name)
         queue = self.vhost.queue(name, self.connection)
@@ -442,25 +364,9 @@ class Channel:
                 f"invalid arg 'x-cancel-on-ha-failover' for queue '{queue.name}' in vhost "
                 f"'{self.vhost.name}': {{unacceptable_type,{field_type_name(failover)}}}")
 
-    def _consume_replies(self, method, tag: str) -> str:
-        if not method.no_ack:
-            raise precondition_failed("reply consumer cannot acknowledge")
-        if self.reply_token is not None:
-            raise precondition_failed("reply consumer already set")
-        self.reply_token = self.connection.broker.direct_replies.register(self, tag)
-        self.reply_consumer_tag = tag
-        if not method.nowait:
-            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
-        return tag
-
-    def _stop_replies(self) -> None:
-        if self.reply_token is not None:
-            self.connection.broker.direct_replies.unregister(self.reply_token)
-            self.reply_token = self.reply_consumer_tag = None
-
     def cancel(self, tag: str) -> None:
         if tag == self.reply_consumer_tag:
-            self._stop_replies()
+            stop_replies(self)
             return
         consumer = self.consumers.pop(tag, None)
         if consumer is not None:
@@ -631,7 +537,7 @@ class Channel:
         if self.ack_watch is not None:
             self.ack_watch.stop()
             self.ack_watch = None
-        self._stop_replies()
+        stop_replies(self)
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
