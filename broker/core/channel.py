@@ -1,4 +1,9 @@
-"""One AMQP channel: its state machine, consumers, deliveries, acks and confirms."""
+"""One AMQP channel: publishing and routing, the deliveries to its consumers and their
+acks, Basic.Get, qos, and closing. The colder parts are beside it, as functions of the
+channel or collaborators: the publish checks (publish_checks.py), confirm mode
+(confirms.py), tx mode (transactions.py), Basic.Consume and Basic.Cancel
+(consuming.py), direct reply-to (direct_reply.py) and delayed holds
+(delayed_exchange.py)."""
 
 import logging
 from typing import TYPE_CHECKING
@@ -6,26 +11,22 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from amqp_codec.reply_codes import ReplyCode
-from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER,
-                                 CHANNEL_FLOW)
+from amqp_codec.wire_ids import BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER, CHANNEL_FLOW
 
 from .access_control import ChannelAccess
 from .confirms import Confirms
 from .consumer_timeout import AckWatch, timed_out_error
-from .delayed_exchange import delay_ms
-from .direct_reply import (REPLY_PREFIX, REPLY_QUEUE, consume_replies, route_reply,
-                           stop_replies)
+from .delayed_exchange import delay_ms, hold_published, hold_reached
+from .direct_reply import REPLY_PREFIX, route_reply, stop_replies
 from .errors import ChannelError, ConnectionFailure, precondition_failed
-from .exchange import field_type_name
 from .message import CHECKED_HIGH_BITS, USER_ID_BIT, Message, PublishedMessage, QueueEntry
 from .message_stats import MessageCounts
 from .observation import ACK, REJECT
 from .publish_checks import checked, publish_target
 from .queue_base import Consumer, QueueBase
-from .queue_type_arguments import refuse_other_types_consumer_arguments
 from .stream_queue import DeliveredOffset
 from .transactions import Transaction, undo_settlements
-from .vhost import VirtualHost, server_named
+from .vhost import VirtualHost
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -60,7 +61,7 @@ class Channel:
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, Delivery] = {}
         self.next_delivery_tag = 1
-        self._holds: list = []   # delayed exchanges a routed message reached (reused)
+        self.holds: list = []   # delayed exchanges a routed message reached (reused)
         self.consumer_prefetch = 0
         self.global_prefetch = 0
         # Unacked deliveries the channel-wide limit does not count, as RabbitMQ's
@@ -227,19 +228,19 @@ class Channel:
         if exchange.delays_messages:
             delay = delay_ms(message)
             if delay:
-                return self._hold(exchange, message, mandatory, delay)
+                return hold_published(self, exchange, message, mandatory, delay)
         # VirtualHost.route's common case inline (one call fewer per message, ~500
         # instructions): an exchange bound to queues only, no CC/BCC keys, and a
         # destination found or no alternate exchange to try.
         if message.extra_routing_keys or exchange.exchange_bindings:
-            queues = self.vhost.route(exchange, message, self._holds)
+            queues = self.vhost.route(exchange, message, self.holds)
         else:
             queues = exchange.route(message)
             if queues:
                 if type(queues) is not tuple:   # a direct exchange's is one already
                     queues = tuple(queues)    # a copy: enqueueing may unbind
             elif exchange.alternate is not None:
-                queues = self.vhost.route(exchange, message, self._holds)
+                queues = self.vhost.route(exchange, message, self.holds)
         # A direct reply is looked for only among what the default exchange routed
         # nowhere: no queue is named under amq.* (a reserved prefix), and the default
         # exchange has no alternate; the test costs ~900 instructions per message.
@@ -249,8 +250,8 @@ class Channel:
         observer = self.vhost.observer
         if observer is not None:
             observer.published(exchange, message, len(queues))
-        if self._holds:
-            return self._hold_reached(queues, message, mandatory)
+        if self.holds:
+            return hold_reached(self, queues, message, mandatory)
         accepted = True
         if queues:
             for queue in queues:
@@ -265,36 +266,6 @@ class Channel:
             self.counts.drop_unroutable += 1
             if observer is not None:
                 observer.dropped(message)
-        return accepted
-
-    def _hold(self, exchange, message: Message, mandatory: bool, delay: int) -> bool:
-        """A delayed message is held by its exchange, to be routed when it is due. A
-        mandatory one that nothing bound now would route is returned at once (on this
-        channel, which may be gone by the due time) and not held."""
-        if mandatory and not self.vhost.route(exchange, message):
-            self.return_unroutable(message)
-            return True
-        exchange.hold(message, delay)
-        return True
-
-    def _hold_reached(self, queues, message: Message, mandatory: bool) -> bool:
-        """The message reached delayed exchanges through exchange-to-exchange bindings
-        or as an alternate exchange: each holds it, as the plugin does, and the queues
-        reached on the way get it at once. A mandatory one that reached no queue and
-        that none of these exchanges would route now is returned and held nowhere, as
-        one published to a delayed exchange."""
-        holds = self._holds[:]
-        self._holds.clear()
-        if mandatory and not queues and not any(self.vhost.route(exchange, message)
-                                                for exchange, _delay in holds):
-            self.return_unroutable(message)
-            return True
-        for exchange, delay in holds:
-            exchange.hold(message, delay)
-        accepted = True
-        for queue in queues:
-            if not queue.enqueue(message, self.connection):
-                accepted = False
         return accepted
 
     def return_unroutable(self, message: Message) -> None:
@@ -316,61 +287,6 @@ class Channel:
         self.confirms.flush()
 
     # -- consuming -----------------------------------------------------------------
-
-    def consume(self, method) -> str:
-        tag = method.consumer_tag or server_named("amq.ctag-")
-        if tag in self.consumers or tag == self.reply_consumer_tag:
-            raise ConnectionFailure(ReplyCode.NOT_ALLOWED,
-                                    f"attempt to reuse consumer tag '{tag}'",
-                                    *BASIC_CONSUME)
-        if method.queue == REPLY_QUEUE:   # no permission needed, as in RabbitMQ
-            return consume_replies(self, method, tag)
-        name = self.queue_name(method.queue)
-        self.access.read("queue", name)
-        queue = self.vhost.queue(name, self.connection)
-        if (queue.has_exclusive_consumer()
-                or (method.exclusive and (queue.consumers or queue.single_active))):
-            raise ChannelError(ReplyCode.ACCESS_REFUSED,
-                               f"queue '{queue.name}' in vhost '{self.vhost.name}' in "
-                               "exclusive use")
-        self._check_consumer_arguments(method.arguments or {}, queue)
-        consumer = queue.make_consumer(tag, self, method.no_ack, method.exclusive,
-                                       self.consumer_prefetch, method.arguments)
-        if self.global_prefetch and not queue.honours_global_qos:
-            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED,
-                                    f"queue '{queue.name}' in vhost '{self.vhost.name}' "
-                                    "does not support global qos (consume on a channel "
-                                    "without Basic.Qos global=true)", *BASIC_CONSUME)
-        self.consumers[tag] = consumer
-        if not method.nowait:
-            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
-        queue.add_consumer(consumer)
-        return tag
-
-    def _check_consumer_arguments(self, arguments: dict, queue: QueueBase) -> None:
-        """406 in RabbitMQ's words for an argument the queue's type does not take, an
-        x-priority that is not an integer, an x-cancel-on-ha-failover not a boolean."""
-        refuse_other_types_consumer_arguments(arguments, queue.arguments, queue.name,
-                                              self.vhost.name)
-        priority = arguments.get("x-priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise precondition_failed(
-                f"invalid arg 'x-priority' for queue '{queue.name}' in vhost "
-                f"'{self.vhost.name}': \"expected integer, got "
-                f"{field_type_name(priority)}\"")
-        failover = arguments.get("x-cancel-on-ha-failover", False)
-        if not isinstance(failover, bool):
-            raise precondition_failed(
-                f"invalid arg 'x-cancel-on-ha-failover' for queue '{queue.name}' in vhost "
-                f"'{self.vhost.name}': {{unacceptable_type,{field_type_name(failover)}}}")
-
-    def cancel(self, tag: str) -> None:
-        if tag == self.reply_consumer_tag:
-            stop_replies(self)
-            return
-        consumer = self.consumers.pop(tag, None)
-        if consumer is not None:
-            consumer.queue.remove_consumer(consumer)
 
     def get(self, method) -> None:
         name = self.queue_name(method.queue)

@@ -10,6 +10,7 @@ keys and consumer tags are never changed.
 from pamqp import commands
 
 from .channel import Channel
+from .consuming import cancel, consume
 from .direct_reply import REPLY_QUEUE
 from .errors import not_found
 from .observation import NACK
@@ -167,11 +168,11 @@ def basic_qos(channel: Channel, method) -> None:
 
 
 def basic_consume(channel: Channel, method) -> None:
-    channel.consume(method)
+    consume(channel, method)
 
 
 def basic_cancel(channel: Channel, method) -> None:
-    channel.cancel(method.consumer_tag)
+    cancel(channel, method.consumer_tag)
     if not method.nowait:
         channel.send(commands.Basic.CancelOk(consumer_tag=method.consumer_tag))
 
