@@ -162,6 +162,16 @@ class Channel:
         connection.write(connection.framer.encode_deliver(
             self.number, consumer.tag, tag, False, exchange, routing_key, properties, body))
 
+    def deliver_reply(self, consumer_tag: str, message: Message) -> None:
+        """Deliver a direct reply (direct_reply.route_reply) to this channel's reply
+        consumer: no-ack, not queued."""
+        if self.closing:
+            return
+        tag = self._next_tag()
+        self.connection.write(self.connection.framer.encode_deliver(
+            self.number, consumer_tag, tag, False, message.exchange, message.routing_key,
+            message.properties, message.body))
+
     def acks_timed_out(self, timeout_ms: int) -> None:
         """The oldest unacked delivery waited longer than `timeout_ms` (AckWatch): the
         channel is closed with 406, as RabbitMQ does, and its deliveries requeued."""
@@ -274,19 +284,11 @@ class Channel:
             self.number, ReplyCode.NO_ROUTE, "NO_ROUTE", message.exchange,
             message.routing_key, message.properties, message.body))
 
-    def deliver_reply(self, consumer_tag: str, message: Message) -> None:
-        if self.closing:
-            return
-        tag = self._next_tag()
-        self.connection.write(self.connection.framer.encode_deliver(
-            self.number, consumer_tag, tag, False, message.exchange, message.routing_key,
-            message.properties, message.body))
-
     def flush_confirms(self) -> None:
         """The connection's end of a batch: confirm what was published since."""
         self.confirms.flush()
 
-    # -- consuming -----------------------------------------------------------------
+    # -- Basic.Get, qos and flow ---------------------------------------------------
 
     def get(self, method) -> None:
         name = self.queue_name(method.queue)
@@ -392,6 +394,8 @@ class Channel:
         return [unacked.pop(tag) for tag in [t for t in unacked if t <= delivery_tag]]
 
     def settle_acked(self, deliveries: list[Delivery]) -> None:
+        """The client acked `deliveries` (taken from `unacked`): their queues settle
+        them."""
         queues = self._release(deliveries)
         self.counts.ack += len(deliveries)
         observer = self.vhost.observer
@@ -402,7 +406,7 @@ class Channel:
         self._after_release(queues)
 
     def settle_rejected(self, deliveries: list[Delivery], requeue: bool,
-                outcome: str | None) -> None:
+                        outcome: str | None) -> None:
         """Requeue or discard (dead-letter) `deliveries`; `outcome` is how the client
         settled them (None for Basic.Recover)."""
         queues = self._release(deliveries)
