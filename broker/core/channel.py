@@ -1,29 +1,31 @@
-"""One AMQP channel: its state machine, consumers, deliveries, acks and confirms."""
+"""One AMQP channel: publishing and routing, the deliveries to its consumers and their
+acks, Basic.Get, qos, and closing. The colder parts are beside it, as functions of the
+channel or collaborators: the publish checks (publish_checks.py), confirm mode
+(confirms.py), tx mode (transactions.py), Basic.Consume and Basic.Cancel
+(consuming.py), direct reply-to (direct_reply.py) and delayed holds
+(delayed_exchange.py)."""
 
 import logging
 from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from amqp_codec import replace_properties
 from amqp_codec.reply_codes import ReplyCode
-from amqp_codec.wire_ids import (BASIC_CONSUME, BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER,
-                                 CHANNEL_FLOW)
+from amqp_codec.wire_ids import BASIC_PUBLISH, BASIC_QOS, BASIC_RECOVER, CHANNEL_FLOW
 
-from .access_control import CACHED_DECISIONS, IMPERSONATOR, ChannelAccess
-from .delayed_exchange import delay_ms
+from .access_control import ChannelAccess
+from .confirms import Confirms
 from .consumer_timeout import AckWatch, timed_out_error
-from .direct_reply import REPLY_PREFIX, REPLY_QUEUE
+from .delayed_exchange import delay_ms, hold_published, hold_reached
+from .direct_reply import REPLY_PREFIX, route_reply, stop_replies
 from .errors import ChannelError, ConnectionFailure, precondition_failed
-from .exchange import Exchange, field_type_name
 from .message import CHECKED_HIGH_BITS, USER_ID_BIT, Message, PublishedMessage, QueueEntry
 from .message_stats import MessageCounts
 from .observation import ACK, REJECT
+from .publish_checks import checked, publish_target
 from .queue_base import Consumer, QueueBase
-from .queue_types import refuse_other_types_consumer_arguments
-from .sender_routing import sender_routed
-from .server_names import server_named
 from .stream_queue import DeliveredOffset
+from .transactions import Transaction, undo_settlements
 from .vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -59,24 +61,19 @@ class Channel:
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, Delivery] = {}
         self.next_delivery_tag = 1
-        self._holds: list = []   # delayed exchanges a routed message reached (reused)
+        self.holds: list = []   # delayed exchanges a routed message reached (reused)
         self.consumer_prefetch = 0
         self.global_prefetch = 0
         # Unacked deliveries the channel-wide limit does not count, as RabbitMQ's
         # limiter: Basic.Get deliveries since the last global Basic.Qos (which counts
         # every delivery then unacked), less the Basic.Get deliveries settled since.
         self.uncounted_unacked = 0
-        self.confirming = False
-        # Publishes are numbered by `published` (every publish, the message counter
-        # too); confirm sequence numbers count from the Confirm.Select: published -
-        # confirm_base. acked_seq and nacked_seqs hold `published` numbers.
-        self.confirm_base = 0
-        self.acked_seq = 0
-        self.nacked_seqs: list[int] = []
+        self.confirming = False        # Confirm.Select received (Connection reads it too)
+        self.confirms = Confirms(self)
         self.last_queue_name = ""
         self.reply_token: str | None = None       # consuming amq.rabbitmq.reply-to
         self.reply_consumer_tag: str | None = None
-        self.transaction: "Transaction | None" = None
+        self.transaction: Transaction | None = None
         self.ack_watch: AckWatch | None = None   # while deliveries are unacked
         self.published = 0             # the channel's message counts (and publish numbers)
         self.counts = MessageCounts()   # (message_counts() has them all)
@@ -92,6 +89,13 @@ class Channel:
         counts.deliver = (self.next_delivery_tag - 1 - counts.deliver_no_ack - counts.get
                           - counts.get_no_ack)
         return counts
+
+    def _next_tag(self) -> int:
+        """A new delivery tag. `deliver` and `deliver_at_once` take theirs inline, after
+        encoding (which may raise), without a call per message."""
+        tag = self.next_delivery_tag
+        self.next_delivery_tag = tag + 1
+        return tag
 
     # -- delivery (called by queues) -------------------------------------------------
 
@@ -147,8 +151,7 @@ class Channel:
                        routing_key: str, properties: bytes, body: bytes) -> None:
         """Deliver a message read from a stream; `entry` is what an ack hands back to
         the queue."""
-        tag = self.next_delivery_tag
-        self.next_delivery_tag = tag + 1
+        tag = self._next_tag()
         consumer.unacked += 1
         self.unacked[tag] = Delivery(tag, consumer.queue, entry, consumer)
         if self.ack_watch is None:
@@ -156,6 +159,16 @@ class Channel:
         connection = self.connection
         connection.write(connection.framer.encode_deliver(
             self.number, consumer.tag, tag, False, exchange, routing_key, properties, body))
+
+    def deliver_reply(self, consumer_tag: str, message: Message) -> None:
+        """Deliver a direct reply (direct_reply.route_reply) to this channel's reply
+        consumer: no-ack, not queued."""
+        if self.closing:
+            return
+        tag = self._next_tag()
+        self.connection.write(self.connection.framer.encode_deliver(
+            self.number, consumer_tag, tag, False, message.exchange, message.routing_key,
+            message.properties, message.body))
 
     def acks_timed_out(self, timeout_ms: int) -> None:
         """The oldest unacked delivery waited longer than `timeout_ms` (AckWatch): the
@@ -188,7 +201,7 @@ class Channel:
         exchange = access.publish_targets.get(command.exchange)
         if (exchange is None or exchange.deleted
                 or access.generation != access.access.generation):
-            exchange = self._publish_target(command)
+            exchange = publish_target(self, command)
         properties = command.properties
         # A publish the decoder made as a PublishedMessage is the message; one made as
         # an InboundPublish (a direct session's, a test's) is copied into one.
@@ -202,119 +215,51 @@ class Channel:
         # call it cost ~570 instructions per message (callgrind, bench/core_hot_path.py).
         if len(properties) >= 2 and (properties[0] & CHECKED_HIGH_BITS
                                      or properties[1] & USER_ID_BIT):
-            message = self._checked(message)
+            message = checked(self, message)
         if self.transaction is not None:
             self.transaction.publishes.append((exchange, message, command.mandatory))
             return
         if not self.confirming:
-            self._route(exchange, message, command.mandatory)
+            self.route(exchange, message, command.mandatory)
             return
         faults = self.vhost.faults
         if faults is not None and faults.refuses_publish():
             accepted = False   # a test broker's injected fault (publish_faults.py)
         else:
-            accepted = self._route(exchange, message, command.mandatory)
+            accepted = self.route(exchange, message, command.mandatory)
         if not accepted:
-            self.nacked_seqs.append(self.published)
+            self.confirms.nacked.append(self.published)
         self.connection.confirms_pending(self)
 
-    def _publish_target(self, command) -> Exchange:
-        """The exchange a publish goes to, after RabbitMQ's checks in its order: write
-        permission (403 before 404), existence (404), not internal (403), then the
-        user's topic permission on the routing key. Unless that last check applies, the
-        exchange joins the channel's publish cache (ChannelAccess.publish_targets), so
-        the next publishes to it skip these checks until permissions change or the
-        exchange is deleted."""
-        access = self.access
-        name = command.exchange
-        access.write("exchange", name)
-        exchange = self.vhost.exchanges.get(name)
-        if exchange is None:
-            exchange = self.vhost.exchange(name)   # 404
-        if exchange.internal:
-            raise ChannelError(ReplyCode.ACCESS_REFUSED,
-                               f"cannot publish to internal exchange '{exchange.name}' "
-                               f"in vhost '{self.vhost.name}'")
-        if access.topics is not None and exchange.kind == "topic":
-            access.topic("write", exchange.name, command.routing_key)
-            return exchange    # checked per routing key: not cached
-        targets = access.publish_targets
-        if len(targets) >= CACHED_DECISIONS:
-            targets.clear()
-        targets[name] = exchange
-        return exchange
-
-    def _checked(self, message: Message) -> Message:
-        if message.has_user_id():
-            self._check_user_id(message)
-        if message.has_expiration():
-            self._check_expiration(message)
-        if message.has_reply_to():
-            message = self._with_reply_token(message)
-        if message.may_name_recipients():
-            message = sender_routed(message)
-        return message
-
-    def _check_user_id(self, message: Message) -> None:
-        """RabbitMQ's validated user id: user_id, when set, must be the login user,
-        unless the user had the impersonator tag when it logged in."""
-        user_id = message.decoded_properties.user_id
-        connection = self.connection
-        if user_id != connection.user and IMPERSONATOR not in connection.user_tags:
-            raise precondition_failed(   # (a user_id that is not UTF-8 shows as '?')
-                f"user_id property set to '{user_id}' but authenticated user was "
-                f"'{connection.user}'")
-
-    @staticmethod
-    def _check_expiration(message: Message) -> None:
-        try:
-            message.expiration_ms()
-        except ValueError:
-            raise precondition_failed(
-                f"invalid expiration '{message.decoded_properties.expiration}': "
-                "expected a non-negative integer of milliseconds") from None
-
-    def _with_reply_token(self, message: Message) -> Message:
-        """A request asking for a direct reply gets this channel's token in reply_to
-        (the other properties are kept byte for byte)."""
-        if message.decoded_properties.reply_to != REPLY_QUEUE:
-            return message
-        if self.reply_token is None:
-            raise precondition_failed("fast reply consumer does not exist")
-        reply_to = (REPLY_PREFIX + self.reply_token).encode()
-        return Message(message.exchange, message.routing_key,
-                       replace_properties(message.properties, reply_to=reply_to),
-                       message.body)
-
-    def _route(self, exchange, message: Message, mandatory: bool) -> bool:
+    def route(self, exchange, message: Message, mandatory: bool) -> bool:
         """Deliver to every bound queue; False if any queue refused the message."""
         if exchange.delays_messages:
             delay = delay_ms(message)
             if delay:
-                return self._hold(exchange, message, mandatory, delay)
+                return hold_published(self, exchange, message, mandatory, delay)
         # VirtualHost.route's common case inline (one call fewer per message, ~500
         # instructions): an exchange bound to queues only, no CC/BCC keys, and a
         # destination found or no alternate exchange to try.
         if message.extra_routing_keys or exchange.exchange_bindings:
-            queues = self.vhost.route(exchange, message, self._holds)
+            queues = self.vhost.route(exchange, message, self.holds)
         else:
             queues = exchange.route(message)
             if queues:
                 if type(queues) is not tuple:   # a direct exchange's is one already
                     queues = tuple(queues)    # a copy: enqueueing may unbind
             elif exchange.alternate is not None:
-                queues = self.vhost.route(exchange, message, self._holds)
+                queues = self.vhost.route(exchange, message, self.holds)
         # A direct reply is looked for only among what the default exchange routed
         # nowhere: no queue is named under amq.* (a reserved prefix), and the default
         # exchange has no alternate; the test costs ~900 instructions per message.
         if (not queues and not exchange.name
                 and message.routing_key.startswith(REPLY_PREFIX)):
-            return self._reply(message, mandatory)
+            return route_reply(self, message, mandatory)
         observer = self.vhost.observer
         if observer is not None:
             observer.published(exchange, message, len(queues))
-        if self._holds:
-            return self._hold_reached(queues, message, mandatory)
+        if self.holds:
+            return hold_reached(self, queues, message, mandatory)
         accepted = True
         if queues:
             for queue in queues:
@@ -322,9 +267,7 @@ class Channel:
                     accepted = False
         elif mandatory:
             self.counts.return_unroutable += 1
-            self.connection.write(self.connection.framer.encode_return(
-                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body))
+            self.return_unroutable(message)
             if observer is not None:
                 observer.returned(message)
         else:
@@ -333,174 +276,17 @@ class Channel:
                 observer.dropped(message)
         return accepted
 
-    def _hold(self, exchange, message: Message, mandatory: bool, delay: int) -> bool:
-        """A delayed message is held by its exchange, to be routed when it is due. A
-        mandatory one that nothing bound now would route is returned at once (on this
-        channel, which may be gone by the due time) and not held."""
-        if mandatory and not self.vhost.route(exchange, message):
-            self.connection.write(self.connection.framer.encode_return(
-                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body))
-            return True
-        exchange.hold(message, delay)
-        return True
-
-    def _hold_reached(self, queues, message: Message, mandatory: bool) -> bool:
-        """The message reached delayed exchanges through exchange-to-exchange bindings
-        or as an alternate exchange: each holds it, as the plugin does, and the queues
-        reached on the way get it at once. A mandatory one that reached no queue and
-        that none of these exchanges would route now is returned and held nowhere, as
-        one published to a delayed exchange."""
-        holds = self._holds[:]
-        self._holds.clear()
-        if mandatory and not queues and not any(self.vhost.route(exchange, message)
-                                                for exchange, _delay in holds):
-            self.connection.write(self.connection.framer.encode_return(
-                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body))
-            return True
-        for exchange, delay in holds:
-            exchange.hold(message, delay)
-        accepted = True
-        for queue in queues:
-            if not queue.enqueue(message, self.connection):
-                accepted = False
-        return accepted
-
-    def _reply(self, message: Message, mandatory: bool) -> bool:
-        """A reply to a direct reply-to request goes straight to the requester."""
-        target = self.connection.broker.direct_replies.consumer_for(message.routing_key)
-        if target is not None:
-            channel, consumer_tag = target
-            channel.deliver_reply(consumer_tag, message)
-        elif mandatory:
-            self.connection.write(self.connection.framer.encode_return(
-                self.number, 312, "NO_ROUTE", message.exchange, message.routing_key,
-                message.properties, message.body))
-        return True
-
-    def deliver_reply(self, consumer_tag: str, message: Message) -> None:
-        if self.closing:
-            return
-        tag = self.next_delivery_tag
-        self.next_delivery_tag = tag + 1
-        self.connection.write(self.connection.framer.encode_deliver(
-            self.number, consumer_tag, tag, False, message.exchange, message.routing_key,
-            message.properties, message.body))
+    def return_unroutable(self, message: Message) -> None:
+        """Basic.Return of a mandatory message that reached no queue."""
+        self.connection.write(self.connection.framer.encode_return(
+            self.number, ReplyCode.NO_ROUTE, "NO_ROUTE", message.exchange,
+            message.routing_key, message.properties, message.body))
 
     def flush_confirms(self) -> None:
-        """Confirm every publish routed since the last flush: one Basic.Ack per
-        contiguous range (multiple=true), a Basic.Nack for each refused message."""
-        if self.closing:
-            return
-        observer = self.vhost.observer
-        if observer is not None:
-            nacks = len(self.nacked_seqs)
-            observer.confirming(self, self.published - self.acked_seq - nacks, nacks)
-        faults = self.vhost.faults
-        if faults is not None and faults.confirm_delay:
-            faults.hold_confirms(self, self.published, self.nacked_seqs)
-            self.nacked_seqs = []
-            return
-        self.confirm_through(self.published, self.nacked_seqs)
-        self.nacked_seqs.clear()
+        """The connection's end of a batch: confirm what was published since."""
+        self.confirms.flush()
 
-    def confirm_through(self, published: int, nacked: list[int]) -> None:
-        """Confirm the publishes up to `published`: those in `nacked` with Basic.Nack,
-        the others with Basic.Ack (one per contiguous range)."""
-        write = self.connection.write
-        for seq in nacked:
-            self._ack_through(seq - 1)
-            write(self.connection.framer.encode_basic_nack(
-                self.number, seq - self.confirm_base, False))
-            self.counts.confirm += 1
-            self.acked_seq = seq
-        self._ack_through(published)
-
-    @property
-    def unconfirmed(self) -> int:
-        """Publishes of confirm mode not confirmed yet."""
-        return self.published - self.acked_seq if self.confirming else 0
-
-    def _ack_through(self, seq: int) -> None:
-        if seq > self.acked_seq:
-            self.connection.write_confirm(self.number, seq - self.confirm_base,
-                                          seq - self.acked_seq > 1)
-            self.counts.confirm += seq - self.acked_seq
-            self.acked_seq = seq
-
-    # -- consuming -----------------------------------------------------------------
-
-    def consume(self, method) -> str:
-        tag = method.consumer_tag or server_named("amq.ctag-")
-        if tag in self.consumers or tag == self.reply_consumer_tag:
-            raise ConnectionFailure(ReplyCode.NOT_ALLOWED,
-                                    f"attempt to reuse consumer tag '{tag}'",
-                                    *BASIC_CONSUME)
-        if method.queue == REPLY_QUEUE:   # no permission needed, as in RabbitMQ
-            return self._consume_replies(method, tag)
-        name = self.queue_name(method.queue)
-        self.access.read("queue", name)
-        queue = self.vhost.queue(name, self.connection)
-        if (queue.has_exclusive_consumer()
-                or (method.exclusive and (queue.consumers or queue.single_active))):
-            raise ChannelError(ReplyCode.ACCESS_REFUSED,
-                               f"queue '{queue.name}' in vhost '{self.vhost.name}' in "
-                               "exclusive use")
-        self._check_consumer_arguments(method.arguments or {}, queue)
-        consumer = queue.make_consumer(tag, self, method.no_ack, method.exclusive,
-                                       self.consumer_prefetch, method.arguments)
-        if self.global_prefetch and not queue.honours_global_qos:
-            raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED,
-                                    f"queue '{queue.name}' in vhost '{self.vhost.name}' "
-                                    "does not support global qos (consume on a channel "
-                                    "without Basic.Qos global=true)", *BASIC_CONSUME)
-        self.consumers[tag] = consumer
-        if not method.nowait:
-            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
-        queue.add_consumer(consumer)
-        return tag
-
-    def _check_consumer_arguments(self, arguments: dict, queue: QueueBase) -> None:
-        """406 in RabbitMQ's words for an argument the queue's type does not take, an
-        x-priority that is not an integer, an x-cancel-on-ha-failover not a boolean."""
-        refuse_other_types_consumer_arguments(arguments, queue.arguments, queue.name,
-                                              self.vhost.name)
-        priority = arguments.get("x-priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise precondition_failed(
-                f"invalid arg 'x-priority' for queue '{queue.name}' in vhost "
-                f"'{self.vhost.name}': \"expected integer, got "
-                f"{field_type_name(priority)}\"")
-        failover = arguments.get("x-cancel-on-ha-failover", False)
-        if not isinstance(failover, bool):
-            raise precondition_failed(
-                f"invalid arg 'x-cancel-on-ha-failover' for queue '{queue.name}' in vhost "
-                f"'{self.vhost.name}': {{unacceptable_type,{field_type_name(failover)}}}")
-
-    def _consume_replies(self, method, tag: str) -> str:
-        if not method.no_ack:
-            raise precondition_failed("reply consumer cannot acknowledge")
-        if self.reply_token is not None:
-            raise precondition_failed("reply consumer already set")
-        self.reply_token = self.connection.broker.direct_replies.register(self, tag)
-        self.reply_consumer_tag = tag
-        if not method.nowait:
-            self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
-        return tag
-
-    def _stop_replies(self) -> None:
-        if self.reply_token is not None:
-            self.connection.broker.direct_replies.unregister(self.reply_token)
-            self.reply_token = self.reply_consumer_tag = None
-
-    def cancel(self, tag: str) -> None:
-        if tag == self.reply_consumer_tag:
-            self._stop_replies()
-            return
-        consumer = self.consumers.pop(tag, None)
-        if consumer is not None:
-            consumer.queue.remove_consumer(consumer)
+    # -- Basic.Get, qos and flow ---------------------------------------------------
 
     def get(self, method) -> None:
         name = self.queue_name(method.queue)
@@ -512,8 +298,7 @@ class Channel:
             counts.get_empty += 1
             self.send(commands.Basic.GetEmpty())
             return
-        tag = self.next_delivery_tag
-        self.next_delivery_tag = tag + 1
+        tag = self._next_tag()
         if entry.redelivered:
             counts.redeliver += 1
         if method.no_ack:
@@ -570,7 +355,7 @@ class Channel:
         if self.transaction is not None:
             self.transaction.acks.extend(deliveries)
         else:
-            self._settle(deliveries)
+            self.settle_acked(deliveries)
 
     def reject(self, delivery_tag: int, multiple: bool, requeue: bool,
                outcome: str = REJECT) -> None:
@@ -579,7 +364,7 @@ class Channel:
         if self.transaction is not None:
             self.transaction.rejects.append((deliveries, requeue, outcome))
             return
-        self._reject(deliveries, requeue, outcome)
+        self.settle_rejected(deliveries, requeue, outcome)
 
     def recover(self, requeue: bool) -> None:
         if not requeue:
@@ -587,7 +372,7 @@ class Channel:
                                     *BASIC_RECOVER)
         deliveries = list(self.unacked.values())
         self.unacked.clear()
-        self._reject(deliveries, True, None)
+        self.settle_rejected(deliveries, True, None)
 
     def _take(self, delivery_tag: int, multiple: bool) -> list[Delivery]:
         """Remove and return the deliveries a tag names; an unknown tag is a 406.
@@ -606,7 +391,9 @@ class Channel:
             return [unacked.pop(delivery_tag)]
         return [unacked.pop(tag) for tag in [t for t in unacked if t <= delivery_tag]]
 
-    def _settle(self, deliveries: list[Delivery]) -> None:
+    def settle_acked(self, deliveries: list[Delivery]) -> None:
+        """The client acked `deliveries` (taken from `unacked`): their queues settle
+        them."""
         queues = self._release(deliveries)
         self.counts.ack += len(deliveries)
         observer = self.vhost.observer
@@ -616,8 +403,8 @@ class Channel:
             delivery.queue.settle(delivery.entry)
         self._after_release(queues)
 
-    def _reject(self, deliveries: list[Delivery], requeue: bool,
-                outcome: str | None) -> None:
+    def settle_rejected(self, deliveries: list[Delivery], requeue: bool,
+                        outcome: str | None) -> None:
         """Requeue or discard (dead-letter) `deliveries`; `outcome` is how the client
         settled them (None for Basic.Recover)."""
         queues = self._release(deliveries)
@@ -652,52 +439,6 @@ class Channel:
             for queue in queues:
                 queue.dispatch()
 
-    # -- transactions and confirms -------------------------------------------------
-
-    def select_confirm(self) -> None:
-        if self.transaction is not None:
-            raise precondition_failed(
-                "cannot switch from tx to confirm mode")
-        if not self.confirming:   # publishes before Confirm.Select are not confirmed
-            self.confirm_base = self.acked_seq = self.published
-        self.confirming = True
-
-    def select_tx(self) -> None:
-        if self.confirming:
-            raise precondition_failed("cannot switch from confirm to tx mode")
-        if self.transaction is None:
-            self.transaction = Transaction()
-
-    def commit(self) -> None:
-        transaction = self._require_tx()
-        self.transaction = Transaction()
-        for exchange, message, mandatory in transaction.publishes:
-            self._route(exchange, message, mandatory)
-        self._settle(transaction.acks)
-        for deliveries, requeue, outcome in transaction.rejects:
-            self._reject(deliveries, requeue, outcome)
-        if transaction.acks or transaction.rejects:
-            self.vhost.persistence.barrier()   # CommitOk once the acks are on disk
-
-    def rollback(self) -> None:
-        transaction = self._require_tx()
-        self.transaction = Transaction()
-        self._undo_settlements(transaction)
-
-    def _undo_settlements(self, transaction: "Transaction") -> None:
-        """The acks, nacks and rejects of an uncommitted transaction did not happen:
-        their deliveries are unacked again."""
-        pending = transaction.acks + [d for ds, _, _ in transaction.rejects for d in ds]
-        for delivery in sorted(pending, key=_by_tag):
-            self.unacked[delivery.tag] = delivery
-        if pending and self.ack_watch is None:
-            self.ack_watch = AckWatch(self, max(map(_by_tag, pending)))
-
-    def _require_tx(self) -> "Transaction":
-        if self.transaction is None:
-            raise precondition_failed("channel is not transactional")
-        return self.transaction
-
     # -- closing -------------------------------------------------------------------
 
     def shutdown(self) -> None:
@@ -709,12 +450,12 @@ class Channel:
             self.vhost.retired_counts.add(self.message_counts())
             self.counts_retired = True
         if self.transaction is not None:
-            self._undo_settlements(self.transaction)
+            undo_settlements(self, self.transaction)
             self.transaction = None
         if self.ack_watch is not None:
             self.ack_watch.stop()
             self.ack_watch = None
-        self._stop_replies()
+        stop_replies(self)
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
@@ -729,17 +470,3 @@ class Channel:
         for queue in queues - set(by_queue):
             queue.dispatch()
 
-
-class Transaction:
-    """Publishes and acks buffered on a tx channel until Tx.Commit."""
-
-    __slots__ = ("publishes", "acks", "rejects")
-
-    def __init__(self):
-        self.publishes: list = []
-        self.acks: list[Delivery] = []
-        self.rejects: list = []
-
-
-def _by_tag(delivery: Delivery) -> int:
-    return delivery.tag

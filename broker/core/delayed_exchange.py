@@ -36,6 +36,7 @@ from .message import Message, SenderRoutedMessage
 from .scheduler import Timer
 
 if TYPE_CHECKING:
+    from .channel import Channel
     from .vhost import VirtualHost
 
 log = logging.getLogger("warren.delayed")
@@ -295,3 +296,39 @@ class DelayedExchange(Exchange):
         assert self.vhost is not None
         for queue in self.vhost.route(self, message):
             queue.enqueue(message)
+
+
+# A channel's publish that reaches delayed exchanges (Channel.route):
+
+
+def hold_published(channel: "Channel", exchange, message: Message, mandatory: bool,
+                   delay: int) -> bool:
+    """A delayed message is held by its exchange, to be routed when it is due. A
+    mandatory one that nothing bound now would route is returned at once (on this
+    channel, which may be gone by the due time) and not held."""
+    if mandatory and not channel.vhost.route(exchange, message):
+        channel.return_unroutable(message)
+        return True
+    exchange.hold(message, delay)
+    return True
+
+
+def hold_reached(channel: "Channel", queues, message: Message, mandatory: bool) -> bool:
+    """The message reached delayed exchanges (the channel's holds) through
+    exchange-to-exchange bindings or as an alternate exchange: each holds it, as the
+    plugin does, and the queues reached on the way get it at once. A mandatory one
+    that reached no queue and that none of these exchanges would route now is returned
+    and held nowhere, as one published to a delayed exchange."""
+    holds = channel.holds[:]
+    channel.holds.clear()
+    if mandatory and not queues and not any(channel.vhost.route(exchange, message)
+                                            for exchange, _delay in holds):
+        channel.return_unroutable(message)
+        return True
+    for exchange, delay in holds:
+        exchange.hold(message, delay)
+    accepted = True
+    for queue in queues:
+        if not queue.enqueue(message, channel.connection):
+            accepted = False
+    return accepted

@@ -10,9 +10,11 @@ keys and consumer tags are never changed.
 from pamqp import commands
 
 from .channel import Channel
+from .consuming import cancel, consume
 from .direct_reply import REPLY_QUEUE
 from .errors import not_found
 from .observation import NACK
+from .transactions import commit_tx, rollback_tx, select_tx
 
 _CR_LF = str.maketrans("", "", "\r\n")
 
@@ -166,11 +168,11 @@ def basic_qos(channel: Channel, method) -> None:
 
 
 def basic_consume(channel: Channel, method) -> None:
-    channel.consume(method)
+    consume(channel, method)
 
 
 def basic_cancel(channel: Channel, method) -> None:
-    channel.cancel(method.consumer_tag)
+    cancel(channel, method.consumer_tag)
     if not method.nowait:
         channel.send(commands.Basic.CancelOk(consumer_tag=method.consumer_tag))
 
@@ -210,23 +212,23 @@ def channel_flow_ok(channel: Channel, method) -> None:
 
 
 def confirm_select(channel: Channel, method) -> None:
-    channel.select_confirm()
+    channel.confirms.select()
     if not method.nowait:
         channel.send(commands.Confirm.SelectOk())
 
 
 def tx_select(channel: Channel, method) -> None:
-    channel.select_tx()
+    select_tx(channel)
     channel.send(commands.Tx.SelectOk())
 
 
 def tx_commit(channel: Channel, method) -> None:
-    channel.commit()
+    commit_tx(channel)
     channel.send(commands.Tx.CommitOk())
 
 
 def tx_rollback(channel: Channel, method) -> None:
-    channel.rollback()
+    rollback_tx(channel)
     channel.send(commands.Tx.RollbackOk())
 
 

@@ -57,4 +57,4 @@ class PublishFaults:
     def _send_oldest(self) -> None:
         channel, through, nacked = self._held.popleft()
         if not channel.closing and channel.connection.state is ConnectionState.OPEN:
-            channel.confirm_through(through, nacked)
+            channel.confirms.confirm_through(through, nacked)
