@@ -4,11 +4,12 @@ frame to its channel, error handling.
 The connection owns its wire protocol, a `Framer` (amqp_codec), and the server owns the
 socket. The server hands each read to `receive_data`, which decodes it, answers the
 protocol header, handles what was decoded and ends the batch, and says in a
-`ReadOutcome` whether to keep reading and what to wait for first; `paused_for` asks that
-again after a wait. The connection and its channels encode what they send with the
-framer and write it to their Transport. Channel 0 before Connection.Open is the
-`Handshake`'s (handshake.py); it ends by handing the connection an `Opened` record.
-Opening and closing channels is the `ChannelTable`'s (channel_table.py).
+`ReadOutcome` whether to keep reading and what to wait for first; the connection's
+`ReadPauses` (read_pauses.py: alarms, publisher flow) answers that again after a wait.
+The connection and its channels encode what they send with the framer and write it to
+their Transport. Channel 0 before Connection.Open is the `Handshake`'s (handshake.py); it
+ends by handing the connection an `Opened` record. Opening and closing channels is the
+`ChannelTable`'s (channel_table.py).
 
 Replies that promise durability are held with what follows them until a commit covers
 them (held_output.py): `writes_durable` and `writes_failed` release them.
@@ -16,7 +17,6 @@ them (held_output.py): `writes_durable` and `writes_failed` release them.
 
 import logging
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Final
 
 from pamqp import commands
@@ -28,7 +28,7 @@ from amqp_codec.constants import FRAME_MIN_SIZE
 from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import BASIC_PUBLISH, CHANNEL_OPEN, MethodId
 
-from .backlog import FLOW_RESUME, HeadOnDisk
+from .backlog import HeadOnDisk
 from .certificate_login import TlsPeer
 from .channel import Channel
 from .channel_table import ChannelTable
@@ -38,6 +38,7 @@ from .handshake import ConnectionState, Handshake, Opened
 from .held_output import HeldOutput
 from .message import PublishedMessage
 from .ports import Transport
+from .read_pauses import Pause, ReadPauses
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -52,14 +53,6 @@ log = logging.getLogger("warren.connection")
 _OPEN: Final = ConnectionState.OPEN
 _CLOSING: Final = ConnectionState.CLOSING
 _CLOSED: Final = ConnectionState.CLOSED
-
-
-class Pause(Enum):
-    """What the server waits for before it reads from a connection again."""
-
-    ALARM = "alarm"            # a resource alarm is raised, and this connection publishes
-    FLOW = "flow"              # queues it fed have a long backlog (publisher flow control)
-    DISK_READ = "disk read"    # a Basic.Get waits for a body read from disk
 
 
 @dataclass(frozen=True)
@@ -105,11 +98,7 @@ class Connection:
         self.exclusive_queues: dict[str, QueueBase] = {}
         self.needs_sync = False   # replies of this batch wait for a durable commit
         self.has_published = False   # publishing connections are blocked by alarms
-        self._alarms: frozenset = frozenset()   # the resource alarms raised now
-        # Queues this connection fed that have a long backlog and consumers waiting for
-        # their sockets: the server stops reading from it until they catch up.
-        self._throttled_by: set[Queue] = set()
-        self._blocked_notified = False
+        self.read_pauses = ReadPauses(self)
         self._confirming: dict[Channel, None] = {}
         self._held_output = HeldOutput(transport, self.framer)
         self._held = self._held_output.segments   # `write` looks at it directly
@@ -178,31 +167,15 @@ class Connection:
                 # so an alarm pauses (and tells) one in the middle of a large message.
                 self.has_published = True
             self.end_of_batch()
-            if self._alarms or self._throttled_by or self._deferred is not None:
-                return self._paused_outcome()
+            pauses = self.read_pauses
+            if pauses.alarms or pauses.throttled_by or self._deferred is not None:
+                pause = pauses.after_read()
+                if pause is not None:
+                    return ReadOutcome(True, pause)
             return _READ_ON
         except Exception as bug:   # (not `error`: mypyc types a name once per function)
             self.fail(bug)
             return _STOP_READING
-
-    def _paused_outcome(self) -> ReadOutcome:
-        pause = self.paused_for()
-        if pause is None:
-            return _READ_ON
-        if pause is Pause.ALARM:
-            self.alarm_changed(self._alarms)   # tells a client that published just now
-        return ReadOutcome(True, pause)
-
-    def paused_for(self) -> Pause | None:
-        """What the server waits for before it reads from this connection again
-        (None: nothing)."""
-        if self.has_published and self._alarms:
-            return Pause.ALARM
-        if self.throttled:
-            return Pause.FLOW
-        if self._deferred is not None:
-            return Pause.DISK_READ
-        return None
 
     def handle(self, item) -> None:
         """Process one decoded inbound item (publish, method or heartbeat)."""
@@ -380,35 +353,10 @@ class Connection:
     def confirms_pending(self, channel: Channel) -> None:
         self._confirming[channel] = None
 
-    def alarm_changed(self, raised: frozenset) -> None:
-        """The resource alarms raised now (the server tells every connection when they
-        change): tell a publishing client that asked to know (connection.blocked
-        capability), as RabbitMQ does."""
-        self._alarms = raised
-        if self.state is not _OPEN or not self.supports("connection.blocked"):
-            return
-        if raised and self.has_published and not self._blocked_notified:
-            reason = f"low on {' and '.join(sorted(raised))}"
-            self.send_method(0, commands.Connection.Blocked(reason=reason))
-            self._blocked_notified = True
-        elif not raised and self._blocked_notified:
-            self.send_method(0, commands.Connection.Unblocked())
-            self._blocked_notified = False
-
     def throttle(self, queue: "Queue") -> None:
-        """Publisher flow control: `queue` cannot keep up with this publisher."""
-        self._throttled_by.add(queue)
-
-    @property
-    def throttled(self) -> bool:
-        """Whether to stop reading from this connection for now: a queue it fed still
-        has more than half the flow-control backlog and consumers to work it off."""
-        queues = self._throttled_by
-        if queues:
-            for queue in list(queues):
-                if queue.deleted or not queue.consumers or queue.backlog <= FLOW_RESUME:
-                    queues.discard(queue)
-        return bool(queues)
+        """Publisher flow control: `queue` cannot keep up with this publisher, which is
+        read again once it caught up (ReadPauses.throttled)."""
+        self.read_pauses.throttled_by.add(queue)
 
     def drained(self) -> None:
         """The outgoing buffer drained: consumers may be fed again."""
