@@ -1,13 +1,15 @@
-"""One client connection: the one door the server reads through, channel multiplexing,
-error handling.
+"""One client connection: the one door the server reads through, dispatch of each
+frame to its channel, error handling.
 
 The connection owns its wire protocol, a `Framer` (amqp_codec), and the server owns the
 socket. The server hands each read to `receive_data`, which decodes it, answers the
 protocol header, handles what was decoded and ends the batch, and says in a
-`ReadOutcome` whether to keep reading and what to wait for first; `paused_for` asks that
-again after a wait. The connection and its channels encode what they send with the
-framer and write it to their Transport. Channel 0 before Connection.Open is the
-`Handshake`'s (handshake.py); it ends by handing the connection an `Opened` record.
+`ReadOutcome` whether to keep reading and what to wait for first; the connection's
+`ReadPauses` (read_pauses.py: alarms, publisher flow) answers that again after a wait.
+The connection and its channels encode what they send with the framer and write it to
+their Transport. Channel 0 before Connection.Open is the `Handshake`'s (handshake.py); it
+ends by handing the connection an `Opened` record. Opening and closing channels is the
+`ChannelTable`'s (channel_table.py).
 
 Replies that promise durability are held with what follows them until a commit covers
 them (held_output.py): `writes_durable` and `writes_failed` release them.
@@ -15,7 +17,6 @@ them (held_output.py): `writes_durable` and `writes_failed` release them.
 
 import logging
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Final
 
 from pamqp import commands
@@ -27,15 +28,17 @@ from amqp_codec.constants import FRAME_MIN_SIZE
 from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import BASIC_PUBLISH, CHANNEL_OPEN, MethodId
 
-from .backlog import FLOW_RESUME, HeadOnDisk
+from .backlog import HeadOnDisk
 from .certificate_login import TlsPeer
 from .channel import Channel
+from .channel_table import ChannelTable
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
 from .handshake import ConnectionState, Handshake, Opened
 from .held_output import HeldOutput
 from .message import PublishedMessage
 from .ports import Transport
+from .read_pauses import Pause, ReadPauses
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -50,14 +53,6 @@ log = logging.getLogger("warren.connection")
 _OPEN: Final = ConnectionState.OPEN
 _CLOSING: Final = ConnectionState.CLOSING
 _CLOSED: Final = ConnectionState.CLOSED
-
-
-class Pause(Enum):
-    """What the server waits for before it reads from a connection again."""
-
-    ALARM = "alarm"            # a resource alarm is raised, and this connection publishes
-    FLOW = "flow"              # queues it fed have a long backlog (publisher flow control)
-    DISK_READ = "disk read"    # a Basic.Get waits for a body read from disk
 
 
 @dataclass(frozen=True)
@@ -98,16 +93,12 @@ class Connection:
         # AMQP 0-9-1 says and RabbitMQ enforces (a larger Start-Ok is a frame error).
         self.framer = Framer(broker.config.frame_max, broker.config.max_message_size,
                              PublishedMessage, handshake_frame_max=FRAME_MIN_SIZE)
-        self.channels: dict[int, Channel] = {}
-        self.closing_channels: set[int] = set()
+        self.channel_table = ChannelTable(self)
+        self.channels = self.channel_table.open   # looked up per frame, without a hop
         self.exclusive_queues: dict[str, QueueBase] = {}
         self.needs_sync = False   # replies of this batch wait for a durable commit
         self.has_published = False   # publishing connections are blocked by alarms
-        self._alarms: frozenset = frozenset()   # the resource alarms raised now
-        # Queues this connection fed that have a long backlog and consumers waiting for
-        # their sockets: the server stops reading from it until they catch up.
-        self._throttled_by: set[Queue] = set()
-        self._blocked_notified = False
+        self.read_pauses = ReadPauses(self)
         self._confirming: dict[Channel, None] = {}
         self._held_output = HeldOutput(transport, self.framer)
         self._held = self._held_output.segments   # `write` looks at it directly
@@ -176,31 +167,15 @@ class Connection:
                 # so an alarm pauses (and tells) one in the middle of a large message.
                 self.has_published = True
             self.end_of_batch()
-            if self._alarms or self._throttled_by or self._deferred is not None:
-                return self._paused_outcome()
+            pauses = self.read_pauses
+            if pauses.alarms or pauses.throttled_by or self._deferred is not None:
+                pause = pauses.after_read()
+                if pause is not None:
+                    return ReadOutcome(True, pause)
             return _READ_ON
         except Exception as bug:   # (not `error`: mypyc types a name once per function)
             self.fail(bug)
             return _STOP_READING
-
-    def _paused_outcome(self) -> ReadOutcome:
-        pause = self.paused_for()
-        if pause is None:
-            return _READ_ON
-        if pause is Pause.ALARM:
-            self.alarm_changed(self._alarms)   # tells a client that published just now
-        return ReadOutcome(True, pause)
-
-    def paused_for(self) -> Pause | None:
-        """What the server waits for before it reads from this connection again
-        (None: nothing)."""
-        if self.has_published and self._alarms:
-            return Pause.ALARM
-        if self.throttled:
-            return Pause.FLOW
-        if self._deferred is not None:
-            return Pause.DISK_READ
-        return None
 
     def handle(self, item) -> None:
         """Process one decoded inbound item (publish, method or heartbeat)."""
@@ -227,7 +202,7 @@ class Connection:
                     self.has_published = True
                     channel = self.channels.get(channel_number)
                     if channel is None:
-                        self._publish_without_channel(channel_number)
+                        self.channel_table.publish_without_channel(channel_number)
                     elif channel.confirming:
                         self._publish_confirmed(channel, item)
                     else:
@@ -240,7 +215,7 @@ class Connection:
             except ChannelError as error:
                 if kind is PublishedMessage or kind is InboundPublish:
                     error.class_id, error.method_id = BASIC_PUBLISH
-                self._close_channel(channel_number, error)
+                self.channel_table.close(channel_number, error)
             except ConnectionFailure as failure:
                 self.close(failure.reply_code, failure.reply_text, failure.class_id,
                            failure.method_id)
@@ -356,11 +331,7 @@ class Connection:
         for later writes."""
         held_output = self._held_output
         for channel in held_output.release_failed(writes, reason, self.channels):
-            log.info("event=durable_reply_refused peer=%s channel=%d reason=%r",
-                     self.peer, channel.number, reason)
-            del self.channels[channel.number]
-            self.closing_channels.add(channel.number)
-            self._shut_down(channel)
+            self.channel_table.refused(channel, reason)
         return held_output.still_held()
 
     def input_ended(self) -> None:
@@ -382,35 +353,10 @@ class Connection:
     def confirms_pending(self, channel: Channel) -> None:
         self._confirming[channel] = None
 
-    def alarm_changed(self, raised: frozenset) -> None:
-        """The resource alarms raised now (the server tells every connection when they
-        change): tell a publishing client that asked to know (connection.blocked
-        capability), as RabbitMQ does."""
-        self._alarms = raised
-        if self.state is not _OPEN or not self.supports("connection.blocked"):
-            return
-        if raised and self.has_published and not self._blocked_notified:
-            reason = f"low on {' and '.join(sorted(raised))}"
-            self.send_method(0, commands.Connection.Blocked(reason=reason))
-            self._blocked_notified = True
-        elif not raised and self._blocked_notified:
-            self.send_method(0, commands.Connection.Unblocked())
-            self._blocked_notified = False
-
     def throttle(self, queue: "Queue") -> None:
-        """Publisher flow control: `queue` cannot keep up with this publisher."""
-        self._throttled_by.add(queue)
-
-    @property
-    def throttled(self) -> bool:
-        """Whether to stop reading from this connection for now: a queue it fed still
-        has more than half the flow-control backlog and consumers to work it off."""
-        queues = self._throttled_by
-        if queues:
-            for queue in list(queues):
-                if queue.deleted or not queue.consumers or queue.backlog <= FLOW_RESUME:
-                    queues.discard(queue)
-        return bool(queues)
+        """Publisher flow control: `queue` cannot keep up with this publisher, which is
+        read again once it caught up (ReadPauses.throttled)."""
+        self.read_pauses.throttled_by.add(queue)
 
     def drained(self) -> None:
         """The outgoing buffer drained: consumers may be fed again."""
@@ -443,9 +389,7 @@ class Connection:
         self._deferred = None
 
     def _release_resources(self) -> None:
-        for channel in self.channels.values():
-            self._shut_down(channel)
-        self.channels.clear()
+        self.channel_table.close_all()
         for queue in list(self.exclusive_queues.values()):
             if not queue.deleted:
                 queue.vhost.delete_queue(queue)
@@ -503,13 +447,9 @@ class Connection:
             raise ConnectionFailure(ReplyCode.COMMAND_INVALID,
                                     "channel methods before connection.open",
                                     *_method_id(method))
-        if number in self.closing_channels:
-            self._closing_channel_method(number, method)
-            return
         channel = self.channels.get(number)
         if channel is None:
-            self._check_channel_count()
-            self._open_channel(number, method)
+            self.channel_table.method_without_channel(number, method)
             return
         handler = HANDLERS.get(type(method))
         if handler is not None:
@@ -523,9 +463,7 @@ class Connection:
                     error.class_id, error.method_id = _method_id(method)
                 raise
         elif isinstance(method, commands.Channel.Close):
-            self._shut_down(channel)
-            del self.channels[number]
-            channel.send(commands.Channel.CloseOk())
+            self.channel_table.closed_by_client(channel)
         elif isinstance(method, commands.Channel.Open):
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "second 'channel.open' seen",
                                     *CHANNEL_OPEN)
@@ -551,50 +489,6 @@ class Connection:
                 for data in captured:
                     self.write(data)
 
-    def _check_channel_count(self) -> None:
-        """A frame on a channel that is not open would open one more: as RabbitMQ 3.10,
-        refuse it once channel_max channels are open or closing, whatever the numbers."""
-        count = len(self.channels) + len(self.closing_channels)
-        if count >= self.channel_max:
-            raise ConnectionFailure(
-                ReplyCode.NOT_ALLOWED, f"number of channels opened ({count}) has reached "
-                f"the negotiated channel_max ({self.channel_max})")
-
-    def _open_channel(self, number: int, method) -> None:
-        if not isinstance(method, commands.Channel.Open):
-            raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
-                                    *_method_id(method))
-        limits = self.broker.limits
-        limits.check_channel(self.user)
-        channel = Channel(self, number)
-        self.channels[number] = channel
-        limits.channel_opened(self.user)
-        channel.send(commands.Channel.OpenOk())
-
-    def _shut_down(self, channel: Channel) -> None:
-        """A channel is gone from `channels`: it no longer counts against the user's
-        channel limit, and it gives back what it held."""
-        self.broker.limits.channel_closed(self.user)
-        channel.shutdown()
-
-    def _closing_channel_method(self, number: int, method) -> None:
-        """After our Channel.Close only Close/CloseOk matter (AMQP 0-9-1 §2.3.5.2)."""
-        if isinstance(method, commands.Channel.CloseOk):
-            self.closing_channels.discard(number)
-        elif isinstance(method, commands.Channel.Close):
-            # crossing closes: answered, and, as RabbitMQ, the channel stays closing until
-            # the client's Close-Ok for our Close arrives
-            self.send_method(number, commands.Channel.CloseOk())
-
-    def _publish_without_channel(self, number: int) -> None:
-        """A publish on a channel that is not open: ignored while the channel closes,
-        else a connection error (channel_max exceeded, or 504)."""
-        if number in self.closing_channels:
-            return
-        self._check_channel_count()
-        raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
-                                *BASIC_PUBLISH)
-
     def _publish_confirmed(self, channel: Channel, item: Publish) -> None:
         """A publish in confirm mode: the confirm waits for what the publish wrote."""
         persistence = self.broker.persistence
@@ -606,16 +500,7 @@ class Connection:
     def close_channel(self, number: int, error: ChannelError) -> None:
         """Close a channel for a reason of the broker's own (a consumer timeout)."""
         if number in self.channels:
-            self._close_channel(number, error)
-
-    def _close_channel(self, number: int, error: ChannelError) -> None:
-        channel = self.channels.pop(number, None)
-        if channel is not None:
-            self._shut_down(channel)
-        self.closing_channels.add(number)
-        self.send_method(number, commands.Channel.Close(
-            reply_code=error.reply_code, reply_text=fit_reply_text(error.reply_text),
-            class_id=error.class_id, method_id=error.method_id))
+            self.channel_table.close(number, error)
 
 
 def _method_id(method) -> MethodId:

@@ -137,7 +137,7 @@ class Server:
     def _alarm_changed(self, raised: frozenset) -> None:
         for transport in list(self.transports):
             try:
-                transport.connection.alarm_changed(raised)
+                transport.connection.read_pauses.alarm_changed(raised)
             except Exception as error:
                 transport.connection.fail(error)
 

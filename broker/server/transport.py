@@ -24,7 +24,8 @@ import trio
 
 from amqp_codec import HEARTBEAT_FRAME
 from broker.core.certificate_login import TlsPeer
-from broker.core.connection import Connection, Pause
+from broker.core.connection import Connection
+from broker.core.read_pauses import Pause
 
 from .admission import Admission
 from .alarms import ResourceAlarm
@@ -63,7 +64,8 @@ class SocketTransport:
         self.drain_signal = drain_signal
         self._held_by_alarm = False
         self.connection = Connection(broker, self, self.peer, self.address, tls)
-        self.connection.alarm_changed(alarm.raised)   # later changes: Server._alarm_changed
+        # later changes: Server._alarm_changed
+        self.connection.read_pauses.alarm_changed(alarm.raised)
         self.framer = self.connection.framer   # for held_bytes
         self.writable = True
         self.heartbeat = 0
@@ -223,7 +225,8 @@ class SocketTransport:
                 else:
                     await trio.lowlevel.wait_readable(sock)
                 yielded = True
-                pause = self.connection.paused_for()   # an alarm may have come meanwhile
+                # an alarm may have come meanwhile
+                pause = self.connection.read_pauses.paused_for()
                 continue
             if not data:
                 return       # the peer closed
@@ -257,14 +260,14 @@ class SocketTransport:
             await self.alarm.clear.wait()
             self._held_by_alarm = False
             self._last_received = trio.current_time()
-            pause = self.connection.paused_for()
+            pause = self.connection.read_pauses.paused_for()
         if pause is Pause.FLOW:
             # Leave this connection unread while the queues it fed work off their
             # backlog, for THROTTLE_WAIT at most (then one more read).
             deadline = trio.current_time() + THROTTLE_WAIT
             while pause is Pause.FLOW and trio.current_time() < deadline:
                 await self.drain_signal.wait(deadline)
-                pause = self.connection.paused_for()
+                pause = self.connection.read_pauses.paused_for()
             self._last_received = trio.current_time()
         if pause is Pause.DISK_READ:
             # The connection holds back what was read after a Basic.Get that waits for
@@ -275,7 +278,7 @@ class SocketTransport:
                 while pause is Pause.DISK_READ:
                     await self._input_resumed.wait()
                     self._input_resumed = trio.Event()
-                    pause = self.connection.paused_for()
+                    pause = self.connection.read_pauses.paused_for()
             self._last_received = trio.current_time()
 
     async def _write_loop(self) -> None:

@@ -29,24 +29,24 @@ def test_a_publisher_feeding_a_stalled_consumer_is_throttled():
     publisher, consumer = publisher_and_consumer()
     consumer.transport.writable = False          # its socket does not drain
     publish(publisher, FLOW_BACKLOG)
-    assert not publisher.connection.throttled   # a backlog up to the limit is fine
+    assert not publisher.connection.read_pauses.throttled  # up to the limit is fine
     publish(publisher, 1)
-    assert publisher.connection.throttled
+    assert publisher.connection.read_pauses.throttled
     consumer.transport.writable = True           # drained: the queue is worked off
     consumer.connection.drained()
-    assert not publisher.connection.throttled
+    assert not publisher.connection.read_pauses.throttled
 
 
 def test_throttling_lasts_until_the_backlog_is_halved():
     publisher, consumer = publisher_and_consumer(prefetch=FLOW_BACKLOG)
     consumer.transport.writable = False
     publish(publisher, FLOW_BACKLOG * 2)
-    assert publisher.connection.throttled
+    assert publisher.connection.read_pauses.throttled
     consumer.transport.writable = True
     consumer.connection.drained()                # delivers FLOW_BACKLOG (the prefetch)
-    assert publisher.connection.throttled        # FLOW_BACKLOG still ready
+    assert publisher.connection.read_pauses.throttled   # FLOW_BACKLOG still ready
     consumer.method(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
-    assert not publisher.connection.throttled
+    assert not publisher.connection.read_pauses.throttled
 
 
 def test_a_backlog_behind_prefetch_limits_does_not_throttle():
@@ -54,7 +54,7 @@ def test_a_backlog_behind_prefetch_limits_does_not_throttle():
     RabbitMQ (only a consumer that cannot be written to slows publishers down)."""
     publisher, consumer = publisher_and_consumer(prefetch=1)
     publish(publisher, FLOW_BACKLOG + 10)
-    assert not publisher.connection.throttled
+    assert not publisher.connection.read_pauses.throttled
 
 
 def test_a_queue_without_consumers_never_throttles():
@@ -63,4 +63,4 @@ def test_a_queue_without_consumers_never_throttles():
     publisher.open_channel()
     publisher.declare_queue(1, "q")
     publish(publisher, FLOW_BACKLOG + 10)
-    assert not publisher.connection.throttled
+    assert not publisher.connection.read_pauses.throttled
