@@ -19,6 +19,11 @@ class MethodId(NamedTuple):
         integer (pamqp's ``index``)."""
         return self.class_id << 16 | self.method_id
 
+    @classmethod
+    def from_frame_index(cls, index: int) -> "MethodId":
+        """The ids a frame index (pamqp's ``index`` of a method class) stands for."""
+        return cls(index >> 16, index & 0xFFFF)
+
 
 CONNECTION_CLASS = 10
 CHANNEL_CLASS = 20

@@ -30,6 +30,7 @@ from pamqp import body as pamqp_body, commands, frame, header  # noqa: E402
 from amqp_codec import PROTOCOL_HEADER, InboundMethod  # noqa: E402
 from broker.core.broker import Broker  # noqa: E402
 from broker.core.connection import Connection  # noqa: E402
+from broker.core.handshake import ConnectionState  # noqa: E402
 from broker.server.durability import DurableStorage  # noqa: E402
 
 
@@ -53,17 +54,30 @@ class DiscardingTransport:
     def tuned(self, heartbeat: int) -> None:
         pass
 
+    def login_refused(self) -> None:
+        pass
+
+    def opened(self) -> None:
+        pass
+
+    def close_sent(self) -> None:
+        pass
+
+    def closed_by_client(self) -> None:
+        pass
+
 
 def open_connection(broker: Broker) -> Connection:
     connection = Connection(broker, DiscardingTransport(), "bench", "127.0.0.1")
-    connection.start()
+    connection.receive_data(PROTOCOL_HEADER)   # answered with Connection.Start
     for method in (commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
                                                response="\0guest\0guest"),
                    commands.Connection.TuneOk(channel_max=100, frame_max=131072),
                    commands.Connection.Open(virtual_host="/")):
         connection.handle(InboundMethod(0, method))
-    if connection.state != "open":   # a refused login would measure nothing
-        raise SystemExit(f"the bench connection was not opened (state {connection.state})")
+    if connection.state is not ConnectionState.OPEN:   # a refused login measures nothing
+        raise SystemExit("the bench connection was not opened (state "
+                         f"{connection.state.value})")
     connection.handle(InboundMethod(1, commands.Channel.Open()))
     return connection
 
@@ -159,15 +173,12 @@ def measure(args, broker: Broker, commits: Commits | None) -> int:
         consumer.handle(subscribe)
     data = publish_frames(args.queue, args.size, args.batch, args.distinct_ids,
                           persistent=commits is not None)
-    framer = publisher.framer      # as the server feeds it what it reads
-    framer.feed(PROTOCOL_HEADER)
     best = float("inf")
     tag = 0
     for _ in range(5):
         started = time.perf_counter()
         for _ in range(args.batches):
-            publisher.handle_all(framer.feed(data))
-            publisher.end_of_batch()
+            publisher.receive_data(data)     # as the server hands it each read
             if commits is not None:
                 commits.commit()    # the acks come after it: the messages are written
             if args.manual_ack and not args.backlog:

@@ -26,8 +26,10 @@ from hypothesis import settings
 from broker.build import BuildMismatch, check_expected_build
 from broker.testing.test_broker import SUBPROCESS, TestBroker
 from tests.support.broker_address import BrokerAddress
+from tests.support.broker_admin import RabbitAdmin, WarrenAdmin
 from tests.support.broker_process import BrokerProcess
 from tests.support.client_flakes import flake_lines
+from tests.support.management_client import ManagementApi
 from tests.support.rabbitmq_node import RABBITMQ_SERVER, NodeError, RabbitInstance
 from tests.support.postgres_support import postgres_server  # noqa: F401  (session fixture)
 
@@ -147,9 +149,21 @@ def _external_broker():
 
 
 @pytest.fixture
-def api(broker):
-    """The shared broker's management HTTP API, as guest (tests/support/management_client.py)."""
-    return broker.management()
+def api(warren_broker):
+    """The session broker's management HTTP API, as guest, an administrator
+    (tests/support/management_client.py)."""
+    return ManagementApi(warren_broker.management_url, "guest", "guest")
+
+
+@pytest.fixture(scope="session")
+def broker_admin(warren_broker):
+    """Admin operations on the session broker, for what a test sets on its `warren` vhost
+    and user or on others of its own (limits, tags, permissions, policies, users):
+    Warren's control socket, or the management HTTP API of the broker under test in
+    differential mode (tests/support/broker_admin.py)."""
+    if isinstance(warren_broker, TestBroker):
+        return WarrenAdmin(warren_broker.control_socket)
+    return RabbitAdmin(warren_broker.management_url)
 
 
 @pytest.fixture
@@ -180,18 +194,6 @@ def broker_of_the_module(tmp_path_factory, pytestconfig):
     broker.start()
     yield broker
     broker.stop()
-
-
-@pytest.fixture(scope="session")
-def broker(warren_broker):
-    """One broker shared by the integration tests of a session, the plugin's
-    `warren_broker` (whose vhosts the `warren` fixture makes): a BrokerAddress."""
-    external = _external_broker()
-    if external is not None:
-        return external
-    return BrokerAddress(warren_broker.host, warren_broker.port,
-                         warren_broker.listening.control_socket,
-                         warren_broker.management_url)
 
 
 RABBITMQ_START_TIMEOUT = 120.0   # a node starts in about 4 s on an idle 2-core machine

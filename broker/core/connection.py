@@ -1,42 +1,39 @@
-"""One client connection: channel 0 negotiation, channel multiplexing, error handling.
+"""One client connection: the one door the server reads through, channel multiplexing,
+error handling.
 
-The connection owns its wire protocol, a `Framer` (amqp_codec): the server feeds the
-bytes it reads to `connection.framer`, and the connection and its channels encode what
-they send with it; Connection.TuneOk sets the framer's frame_max for both directions.
-The server layer owns the socket. It gives the connection a Transport, passes it every
-decoded inbound item through `handle`, calls `end_of_batch` after each read, `drained`
-when the outgoing buffer falls below the low-water mark, `input_ended` when reading
-stops, and `lost` when the socket goes.
+The connection owns its wire protocol, a `Framer` (amqp_codec), and the server owns the
+socket. The server hands each read to `receive_data`, which decodes it, answers the
+protocol header, handles what was decoded and ends the batch, and says in a
+`ReadOutcome` whether to keep reading and what to wait for first; `paused_for` asks that
+again after a wait. The connection and its channels encode what they send with the
+framer and write it to their Transport. Channel 0 before Connection.Open is the
+`Handshake`'s (handshake.py); it ends by handing the connection an `Opened` record.
 
-Replies that promise durability (confirms, Tx.CommitOk, Declare-Ok of durable entities)
-are held, with everything written after them, in segments sealed at the end of a read
-and released in order by `writes_durable` once the commit covering them is done. The
-connection keeps reading meanwhile, so the next commit gathers the next reads. When the
-commit fails instead (a full disk), `writes_failed` releases them refused: confirms
-become Basic.Nack, and a durable reply becomes a Channel.Close (406) of its channel.
+Replies that promise durability are held with what follows them until a commit covers
+them (held_output.py): `writes_durable` and `writes_failed` release them.
 """
 
 import logging
-from collections import deque
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Final
 
 from pamqp import commands
 
-from amqp_codec import (Framer, InboundHeartbeat, InboundPublish, MalformedProperties,
-                        Publish, fit_reply_text)
+from amqp_codec import (PROTOCOL_HEADER, Framer, InboundHeartbeat, InboundPublish,
+                        MalformedProperties, ProtocolError, ProtocolHeaderMismatch, Publish,
+                        fit_reply_text)
 from amqp_codec.constants import FRAME_MIN_SIZE
 from amqp_codec.reply_codes import ReplyCode
-from amqp_codec.wire_ids import (BASIC_PUBLISH, CHANNEL_OPEN, CONNECTION_OPEN,
-                                 CONNECTION_TUNE_OK, TX_COMMIT)
+from amqp_codec.wire_ids import BASIC_PUBLISH, CHANNEL_OPEN, MethodId
 
-from .access_control import User
-from .auth import (AuthenticationFailure, UndecodableCredentials, is_loopback,
-                   parse_credentials)
 from .backlog import FLOW_RESUME, HeadOnDisk
-from .certificate_login import EXTERNAL, TlsPeer, offered_mechanisms
+from .certificate_login import TlsPeer
 from .channel import Channel
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
+from .handshake import ConnectionState, Handshake, Opened
+from .held_output import HeldOutput
 from .message import PublishedMessage
 from .ports import Transport
 
@@ -48,8 +45,32 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.connection")
 
-_LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For details see "
-                  "the broker logfile.")
+# Compared on every inbound item: module constants (an Enum member looked up on its
+# class costs a metaclass attribute hook in Python 3.11).
+_OPEN: Final = ConnectionState.OPEN
+_CLOSING: Final = ConnectionState.CLOSING
+_CLOSED: Final = ConnectionState.CLOSED
+
+
+class Pause(Enum):
+    """What the server waits for before it reads from a connection again."""
+
+    ALARM = "alarm"            # a resource alarm is raised, and this connection publishes
+    FLOW = "flow"              # queues it fed have a long backlog (publisher flow control)
+    DISK_READ = "disk read"    # a Basic.Get waits for a body read from disk
+
+
+@dataclass(frozen=True)
+class ReadOutcome:
+    """What the server does after a read: keep reading (False: the connection is over,
+    stop reading), after waiting for `paused_for` (None: read at once)."""
+
+    keep_reading: bool
+    paused_for: Pause | None
+
+
+_READ_ON: Final = ReadOutcome(True, None)
+_STOP_READING: Final = ReadOutcome(False, None)
 
 
 class Connection:
@@ -62,36 +83,34 @@ class Connection:
         self.peer = peer         # for logs: "host:port"
         self.address = address   # the client's IP address, without the port
         self.tls = tls           # None: plain TCP
-        self.mechanisms = offered_mechanisms(broker.auth_mechanisms, tls)
-        self.state = "awaiting-start-ok"
-        self.login_refused = False   # the server slows down the refusal it sends
-        self.closed_by_client = False   # Close-Ok sent for the client's Connection.Close
+        self.state = ConnectionState.STARTING
+        self.handshake = Handshake(self)
+        self._start_sent = False   # Connection.Start answered the protocol header
+        # Handed over by the handshake at Connection.Open (see `opened`):
         self.user = ""
-        self.user_tags: tuple[str, ...] = ()   # as at login, as RabbitMQ keeps them
+        self.user_tags: tuple[str, ...] = ()
         self.vhost: VirtualHost | None = None
         self.client_properties: dict = {}
         self.capabilities: dict = {}
         self.channel_max = broker.config.channel_max
+        self.heartbeat = 0
         # Until Connection.TuneOk, frames of up to frame-min-size (4096 octets) only, as
         # AMQP 0-9-1 says and RabbitMQ enforces (a larger Start-Ok is a frame error).
         self.framer = Framer(broker.config.frame_max, broker.config.max_message_size,
                              PublishedMessage, handshake_frame_max=FRAME_MIN_SIZE)
-        self.heartbeat = 0
         self.channels: dict[int, Channel] = {}
         self.closing_channels: set[int] = set()
         self.exclusive_queues: dict[str, QueueBase] = {}
         self.needs_sync = False   # replies of this batch wait for a durable commit
         self.has_published = False   # publishing connections are blocked by alarms
+        self._alarms: frozenset = frozenset()   # the resource alarms raised now
         # Queues this connection fed that have a long backlog and consumers waiting for
         # their sockets: the server stops reading from it until they catch up.
         self._throttled_by: set[Queue] = set()
         self._blocked_notified = False
         self._confirming: dict[Channel, None] = {}
-        # Output held for durability, one segment per batch: [target writes (None while
-        # the batch runs), data, confirms, durable replies]; the last two say where in
-        # `data` a refused commit changes the output (see `writes_failed`).
-        self._held: deque[list] = deque()
-        self._close_when_released = False
+        self._held_output = HeldOutput(transport, self.framer)
+        self._held = self._held_output.segments   # `write` looks at it directly
         self._capture: list[bytes | tuple] | None = None
         # Inbound items held back while a Basic.Get waits for a body read from disk:
         # handled, in order, once the read is done (None: nothing waits).
@@ -107,7 +126,7 @@ class Connection:
         if self._capture is not None:
             self._capture.append(data)
         elif self._held:
-            self._held[-1][1].append(data)
+            self._held[-1].data.append(data)
         else:
             self.transport.write(data)
 
@@ -119,24 +138,69 @@ class Connection:
         """A Basic.Ack of publishes; held output remembers where it is, so that a failed
         commit can turn it into a Basic.Nack."""
         data = self.framer.encode_basic_ack(channel, delivery_tag, multiple)
-        held = self._held
-        if held and self._capture is None:
-            segment = held[-1]
-            segment[2].append((len(segment[1]), channel, delivery_tag, multiple))
-            segment[1].append(data)
+        if self._held and self._capture is None:
+            self._held_output.hold_confirm(data, channel, delivery_tag, multiple)
         else:
             self.write(data)
 
     def supports(self, capability: str) -> bool:
         return bool(self.capabilities.get(capability))
 
-    # -- lifecycle -----------------------------------------------------------------
+    # -- reading -------------------------------------------------------------------
 
-    def start(self) -> None:
-        """The protocol header arrived: offer Connection.Start."""
-        self.write(self.framer.encode_connection_start(self.broker.server_properties(),
-                                                       " ".join(self.mechanisms),
-                                                       "en_US"))
+    def receive_data(self, data: bytes) -> ReadOutcome:
+        """Everything one read from the socket asks for: decode it, answer the protocol
+        header with Connection.Start, handle what was decoded, end the batch. A protocol
+        error still handles what was decoded before it, then closes the connection; an
+        unexpected exception closes this connection (541 INTERNAL_ERROR), no other."""
+        try:
+            framer = self.framer
+            try:
+                items = framer.feed(data)
+            except ProtocolHeaderMismatch:
+                self.transport.write(PROTOCOL_HEADER)
+                return _STOP_READING
+            except ProtocolError as error:
+                self.handle_all(error.decoded)
+                log.info("event=protocol_error peer=%s code=%s text=%r",
+                         self.peer, int(error.reply_code), error.text)
+                self.close(error.reply_code, error.reply_text, error.class_id,
+                           error.method_id)
+                return _STOP_READING
+            if not self._start_sent and framer.header_received:
+                self._start_sent = True
+                self.handshake.start()
+            self.handle_all(items)
+            if framer.awaiting_content:
+                # As RabbitMQ: a connection publishes once a Basic.Publish has arrived,
+                # so an alarm pauses (and tells) one in the middle of a large message.
+                self.has_published = True
+            self.end_of_batch()
+            if self._alarms or self._throttled_by or self._deferred is not None:
+                return self._paused_outcome()
+            return _READ_ON
+        except Exception as bug:   # (not `error`: mypyc types a name once per function)
+            self.fail(bug)
+            return _STOP_READING
+
+    def _paused_outcome(self) -> ReadOutcome:
+        pause = self.paused_for()
+        if pause is None:
+            return _READ_ON
+        if pause is Pause.ALARM:
+            self.alarm_changed(self._alarms)   # tells a client that published just now
+        return ReadOutcome(True, pause)
+
+    def paused_for(self) -> Pause | None:
+        """What the server waits for before it reads from this connection again
+        (None: nothing)."""
+        if self.has_published and self._alarms:
+            return Pause.ALARM
+        if self.throttled:
+            return Pause.FLOW
+        if self._deferred is not None:
+            return Pause.DISK_READ
+        return None
 
     def handle(self, item) -> None:
         """Process one decoded inbound item (publish, method or heartbeat)."""
@@ -148,7 +212,7 @@ class Connection:
         message). Items after one that waits for a disk read are held back with it."""
         items = iter(items)
         for item in items:
-            if self.state == "closed":
+            if self.state is _CLOSED:
                 return
             deferred = self._deferred
             if deferred is not None:
@@ -196,8 +260,8 @@ class Connection:
     def _resume_input(self) -> None:
         """A read a Basic.Get waited for is done: handle the items held back, in order
         (the Get first, again), until one has to wait again."""
-        items = self._take_deferred()
-        if items is None or self.state == "closed":
+        items, self._deferred = self._deferred, None
+        if items is None or self.state is _CLOSED:
             return
         try:
             self.handle_all(items)    # the next Get that waits holds back the rest again
@@ -207,15 +271,39 @@ class Connection:
         if not self.input_deferred:
             self.transport.input_resumed()
 
-    def _take_deferred(self) -> list | None:
-        items, self._deferred = self._deferred, None
-        return items
-
     @property
     def input_deferred(self) -> bool:
         """Whether inbound items are held back for a Basic.Get's disk read (the server
         does not read from the socket meanwhile, so what is held stays one read's worth)."""
         return self._deferred is not None
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def opened(self, opened: Opened) -> None:
+        """The handshake is done (Connection.Open accepted): the connection takes over
+        what it agreed, and is open on its vhost."""
+        self.user = opened.user
+        self.user_tags = opened.user_tags
+        self.client_properties = opened.client_properties
+        self.capabilities = opened.capabilities
+        self.channel_max = opened.channel_max
+        self.heartbeat = opened.heartbeat
+        self.vhost = opened.vhost
+        self.state = _OPEN
+        self.broker.connection_opened(self)
+        self.send_method(0, commands.Connection.OpenOk())
+        self.transport.opened()
+
+    def refuse_login(self, reply_text: str | None) -> None:
+        """The handshake refused the login: Connection.Close with `reply_text`, or, when
+        None, no frame; either way the socket closes, and the server slows the
+        refusal down."""
+        if reply_text is None:
+            self.state = _CLOSED
+        else:
+            self.close(ReplyCode.ACCESS_REFUSED, reply_text, quietly=True)
+        self.transport.login_refused()
+        self._close_transport()
 
     def fail(self, error: BaseException) -> None:
         """An unexpected exception while serving this connection: log it with its
@@ -224,7 +312,7 @@ class Connection:
         log.error("event=internal_error peer=%s user=%r vhost=%r error=%r", self.peer,
                   self.user, self.vhost.name if self.vhost else None, error,
                   exc_info=error)
-        if self.state in ("closing", "closed"):
+        if self.state is _CLOSING or self.state is _CLOSED:
             self._drop()
             return
         try:
@@ -238,10 +326,9 @@ class Connection:
 
     def _drop(self) -> None:
         """Give up on the connection: no more frames in or out, the socket closes."""
-        self.state = "closed"
-        self._held.clear()
+        self.state = _CLOSED
+        self._held_output.clear()
         self._deferred = None
-        self._close_when_released = False
         self.transport.close()
 
     def end_of_batch(self) -> None:
@@ -249,10 +336,10 @@ class Connection:
         this batch promises durability, seal the held output for the next commit."""
         if self.needs_sync:
             self.needs_sync = False
-            self._open_segment()
+            segment = self._held_output.open_segment()
             self._flush_confirms()
             persistence = self.broker.persistence
-            self._held[-1][0] = persistence.writes
+            segment.target = persistence.writes   # sealed: it goes once they are durable
             persistence.wait_durable(self)
         elif self._confirming:
             self._flush_confirms()
@@ -260,69 +347,21 @@ class Connection:
     def writes_durable(self, writes: int) -> bool:
         """The first `writes` durable writes are on disk: send the output held for
         them, in order. Returns whether output is still held for later writes."""
-        held = self._held
-        while held and held[0][0] is not None and held[0][0] <= writes:
-            for data in held.popleft()[1]:
-                self.transport.write(data)
-        self.transport.flush()
-        if held:
-            return True
-        if self._close_when_released:
-            self.transport.close()
-        return False
+        return self._held_output.release_durable(writes)
 
     def writes_failed(self, writes: int, reason: str) -> bool:
         """A commit of the first `writes` writes failed: send the output held for them
         refused (confirms as Basic.Nack; a durable reply as a 406 Channel.Close, after
         which nothing more of its channel is sent). Returns whether output is still held
         for later writes."""
-        held = self._held
-        failed = []
-        while held and held[0][0] is not None and held[0][0] <= writes:
-            failed.append(held.popleft())
-        for _target, data, confirms, _replies in failed:
-            for index, channel, delivery_tag, multiple in confirms:
-                if data[index]:
-                    data[index] = self.framer.encode_basic_nack(channel, delivery_tag,
-                                                                multiple)
-        refused = self._refuse_replies(failed, reason)
-        for segment in failed:
-            for data in segment[1]:
-                if data:
-                    self.transport.write(data)
-        self.transport.flush()
-        for channel in refused:
+        held_output = self._held_output
+        for channel in held_output.release_failed(writes, reason, self.channels):
             log.info("event=durable_reply_refused peer=%s channel=%d reason=%r",
                      self.peer, channel.number, reason)
             del self.channels[channel.number]
             self.closing_channels.add(channel.number)
             self._shut_down(channel)
-        if held:
-            return True
-        if self._close_when_released:
-            self.transport.close()
-        return False
-
-    def _refuse_replies(self, failed: list, reason: str) -> list[Channel]:
-        """Put a Channel.Close where each durable reply of `failed` was, and blank what
-        its channel would have been sent after it; returns the refused channels."""
-        refused: list[Channel] = []
-        channel: Channel
-        for position, (_target, data, _confirms, replies) in enumerate(failed):
-            for start, end, channel, ids in replies:
-                data[start:end] = [b""] * (end - start)
-                if channel in refused or self.channels.get(channel.number) is not channel:
-                    continue        # closed meanwhile: nobody waits for the reply
-                data[start] = self.framer.encode_method(
-                    channel.number, commands.Channel.Close(
-                        reply_code=ReplyCode.PRECONDITION_FAILED,
-                        reply_text=_refusal_text(ids, reason)[:255], class_id=ids[0],
-                        method_id=ids[1]))
-                later = [segment[1] for segment in failed[position + 1:]]
-                _drop_channel_output(channel.number, data, end,
-                                     later + [segment[1] for segment in self._held])
-                refused.append(channel)
-        return refused
+        return held_output.still_held()
 
     def input_ended(self) -> None:
         """The server stopped reading: close the socket once the held output is sent."""
@@ -331,16 +370,9 @@ class Connection:
 
     def _close_transport(self) -> None:
         if self._held:
-            self._close_when_released = True
+            self._held_output.close_when_released = True
         else:
             self.transport.close()
-
-    def _open_segment(self) -> list:
-        """The held segment of the batch being handled (started on first use)."""
-        held = self._held
-        if not held or held[-1][0] is not None:
-            held.append([None, [], [], []])
-        return held[-1]
 
     def _flush_confirms(self) -> None:
         for channel in self._confirming:
@@ -351,9 +383,11 @@ class Connection:
         self._confirming[channel] = None
 
     def alarm_changed(self, raised: frozenset) -> None:
-        """A resource alarm was raised or cleared: tell a publishing client that asked to
-        know (connection.blocked capability), as RabbitMQ does."""
-        if self.state != "open" or not self.supports("connection.blocked"):
+        """The resource alarms raised now (the server tells every connection when they
+        change): tell a publishing client that asked to know (connection.blocked
+        capability), as RabbitMQ does."""
+        self._alarms = raised
+        if self.state is not _OPEN or not self.supports("connection.blocked"):
             return
         if raised and self.has_published and not self._blocked_notified:
             reason = f"low on {' and '.join(sorted(raised))}"
@@ -384,25 +418,27 @@ class Connection:
             channel.redispatch()
 
     def close(self, reply_code: int, reply_text: str, class_id: int = 0,
-              method_id: int = 0) -> None:
-        """Start a server-initiated close: Connection.Close, then wait for CloseOk."""
-        if self.state in ("closing", "closed"):
+              method_id: int = 0, quietly: bool = False) -> None:
+        """Start a server-initiated close: Connection.Close, then wait for CloseOk.
+        Refused logins close `quietly`: the server counts and sums them up instead of
+        logging each."""
+        if self.state is _CLOSING or self.state is _CLOSED:
             return
-        # Refused logins are counted and summed up by the server, not logged one by one.
-        log.log(logging.DEBUG if self.login_refused else logging.INFO,
+        log.log(logging.DEBUG if quietly else logging.INFO,
                 "event=connection_closed_by_broker peer=%s code=%s text=%r", self.peer,
                 reply_code, reply_text)
         self._release_resources()
-        self.state = "closing"
+        self.state = _CLOSING
         self.send_method(0, commands.Connection.Close(
             reply_code=reply_code, reply_text=fit_reply_text(reply_text), class_id=class_id,
             method_id=method_id))
+        self.transport.close_sent()
 
     def lost(self) -> None:
         """The socket is gone: requeue unacked messages, drop exclusive queues."""
-        if self.state != "closed":
+        if self.state is not _CLOSED:
             self._release_resources()
-        self.state = "closed"
+        self.state = _CLOSED
         self._held.clear()
         self._deferred = None
 
@@ -419,149 +455,34 @@ class Connection:
     # -- channel 0 -----------------------------------------------------------------
 
     def _connection_method(self, method) -> None:
-        handler = _CONNECTION_HANDLERS.get((self.state, type(method)))
-        if handler is not None:
-            handler(self, method)
-        elif self.state == "closing":
-            return   # after our Close, everything but Close/CloseOk is dropped
-        elif isinstance(method, commands.Connection.Close):
-            self._client_close(method)
+        state = self.state
+        kind = type(method)
+        if state is _CLOSING:
+            # after our Close, only the client's Close or Close-Ok is heard
+            if kind is commands.Connection.CloseOk or kind is commands.Connection.Close:
+                self._close_ok()
+        elif state is _OPEN and kind is commands.Connection.UpdateSecret:
+            self._update_secret(method)
+        elif state is not _OPEN and self.handshake.handle(state, method):
+            pass
+        elif kind is commands.Connection.Close:
+            self._client_close()
         else:
             raise ConnectionFailure(
                 ReplyCode.CHANNEL_ERROR,
-                f"unexpected method in connection state {_STATE_NAMES[self.state]}",
-                *_ids(method))
+                f"unexpected method in connection state {state.value}",
+                *_method_id(method))
 
-    def _start_ok(self, method) -> None:
-        self.client_properties = method.client_properties or {}
-        capabilities = self.client_properties.get("capabilities")
-        self.capabilities = capabilities if isinstance(capabilities, dict) else {}
-        if method.mechanism not in self.mechanisms:
-            self._refuse_mechanism(f"authentication mechanism '{method.mechanism}' "
-                                   "not offered")
-            return
-        if method.mechanism == EXTERNAL:
-            self._external_login()
-            return
-        try:
-            user, password = parse_credentials(method.mechanism, method.response)
-        except UndecodableCredentials:
-            self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
-            log.info("event=login_refused peer=%s reason=credentials_not_utf8", self.peer)
-            return
-        except AuthenticationFailure as failure:
-            self._refuse_mechanism(str(failure))
-            return
-        account = self.broker.access.authenticate(user, password)
-        if account is None:
-            self._refuse_login(_LOGIN_REFUSED.format(method.mechanism))
-            log.debug("event=login_refused peer=%s user=%r", self.peer, user)
-            return
-        self._logged_in(account, method.mechanism)
-
-    def _external_login(self) -> None:
-        """EXTERNAL: the user the client's TLS certificate names, if it exists; the
-        response is not read (RabbitMQ ignores it too)."""
-        assert self.tls is not None   # EXTERNAL is offered only over TLS
-        user = self.tls.user
-        account = None if user is None else self.broker.access.users.get(user)
-        if account is None:
-            self._refuse_login(_LOGIN_REFUSED.format(EXTERNAL))
-            log.debug("event=login_refused peer=%s mechanism=EXTERNAL user=%r reason=%r",
-                      self.peer, user, self.tls.missing or "no such user")
-            return
-        self._logged_in(account, EXTERNAL)
-
-    def _refuse_mechanism(self, reason: str) -> None:
-        """A mechanism not offered, or a malformed response: RabbitMQ closes the socket
-        without a frame."""
-        log.debug("event=login_refused peer=%s reason=%r", self.peer, reason)
-        self.login_refused = True
-        self.state = "closed"
-        self._close_transport()
-
-    def _logged_in(self, account: User, mechanism: str) -> None:
-        """`account` proved who it is; a user in loopback_users still needs a loopback
-        address, whatever the mechanism (as RabbitMQ checks it after authentication)."""
-        user = account.name
-        if user in self.broker.loopback_users and not is_loopback(self.address):
-            self._refuse_login(_LOGIN_REFUSED.format(mechanism))
-            log.warning("event=login_refused peer=%s user=%r reason=not_loopback hint=%r",
-                        self.peer, user, f"'{user}' is in loopback_users: it may log in "
-                        "only from a loopback address; connect from this machine, use "
-                        "another user, or change loopback_users")
-            return
-        self.user = user
-        self.user_tags = account.tags
-        self.state = "awaiting-tune-ok"
-        config = self.broker.config
-        self.send_method(0, commands.Connection.Tune(
-            channel_max=config.channel_max, frame_max=config.frame_max,
-            heartbeat=config.heartbeat))
-
-    def _refuse_login(self, text: str) -> None:
-        self.login_refused = True
-        if self.supports("authentication_failure_close"):
-            self.close(ReplyCode.ACCESS_REFUSED, f"ACCESS_REFUSED - {text}")
-        else:
-            self.state = "closed"
-        self._close_transport()
-
-    def _tune_ok(self, method) -> None:
-        config = self.broker.config
-        frame_max = method.frame_max   # RabbitMQ refuses 0 here, as Warren does
-        if frame_max < FRAME_MIN_SIZE or frame_max > config.frame_max:
-            raise ConnectionFailure(
-                ReplyCode.NOT_ALLOWED,
-                f"frame_max={method.frame_max} outside {FRAME_MIN_SIZE}..{config.frame_max}",
-                *CONNECTION_TUNE_OK)
-        channel_max = method.channel_max
-        if not 0 < channel_max <= config.channel_max:
-            raise ConnectionFailure(
-                ReplyCode.NOT_ALLOWED,
-                f"channel_max={channel_max} > {config.channel_max} max channels",
-                *CONNECTION_TUNE_OK)
-        self.framer.tune(frame_max)
-        self.channel_max = channel_max
-        self.heartbeat = method.heartbeat
-        self.state = "awaiting-open"
-        self.transport.tuned(method.heartbeat)
-
-    def _open(self, method) -> None:
-        """RabbitMQ's order: the vhost exists, its connection limit, the user's
-        connection limit, then the user's access to the vhost."""
-        name = method.virtual_host
-        vhost = self.broker.vhosts.get(name)
-        if vhost is None:
-            raise ConnectionFailure(ReplyCode.NOT_ALLOWED, f"vhost {name} not found",
-                                    *CONNECTION_OPEN)
-        self.broker.limits.check_connection(self.user, name)
-        if not self.broker.access.may_open(self.user, name):
-            raise ConnectionFailure(
-                ReplyCode.NOT_ALLOWED,
-                f"access to vhost '{name}' refused for user '{self.user}'",
-                *CONNECTION_OPEN)
-        limit = self.broker.config.connection_max
-        if limit and len(self.broker.connections) >= limit:
-            raise ConnectionFailure(
-                ReplyCode.NOT_ALLOWED,
-                f"connection refused: node connection limit ({limit}) is reached",
-                *CONNECTION_OPEN)
-        self.vhost = vhost
-        self.state = "open"
-        self.broker.connection_opened(self)
-        self.send_method(0, commands.Connection.OpenOk())
-
-    def _client_close(self, method) -> None:
+    def _client_close(self) -> None:
         self.end_of_batch()    # confirms of this read go before the CloseOk
         self._release_resources()
         self.send_method(0, commands.Connection.CloseOk())
-        self.state = "closed"
-        self.closed_by_client = True
+        self.state = _CLOSED
+        self.transport.closed_by_client()
         self._close_transport()
 
-    def _close_ok(self, method) -> None:
-        self.state = "closed"
+    def _close_ok(self) -> None:
+        self.state = _CLOSED
         self._close_transport()
 
     def _update_secret(self, method) -> None:
@@ -576,11 +497,12 @@ class Connection:
     # -- channels ------------------------------------------------------------------
 
     def _channel_method(self, number: int, method) -> None:
-        if self.state != "open":
-            if self.state == "closing":
+        if self.state is not _OPEN:
+            if self.state is _CLOSING:
                 return
             raise ConnectionFailure(ReplyCode.COMMAND_INVALID,
-                                    "channel methods before connection.open", *_ids(method))
+                                    "channel methods before connection.open",
+                                    *_method_id(method))
         if number in self.closing_channels:
             self._closing_channel_method(number, method)
             return
@@ -598,7 +520,7 @@ class Connection:
                     handler(channel, method)
             except AMQPError as error:
                 if not error.class_id:
-                    error.class_id, error.method_id = _ids(method)
+                    error.class_id, error.method_id = _method_id(method)
                 raise
         elif isinstance(method, commands.Channel.Close):
             self._shut_down(channel)
@@ -609,7 +531,7 @@ class Connection:
                                     *CHANNEL_OPEN)
         else:
             raise ConnectionFailure(ReplyCode.COMMAND_INVALID, "unimplemented method",
-                                    *_ids(method))
+                                    *_method_id(method))
 
     def _run_holding_durable_replies(self, handler, channel: Channel, method) -> None:
         """Run a handler whose reply may promise durability (declare, bind, delete,
@@ -624,10 +546,7 @@ class Connection:
             self._capture = None
             if persistence.writes != writes:
                 self.needs_sync = True
-                _target, data, _confirms, replies = self._open_segment()
-                replies.append((len(data), len(data) + len(captured), channel,
-                                _ids(method)))
-                data.extend(captured)
+                self._held_output.hold_reply(captured, channel, _method_id(method))
             else:
                 for data in captured:
                     self.write(data)
@@ -644,7 +563,7 @@ class Connection:
     def _open_channel(self, number: int, method) -> None:
         if not isinstance(method, commands.Channel.Open):
             raise ConnectionFailure(ReplyCode.CHANNEL_ERROR, "expected 'channel.open'",
-                                    *_ids(method))
+                                    *_method_id(method))
         limits = self.broker.limits
         limits.check_channel(self.user)
         channel = Channel(self, number)
@@ -699,34 +618,9 @@ class Connection:
             class_id=error.class_id, method_id=error.method_id))
 
 
-def _refusal_text(ids: tuple[int, int], reason: str) -> str:
-    if ids == TX_COMMIT:
-        return (f"PRECONDITION_FAILED - partial tx completion: writing to disk failed "
-                f"({reason}); repeat the transaction once disk space is freed")
-    return (f"PRECONDITION_FAILED - writing to disk failed ({reason}); the change may "
-            "not survive a restart: free disk space, then repeat it")
-
-
-def _drop_channel_output(number: int, data: list, start: int, later: list) -> None:
-    """Blank every write for channel `number` in data[start:] and in the later segments:
-    its Channel.Close has been sent."""
-    for items in [data] + later:
-        for index in range(start if items is data else 0, len(items)):
-            item = items[index]
-            if item and _frame_channel(item) == number:
-                items[index] = b""
-
-
-def _frame_channel(data) -> int:
-    """The channel of a write (bytes, or a tuple of parts): every write is whole frames
-    of one channel."""
-    first = data[0] if type(data) is tuple else data
-    return (first[1] << 8) | first[2]
-
-
-def _ids(method) -> tuple[int, int]:
+def _method_id(method) -> MethodId:
     """(class_id, method_id) of a pamqp method."""
-    return method.index >> 16, method.index & 0xFFFF
+    return MethodId.from_frame_index(method.index)
 
 
 DURABLE_REPLIES = frozenset({
@@ -735,15 +629,3 @@ DURABLE_REPLIES = frozenset({
     commands.Queue.Unbind, commands.Queue.Delete,
     commands.Tx.Commit,
 })
-
-_STATE_NAMES = {"open": "running", "awaiting-start-ok": "starting",
-                "awaiting-tune-ok": "tuning", "awaiting-open": "opening"}
-
-_CONNECTION_HANDLERS = {
-    ("awaiting-start-ok", commands.Connection.StartOk): Connection._start_ok,
-    ("awaiting-tune-ok", commands.Connection.TuneOk): Connection._tune_ok,
-    ("awaiting-open", commands.Connection.Open): Connection._open,
-    ("open", commands.Connection.UpdateSecret): Connection._update_secret,
-    ("closing", commands.Connection.CloseOk): Connection._close_ok,
-    ("closing", commands.Connection.Close): Connection._close_ok,
-}

@@ -22,6 +22,7 @@ from amqp_codec import InboundMethod, InboundPublish
 
 from .access_control import User
 from .connection import Connection
+from .handshake import ConnectionState
 
 CHANNEL = 1
 _FRAME_HEADER = struct.Struct(">BHI")
@@ -72,6 +73,18 @@ class _KeptOutput:
     def tuned(self, heartbeat: int) -> None:
         pass
 
+    def login_refused(self) -> None:
+        pass
+
+    def opened(self) -> None:
+        pass
+
+    def close_sent(self) -> None:
+        pass
+
+    def closed_by_client(self) -> None:
+        pass
+
     def input_resumed(self) -> None:
         self.on_output()
 
@@ -83,9 +96,7 @@ class DirectSession:
         self._output = _KeptOutput(on_output)
         connection = Connection(broker, self._output, peer="management",
                                 address="127.0.0.1")
-        connection.user = account.name
-        connection.user_tags = account.tags
-        connection.state = "awaiting-open"   # logged in: the API authenticated the user
+        connection.handshake.skip_to_open(account)   # the API authenticated the user
         self.connection = connection
         self._replies: list[Reply] = []
         self._content: Reply | None = None
@@ -155,7 +166,7 @@ class DirectSession:
 
     def close(self) -> None:
         """Close the connection (what is still unacknowledged is requeued)."""
-        if self.connection.state == "open":
+        if self.connection.state is ConnectionState.OPEN:
             self.connection.handle(InboundMethod(0, commands.Connection.Close(
                 reply_code=200, reply_text="done")))
         self.connection.end_of_batch()

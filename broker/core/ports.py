@@ -217,6 +217,21 @@ class Transport(Protocol):
     def tuned(self, heartbeat: int) -> None:
         """Negotiation finished: start heartbeats (0: none)."""
 
+    def login_refused(self) -> None:
+        """The handshake refused the login (the connection closes): the server may
+        slow the refusal down."""
+
+    def opened(self) -> None:
+        """The handshake is over: Connection.Open was accepted."""
+
+    def close_sent(self) -> None:
+        """The broker sent Connection.Close and waits for the client's Close-Ok (the
+        server bounds that wait)."""
+
+    def closed_by_client(self) -> None:
+        """The client's Connection.Close was answered with Close-Ok: the client, not
+        the server, closes the socket first."""
+
     def input_resumed(self) -> None:
         """Input the connection held back while a Basic.Get waited for a disk read is
         handled: read from the socket again (it is not read while input is held)."""

@@ -6,6 +6,8 @@ confirms for a while before sending them. A production vhost has none
 from collections import deque
 from typing import TYPE_CHECKING
 
+from .handshake import ConnectionState
+
 if TYPE_CHECKING:
     from .channel import Channel
     from .scheduler import Scheduler, Timer
@@ -54,5 +56,5 @@ class PublishFaults:
 
     def _send_oldest(self) -> None:
         channel, through, nacked = self._held.popleft()
-        if not channel.closing and channel.connection.state == "open":
+        if not channel.closing and channel.connection.state is ConnectionState.OPEN:
             channel.confirm_through(through, nacked)

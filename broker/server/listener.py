@@ -18,7 +18,8 @@ from .committer import GroupCommitter
 from .control import ControlSocket
 from .management.listener import ManagementListener
 from .tls import TlsHandshakeFailed, TlsListener, TlsSocketTransport
-from .transport import DrainSignal, SocketTransport, peer_text
+from .drain_signal import DrainSignal
+from .transport import SocketTransport, peer_text
 
 log = logging.getLogger("warren.server")
 

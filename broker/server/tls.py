@@ -11,13 +11,21 @@ take waits in `TlsSession` and goes first on the next send."""
 import logging
 import os
 import ssl
+from typing import TYPE_CHECKING
 
 import trio
 
 from broker.config import ConfigError, TlsSettings
 from broker.core.certificate_login import NO_CERTIFICATE, NO_NAME, TlsPeer
 
-from .transport import RECEIVE_SIZE, SocketTransport, receive_ready
+from .admission import Admission
+from .alarms import ResourceAlarm
+from .drain_signal import DrainSignal
+from .socket_io import RECEIVE_SIZE, receive_ready
+from .transport import SocketTransport
+
+if TYPE_CHECKING:
+    from broker.core.broker import Broker
 
 log = logging.getLogger("warren.server")
 
@@ -215,7 +223,9 @@ class TlsSession:
         size = 0
         try:
             while size < RECEIVE_SIZE:
-                count = tls.read(RECEIVE_SIZE - size, view[size:])
+                # With a buffer, read() returns the count read into it (typeshed has
+                # only the bytes of the buffer-less form).
+                count: int = tls.read(RECEIVE_SIZE - size, view[size:])  # type: ignore[assignment]
                 if not count:
                     self._ended = True
                     break
@@ -262,9 +272,12 @@ class TlsSession:
 class TlsSocketTransport(SocketTransport):
     """A SocketTransport whose bytes go through a TlsSession."""
 
-    def __init__(self, stream: trio.SocketStream, session: TlsSession, *args, **kwargs):
+    def __init__(self, stream: trio.SocketStream, session: TlsSession, broker: "Broker",
+                 peer: tuple[str, int], alarm: ResourceAlarm, drain_signal: DrainSignal,
+                 admission: Admission, accepted_at: float | None = None):
         self.tls = session
-        super().__init__(stream, *args, tls=session.peer, **kwargs)
+        super().__init__(stream, broker, peer, alarm, drain_signal, admission,
+                         tls=session.peer, accepted_at=accepted_at)
 
     def _receive(self, fd: int) -> bytes | None:
         return self.tls.receive()

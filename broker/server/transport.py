@@ -1,6 +1,11 @@
 """One client socket: a reader task feeding the core, a writer task draining a
 coalesced output buffer, and heartbeats.
 
+Each read goes to the connection in one call, `Connection.receive_data`, whose
+`ReadOutcome` says whether to read on and what to wait for first (a resource alarm,
+publisher flow control, a disk read). The connection tells its transport the rest
+through the Transport port (tuned, opened, login refused, Close sent or answered).
+
 Small writes are appended to one bytearray. Large message bodies come from the codec as
 parts that refer to the body; they are queued as chunks of their own and sent with the
 buffered bytes by one writev (scatter/gather), so a 64 KiB body is not copied on its
@@ -12,74 +17,54 @@ itself, without waking the writer task, and each read costs one trip through tri
 scheduler (a checkpoint keeps busy connections from starving the others)."""
 
 import logging
-import os
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import trio
 
-from amqp_codec import (HEARTBEAT_FRAME, PROTOCOL_HEADER, ProtocolError,
-                        ProtocolHeaderMismatch)
+from amqp_codec import HEARTBEAT_FRAME
 from broker.core.certificate_login import TlsPeer
-from broker.core.connection import Connection
+from broker.core.connection import Connection, Pause
 
 from .admission import Admission
 from .alarms import ResourceAlarm
+from .drain_signal import THROTTLE_WAIT, DrainSignal
+from .handshake_guard import HandshakeGuard
+from .linger import wait_for_peer_close
+from .socket_io import receive_ready, send_ready
+
+if TYPE_CHECKING:
+    from broker.core.broker import Broker
 
 log = logging.getLogger("warren.server")
 
-RECEIVE_SIZE = 256 * 1024
 HIGH_WATER = 4 * 1024 * 1024  # stop feeding consumers above this many buffered bytes
 LOW_WATER = 1024 * 1024       # resume below this
 OWN_CHUNK = 16 * 1024         # parts this large are sent from where they are, not copied
-MAX_IOV = 512                 # buffers per sendmsg (Linux allows 1024)
 CLOSE_OK_TIMEOUT = 5.0        # how long a server-initiated close waits for CloseOk
-# After the Close-Ok of a client's Connection.Close, how long the socket waits for the
-# client to close its end (RabbitMQ's CLOSING_TIMEOUT).
-CLOSING_TIMEOUT = 30.0
-THROTTLE_WAIT = 0.5           # a throttled publisher is read again after this at the latest
-HANDSHAKE_STATES = ("awaiting-start-ok", "awaiting-tune-ok", "awaiting-open")
-
-
-class DrainSignal:
-    """Publisher flow control: throttled publishing connections wait here for consumer
-    connections' output to drain (for THROTTLE_WAIT at most, so heartbeats and other
-    traffic keep being read)."""
-
-    def __init__(self):
-        self._drained = trio.Event()
-
-    def notify(self) -> None:
-        self._drained.set()
-        self._drained = trio.Event()
-
-    async def wait(self, deadline: float) -> None:
-        with trio.move_on_at(deadline):
-            await self._drained.wait()
 
 
 class SocketTransport:
     """Implements the core's Transport over a trio stream."""
 
-    def __init__(self, stream: trio.abc.Stream, broker, peer: tuple[str, int],
+    def __init__(self, stream: trio.SocketStream, broker: "Broker", peer: tuple[str, int],
                  alarm: ResourceAlarm, drain_signal: DrainSignal, admission: Admission,
                  tls: TlsPeer | None = None, accepted_at: float | None = None):
         self.stream = stream
         self.address = peer[0]      # the client's IP address
         self.peer = peer_text(peer)
         self.admission = admission
-        self._in_handshake = True     # counted by admission until Connection.Open
-        self._refusal_delayed = False
-        self._opened = trio.Event()
+        # The handshake (a TLS handshake included) must be done by handshake_timeout
+        # after the socket was accepted.
+        self._handshake = HandshakeGuard(
+            admission, self.address,
+            trio.current_time() if accepted_at is None else accepted_at)
         self.alarm = alarm
         self.drain_signal = drain_signal
         self._held_by_alarm = False
-        self._started = False   # Connection.Start sent (after the protocol header)
         self.connection = Connection(broker, self, self.peer, self.address, tls)
-        # The handshake (a TLS handshake included) must be done by handshake_timeout
-        # after the socket was accepted.
-        self._accepted_at = trio.current_time() if accepted_at is None else accepted_at
-        self.framer = self.connection.framer   # the bytes read go in here
+        self.connection.alarm_changed(alarm.raised)   # later changes: Server._alarm_changed
+        self.framer = self.connection.framer   # for held_bytes
         self.writable = True
         self.heartbeat = 0
         self.sends_heartbeats = True   # a test broker can stop them (testing/faults.py)
@@ -91,6 +76,8 @@ class SocketTransport:
         self._handling = False        # the reader answers its own batch itself
         self._sending = False         # the writer task waits for the socket mid-send
         self._closing = False
+        self._awaiting_close_ok = False   # the broker sent Connection.Close
+        self._closed_by_client = False    # Close-Ok sent for the client's Connection.Close
         self._last_received = trio.current_time()
         self._last_sent = trio.current_time()
         self._nursery: trio.Nursery | None = None
@@ -154,6 +141,10 @@ class SocketTransport:
         """End the connection without a Connection.Close: the socket just closes, as
         when the network fails (a test broker's fault)."""
         log.info("event=connection_dropped peer=%s", self.peer)
+        self._end_tasks()
+
+    def _end_tasks(self) -> None:
+        """Cancel the connection's reader, writer and heartbeat tasks (if running)."""
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
@@ -162,18 +153,35 @@ class SocketTransport:
         if heartbeat and self._nursery is not None:
             self._nursery.start_soon(self._heartbeats, heartbeat)
 
+    def login_refused(self) -> None:
+        self._handshake.login_refused()
+
+    def opened(self) -> None:
+        self._handshake.opened()
+
+    def close_sent(self) -> None:
+        self._awaiting_close_ok = True
+
+    def closed_by_client(self) -> None:
+        self._closed_by_client = True
+
+    def input_resumed(self) -> None:
+        self._input_resumed.set()
+
     # -- tasks ---------------------------------------------------------------------
 
     async def run(self, ended: Callable[[], None] | None = None) -> None:
         """Serve the connection until it ends. Nothing raised while serving it leaves
         this method: the failure is logged and only this connection is dropped.
         `ended()` is called once the connection is over, before the socket is left
-        open for the client to close (see _wait_for_peer_close)."""
+        open for the client to close (linger.py)."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._write_loop)
-                nursery.start_soon(self._handshake_deadline)
+                nursery.start_soon(self._handshake.watch,
+                                   self.connection.broker.config.handshake_timeout,
+                                   self.peer, nursery.cancel_scope)
                 await self._read_loop()
                 self.connection.input_ended()
         except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
@@ -181,7 +189,7 @@ class SocketTransport:
         except* Exception as failures:
             log.error("event=connection_failed peer=%s", self.peer, exc_info=failures)
         finally:
-            self._end_handshake()
+            self._handshake.ended()
             try:
                 self.connection.lost()
             except Exception as error:
@@ -190,75 +198,24 @@ class SocketTransport:
             if ended is not None:
                 ended()
             try:
-                if self.connection.closed_by_client:
-                    await self._wait_for_peer_close()
+                if self._closed_by_client:
+                    await wait_for_peer_close(self.stream.socket, self._receive,
+                                              self.admission)
             finally:
                 with trio.CancelScope(shield=True):
                     await trio.aclose_forcefully(self.stream)
-
-    async def _wait_for_peer_close(self) -> None:
-        """After the Close-Ok of the client's Connection.Close, leave closing the socket
-        to the client, as RabbitMQ does: what it still sends is read and dropped, for
-        CLOSING_TIMEOUT at most. Closed first, with input unread or still coming, the
-        socket would be reset, and a client reading it reports an error (amqp091-go's
-        Close, called from several goroutines at once, returned 501 "connection reset by
-        peer"). A server shutting down does not wait."""
-        if not self.admission.may_linger():
-            return
-        sock = self.stream.socket
-        fd = sock.fileno()
-        try:
-            with trio.move_on_after(CLOSING_TIMEOUT):
-                while True:
-                    data = self._receive(fd)
-                    if data is None:
-                        await trio.lowlevel.wait_readable(sock)
-                    elif not data:
-                        return
-                    else:
-                        await trio.lowlevel.checkpoint()
-        except (trio.BrokenResourceError, ConnectionError):
-            pass
-        finally:
-            self.admission.linger_ended()
-
-    async def _handshake_deadline(self) -> None:
-        """Drop a socket that has not opened its connection in time."""
-        with trio.move_on_at(self._accepted_at
-                             + self.connection.broker.config.handshake_timeout):
-            await self._opened.wait()
-            return
-        log.debug("event=handshake_timeout peer=%s state=%s", self.peer,
-                  self.connection.state)
-        self.admission.handshake_timeouts += 1
-        self._nursery.cancel_scope.cancel()
-
-    def _end_handshake(self) -> None:
-        if self._in_handshake:
-            self._in_handshake = False
-            self.admission.handshake_ended()
-            if self.connection.state == "open":
-                self.admission.login_accepted(self.address)
-                self._opened.set()
-
-    async def _delay_login_refusal(self) -> None:
-        """A refused login is answered late, later the more often the address failed."""
-        await trio.sleep(self.admission.login_refused(self.address))
 
     async def _read_loop(self) -> None:
         sock = self.stream.socket
         fd = sock.fileno()
         yielded = True
+        pause: Pause | None = None
         while not self._closing:
-            if self.connection.has_published and not self.alarm.clear.is_set():
-                await self._wait_for_alarm_to_clear()
-            if self.connection.throttled:
-                await self._wait_while_throttled()
-            if self.connection.input_deferred:
-                await self._wait_for_deferred_input()
+            if pause is not None:
+                await self._wait_before_reading(pause)
             data = self._receive(fd)
             if data is None:
-                if self.connection.state == "closing":
+                if self._awaiting_close_ok:
                     with trio.move_on_after(CLOSE_OK_TIMEOUT) as deadline:
                         await trio.lowlevel.wait_readable(sock)
                     if deadline.cancelled_caught:
@@ -266,6 +223,7 @@ class SocketTransport:
                 else:
                     await trio.lowlevel.wait_readable(sock)
                 yielded = True
+                pause = self.connection.paused_for()   # an alarm may have come meanwhile
                 continue
             if not data:
                 return       # the peer closed
@@ -276,90 +234,49 @@ class SocketTransport:
             self._last_received = trio.current_time()
             self._handling = True
             try:
-                keep_reading = self._handle(data)
+                outcome = self.connection.receive_data(data)
             finally:
                 self._handling = False
-            if self.framer.awaiting_content:
-                # As RabbitMQ: a connection publishes once a Basic.Publish has arrived,
-                # so an alarm pauses (and tells) one in the middle of a large message too.
-                self.connection.has_published = True
-            if self._in_handshake:
-                if self.connection.state == "open":
-                    self._end_handshake()
-                elif self.connection.login_refused and not self._refusal_delayed:
-                    self._refusal_delayed = True
-                    await self._delay_login_refusal()
+            pause = outcome.paused_for
+            await self._handshake.delay_refusal()
             if self._queued and not self._sending and not self._send_now():
                 self._data_ready.set()
-            if not keep_reading:
+            if not outcome.keep_reading:
                 return
 
     def _receive(self, fd: int) -> bytes | None:
         """One non-blocking read (TlsSocketTransport decrypts it)."""
         return receive_ready(fd)
 
-    def _handle(self, data: bytes) -> bool:
-        """Run one read through the codec and the core; False ends the connection. An
-        unexpected exception closes this connection (541 INTERNAL_ERROR), no other."""
-        try:
-            return self._handle_read(data)
-        except Exception as error:
-            self.connection.fail(error)
-            return False
-
-    def _handle_read(self, data: bytes) -> bool:
-        connection = self.connection
-        try:
-            items = self.framer.feed(data)
-        except ProtocolHeaderMismatch:
-            self.write(PROTOCOL_HEADER)
-            return False
-        except ProtocolError as error:
-            connection.handle_all(error.decoded)
-            self._protocol_error(error)
-            return False
-        if not self._started and self.framer.header_received:
-            self._started = True
-            connection.start()
-        connection.handle_all(items)
-        connection.end_of_batch()
-        return True
-
-    async def _wait_while_throttled(self) -> None:
-        """Publisher flow control: leave this connection unread while the queues it fed
-        work off their backlog, for THROTTLE_WAIT at most (then one more read)."""
-        deadline = trio.current_time() + THROTTLE_WAIT
-        while self.connection.throttled and trio.current_time() < deadline:
-            await self.drain_signal.wait(deadline)
-        self._last_received = trio.current_time()
-
-    async def _wait_for_deferred_input(self) -> None:
-        """A Basic.Get waits for a body read from disk and the connection holds back
-        what was read after it: read nothing more until that is handled, so held input
-        stays one read's worth (THROTTLE_WAIT at most at a time, as for flow control)."""
-        self._input_resumed = trio.Event()
-        with trio.move_on_after(THROTTLE_WAIT):
-            while self.connection.input_deferred:
-                await self._input_resumed.wait()
-                self._input_resumed = trio.Event()
-        self._last_received = trio.current_time()
-
-    def input_resumed(self) -> None:
-        self._input_resumed.set()
-
-    async def _wait_for_alarm_to_clear(self) -> None:
-        """A publishing connection is not read while a resource alarm is raised."""
-        self._held_by_alarm = True
-        self.connection.alarm_changed(self.alarm.raised)
-        await self.alarm.clear.wait()
-        self._held_by_alarm = False
-        self._last_received = trio.current_time()
-
-    def _protocol_error(self, error: ProtocolError) -> None:
-        log.info("event=protocol_error peer=%s code=%s text=%r",
-                 self.peer, int(error.reply_code), error.text)
-        self.connection.close(error.reply_code, error.reply_text, error.class_id,
-                              error.method_id)
+    async def _wait_before_reading(self, pause: Pause | None) -> None:
+        """Wait for what the connection asked for, each kind once and in this order
+        (a wait that ends leaves the socket read once more before the next)."""
+        if pause is Pause.ALARM:
+            # A publishing connection is not read while a resource alarm is raised.
+            self._held_by_alarm = True
+            await self.alarm.clear.wait()
+            self._held_by_alarm = False
+            self._last_received = trio.current_time()
+            pause = self.connection.paused_for()
+        if pause is Pause.FLOW:
+            # Leave this connection unread while the queues it fed work off their
+            # backlog, for THROTTLE_WAIT at most (then one more read).
+            deadline = trio.current_time() + THROTTLE_WAIT
+            while pause is Pause.FLOW and trio.current_time() < deadline:
+                await self.drain_signal.wait(deadline)
+                pause = self.connection.paused_for()
+            self._last_received = trio.current_time()
+        if pause is Pause.DISK_READ:
+            # The connection holds back what was read after a Basic.Get that waits for
+            # a body read from disk: read nothing more until that is handled, so held
+            # input stays one read's worth (THROTTLE_WAIT at most at a time).
+            self._input_resumed = trio.Event()
+            with trio.move_on_after(THROTTLE_WAIT):
+                while pause is Pause.DISK_READ:
+                    await self._input_resumed.wait()
+                    self._input_resumed = trio.Event()
+                    pause = self.connection.paused_for()
+            self._last_received = trio.current_time()
 
     async def _write_loop(self) -> None:
         sock = self.stream.socket
@@ -373,7 +290,7 @@ class SocketTransport:
                 finally:
                     self._sending = False
             if self._closing:
-                self._nursery.cancel_scope.cancel()
+                self._end_tasks()
                 return
 
     def _send_now(self) -> bool:
@@ -384,7 +301,7 @@ class SocketTransport:
             self._buffer = bytearray()
         fd = self.stream.socket.fileno()
         while chunks:
-            sent = _send(fd, chunks)
+            sent = send_ready(fd, chunks)
             if sent is None:
                 return False
             self._sent(sent)
@@ -417,7 +334,7 @@ class SocketTransport:
             if not self._held_by_alarm and now - self._last_received > 2 * interval:
                 log.info("event=heartbeat_timeout peer=%s interval=%s", self.peer, interval)
                 self.connection.lost()
-                self._nursery.cancel_scope.cancel()
+                self._end_tasks()
                 return
             if now - self._last_sent >= interval / 2 and self.sends_heartbeats:
                 self.write(HEARTBEAT_FRAME)
@@ -427,26 +344,3 @@ def peer_text(address: tuple[str, int]) -> str:
     """host:port for logs, with an IPv6 host in brackets."""
     host, port = address
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def receive_ready(fd: int) -> bytes | None:
-    """One non-blocking read: None when nothing is there yet, b"" when the peer closed."""
-    try:
-        return os.read(fd, RECEIVE_SIZE)
-    except BlockingIOError:
-        return None
-    except OSError as error:
-        raise trio.BrokenResourceError(error) from error
-
-
-def _send(fd: int, chunks: list) -> int | None:
-    """One non-blocking write of the first chunks: bytes sent, or None when the socket
-    is full."""
-    try:
-        if len(chunks) == 1:
-            return os.write(fd, chunks[0])
-        return os.writev(fd, chunks[:MAX_IOV])
-    except BlockingIOError:
-        return None
-    except OSError as error:
-        raise trio.BrokenResourceError(error) from error

@@ -1,10 +1,10 @@
 """aio-pika (asyncio, on aiormq) against the broker: the calls an asyncio service makes.
 
 Each test is a plain function that runs one coroutine with `asyncio.run`, bounded by
-`TEST_TIMEOUT` (no pytest-asyncio). The broker is the session-wide `broker` fixture from
-tests/conftest.py (Warren, or the broker named by WARREN_TEST_BROKER), shared by every
-test, so every name is unique (uuid) and everything a test declares is exclusive or
-auto-delete, or deleted before the test ends.
+`TEST_TIMEOUT` (no pytest-asyncio). Each test has a vhost and user of its
+own (the `warren` fixture; on Warren, or on the broker named by WARREN_TEST_BROKER),
+removed with what it holds at teardown; names are still unique (uuid), and everything a
+test declares is exclusive or auto-delete, or deleted before the test ends.
 
 aio-pika's defaults matter here: channels put the broker in confirm mode
 (`publisher_confirms=True`), so `exchange.publish` awaits the broker's Basic.Ack, and
@@ -31,13 +31,11 @@ def unique(prefix: str = "t") -> str:
     return f"aio-{prefix}-{uuid.uuid4().hex}"
 
 
-def run(test_coroutine, broker, timeout: float = TEST_TIMEOUT):
+def run(test_coroutine, warren, timeout: float = TEST_TIMEOUT):
     """Run `test_coroutine(connection)` on a fresh robust connection, within `timeout`."""
 
     async def main():
-        connection = await aio_pika.connect_robust(
-            host=broker.host, port=broker.port, login="guest", password="guest",
-            virtualhost="/", timeout=WAIT)
+        connection = await aio_pika.connect_robust(warren.aio_pika_url, timeout=WAIT)
         try:
             return await test_coroutine(connection)
         finally:
@@ -79,7 +77,7 @@ async def exclusive_queue(channel):
     return await channel.declare_queue("", exclusive=True)
 
 
-def test_connect_robust_opens_channels(broker):
+def test_connect_robust_opens_channels(warren):
     async def body(connection):
         assert not connection.is_closed
         first = await connection.channel()
@@ -97,10 +95,10 @@ def test_connect_robust_opens_channels(broker):
         assert queue.name
         assert await wait_for_count(queue, 0) == 0
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_topic_exchange_routes_with_properties(broker):
+def test_topic_exchange_routes_with_properties(warren):
     async def body(connection):
         channel = await connection.channel()
         exchange = await channel.declare_exchange(unique("orders"), ExchangeType.TOPIC,
@@ -118,7 +116,7 @@ def test_topic_exchange_routes_with_properties(broker):
             content_encoding="utf-8", correlation_id=correlation_id,
             delivery_mode=DeliveryMode.PERSISTENT, message_id="m-1", reply_to="replies",
             priority=5, type="order.created", app_id="aio-test", timestamp=timestamp,
-            expiration=60, user_id="guest")
+            expiration=60, user_id=warren.user)
         confirm = await exchange.publish(sent, routing_key="orders.eu.created")
         assert isinstance(confirm, aiormq.spec.Basic.Ack)
         # Not matching either binding: aio-pika publishes mandatory, so it comes back.
@@ -144,7 +142,7 @@ def test_topic_exchange_routes_with_properties(broker):
             assert message.app_id == "aio-test"
             assert message.timestamp == timestamp
             assert message.expiration == 60  # sent as "60000" (milliseconds)
-            assert message.user_id == "guest"
+            assert message.user_id == warren.user
             await message.ack()
 
             audit = await next_message(iterator)
@@ -156,10 +154,10 @@ def test_topic_exchange_routes_with_properties(broker):
         returned = await exchange.publish(Message(b"x"), routing_key="audit.again")
         assert not isinstance(returned, aiormq.spec.Basic.Ack)
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_iterator_receives_messages_in_order_and_ack(broker):
+def test_iterator_receives_messages_in_order_and_ack(warren):
     async def body(connection):
         channel = await connection.channel()
         queue = await exclusive_queue(channel)
@@ -175,10 +173,10 @@ def test_iterator_receives_messages_in_order_and_ack(broker):
         assert received == list(range(10))
         assert await wait_for_count(queue, 0) == 0
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_nack_with_requeue_redelivers_with_redelivered_flag(broker):
+def test_nack_with_requeue_redelivers_with_redelivered_flag(warren):
     async def body(connection):
         channel = await connection.channel()
         queue = await exclusive_queue(channel)
@@ -193,10 +191,10 @@ def test_nack_with_requeue_redelivers_with_redelivered_flag(broker):
             await second.ack()
         assert await wait_for_count(queue, 0) == 0
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_nack_without_requeue_and_reject_drop_the_message(broker):
+def test_nack_without_requeue_and_reject_drop_the_message(warren):
     async def body(connection):
         channel = await connection.channel()
         queue = await exclusive_queue(channel)
@@ -220,10 +218,10 @@ def test_nack_without_requeue_and_reject_drop_the_message(broker):
         assert await wait_for_count(queue, 0) == 0
         assert await queue.get(fail=False) is None
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_message_process_context_acks_or_rejects(broker):
+def test_message_process_context_acks_or_rejects(warren):
     async def body(connection):
         channel = await connection.channel()
         queue = await exclusive_queue(channel)
@@ -243,10 +241,10 @@ def test_message_process_context_acks_or_rejects(broker):
                 pass
         assert await wait_for_count(queue, 0) == 0
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_publisher_confirms_ack_every_publish(broker):
+def test_publisher_confirms_ack_every_publish(warren):
     async def body(connection):
         channel = await connection.channel()  # publisher_confirms=True by default
         queue = await exclusive_queue(channel)
@@ -262,10 +260,10 @@ def test_publisher_confirms_ack_every_publish(broker):
         assert message.body == b"m0"
         await message.ack()
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_mandatory_unroutable_publish_is_returned(broker):
+def test_mandatory_unroutable_publish_is_returned(warren):
     async def body(connection):
         exchange_name = unique("direct")
         channel = await connection.channel()
@@ -300,10 +298,10 @@ def test_mandatory_unroutable_publish_is_returned(broker):
         assert await wait_for_count(keep, 2) == 2
         assert [(await keep.get(no_ack=True)).body for _ in range(2)] == [b"ok", b"ok2"]
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_set_qos_prefetch_limits_unacked_deliveries(broker):
+def test_set_qos_prefetch_limits_unacked_deliveries(warren):
     async def body(connection):
         channel = await connection.channel()
         observer = await connection.channel()
@@ -345,10 +343,10 @@ def test_set_qos_prefetch_limits_unacked_deliveries(broker):
         await queue.cancel(tag)
         assert await wait_for_count(watched, 0) == 0
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_queue_get_purge_and_delete(broker):
+def test_queue_get_purge_and_delete(warren):
     async def body(connection):
         channel = await connection.channel()
         name = unique("get")
@@ -383,10 +381,10 @@ def test_queue_get_purge_and_delete(broker):
         with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
             await check.declare_queue(name, passive=True)
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_passive_declare_of_missing_queue_closes_only_that_channel(broker):
+def test_passive_declare_of_missing_queue_closes_only_that_channel(warren):
     async def body(connection):
         channel = await connection.channel()
         survivor = await connection.channel()
@@ -409,10 +407,10 @@ def test_passive_declare_of_missing_queue_closes_only_that_channel(broker):
         redeclared = await fresh.declare_queue(queue.name, passive=True)
         assert redeclared.name == queue.name
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_precondition_failed_on_redeclare_with_other_type(broker):
+def test_precondition_failed_on_redeclare_with_other_type(warren):
     async def body(connection):
         name = unique("typed")
         channel = await connection.channel()
@@ -424,10 +422,10 @@ def test_precondition_failed_on_redeclare_with_other_type(broker):
         with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
             await (await connection.channel()).get_exchange(name, ensure=True)
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_transaction_commit_and_rollback(broker):
+def test_transaction_commit_and_rollback(warren):
     async def body(connection):
         channel = await connection.channel(publisher_confirms=False)
         observer = await connection.channel()
@@ -450,10 +448,10 @@ def test_transaction_commit_and_rollback(broker):
         with pytest.raises(RuntimeError):  # confirm-mode channels refuse transactions
             observer.transaction()
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_transactional_acks_apply_on_commit_only(broker):
+def test_transactional_acks_apply_on_commit_only(warren):
     async def body(connection):
         channel = await connection.channel(publisher_confirms=False)
         observer = await connection.channel()
@@ -475,10 +473,10 @@ def test_transactional_acks_apply_on_commit_only(broker):
         message = await queue.get(no_ack=True)
         assert (message.body, message.redelivered) == (b"b", True)
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_fanout_and_headers_exchanges(broker):
+def test_fanout_and_headers_exchanges(warren):
     async def body(connection):
         channel = await connection.channel()
         fanout = await channel.declare_exchange(unique("fan"), ExchangeType.FANOUT,
@@ -499,10 +497,10 @@ def test_fanout_and_headers_exchanges(broker):
             assert await wait_for_count(queue, 1) == 1
             assert (await queue.get(no_ack=True)).body == expected
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_exchange_to_exchange_binding(broker):
+def test_exchange_to_exchange_binding(warren):
     async def body(connection):
         channel = await connection.channel()
         source = await channel.declare_exchange(unique("src"), ExchangeType.TOPIC)
@@ -521,10 +519,10 @@ def test_exchange_to_exchange_binding(broker):
         finally:
             await source.delete()
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_auto_delete_exchange_goes_with_its_last_binding(broker):
+def test_auto_delete_exchange_goes_with_its_last_binding(warren):
     async def body(connection):
         channel = await connection.channel()
         name = unique("auto")
@@ -537,10 +535,10 @@ def test_auto_delete_exchange_goes_with_its_last_binding(broker):
         with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
             await (await connection.channel()).get_exchange(name, ensure=True)
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_unbind_after_auto_delete_queue_went_is_accepted(broker):
+def test_unbind_after_auto_delete_queue_went_is_accepted(warren):
     """An auto-delete queue goes when its last consumer is cancelled; unbinding it
     afterwards is accepted (RabbitMQ answers Queue.UnbindOk for a missing queue, and
     aio_pika.patterns.RPC.close relies on it: cancel, then unbind, then delete)."""
@@ -563,10 +561,10 @@ def test_unbind_after_auto_delete_queue_went_is_accepted(broker):
         with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
             await (await connection.channel()).declare_queue(queue.name, passive=True)
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_large_message_spans_many_frames(broker):
+def test_large_message_spans_many_frames(warren):
     async def body(connection):
         channel = await connection.channel()
         queue = await exclusive_queue(channel)
@@ -585,16 +583,15 @@ def test_large_message_spans_many_frames(broker):
             assert empty.body == b""
             await empty.ack()
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_broker_cancels_consumer_when_its_queue_is_deleted(broker):
+def test_broker_cancels_consumer_when_its_queue_is_deleted(warren):
     """consumer_cancel_notify: the broker sends Basic.Cancel to the consumer of a
     deleted queue (a plain connection here: a robust one would recover, see below)."""
 
     async def body(_robust_connection):
-        connection = await aio_pika.connect(host=broker.host, port=broker.port,
-                                            login="guest", password="guest", timeout=WAIT)
+        connection = await aio_pika.connect(warren.aio_pika_url, timeout=WAIT)
         async with connection:
             channel = await connection.channel()
             queue = await channel.declare_queue(unique("doomed"))
@@ -621,16 +618,14 @@ def test_broker_cancels_consumer_when_its_queue_is_deleted(broker):
             await channel.default_exchange.publish(Message(b"x"), "amq.nothing",
                                                    mandatory=False)
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_exclusive_queue_is_locked_for_other_connections(broker):
+def test_exclusive_queue_is_locked_for_other_connections(warren):
     async def body(connection):
         channel = await connection.channel()
         queue = await channel.declare_queue(unique("mine"), exclusive=True)
-        other_connection = await aio_pika.connect(
-            host=broker.host, port=broker.port, login="guest", password="guest",
-            timeout=WAIT)
+        other_connection = await aio_pika.connect(warren.aio_pika_url, timeout=WAIT)
         async with other_connection:
             other = await other_connection.channel()
             with pytest.raises(aiormq.exceptions.ChannelLockedResource):
@@ -642,10 +637,10 @@ def test_exclusive_queue_is_locked_for_other_connections(broker):
         await channel.default_exchange.publish(Message(b"still mine"), queue.name)
         assert await wait_for_count(queue, 1) == 1
 
-    run(body, broker)
+    run(body, warren)
 
 
-def test_rpc_pattern_over_reply_queue(broker):
+def test_rpc_pattern_over_reply_queue(warren):
     """aio_pika.patterns.RPC: a request queue, reply_to a server-named exclusive queue."""
 
     async def body(connection):
@@ -667,4 +662,4 @@ def test_rpc_pattern_over_reply_queue(broker):
         await client.close()
         await server.close()
 
-    run(body, broker)
+    run(body, warren)

@@ -94,10 +94,18 @@ class Worker:
 
 
 @pytest.fixture(scope="module")
-def worker(broker):
+def celery_vhost(warren_broker):
+    """A vhost and user of the plugin's broker for this module: the worker runs for the
+    whole module, longer than a test's `warren` vhost lives."""
+    vhost = warren_broker.new_vhost("celery")
+    yield vhost
+    vhost.remove()
+
+
+@pytest.fixture(scope="module")
+def worker(celery_vhost):
     run_id = uuid.uuid4().hex
-    broker_url = f"amqp://guest:guest@{broker.host}:{broker.port}//"
-    started = Worker(broker_url, run_id).start()
+    started = Worker(celery_vhost.url, run_id).start()
     try:
         yield started
         code = started.stop()

@@ -6,6 +6,8 @@ heartbeats on an idle connection.
 Each test runs one scenario of the interop/go program (built once per session by
 go_support) and asserts on the `RESULT key=value` lines it prints. With
 WARREN_TEST_BROKER=host:port the tests run against that broker (RabbitMQ is the reference).
+The program is given a host and a port and logs in as guest on `/` (interop/go/README.md),
+so the tests take the plugin's session broker (`warren_broker`), not a `warren` vhost.
 """
 
 from tests.support.go_support import go_interop  # noqa: F401  (fixture)
@@ -13,8 +15,8 @@ from tests.support.go_support import go_interop  # noqa: F401  (fixture)
 CONFIRM_COUNT = 10_000
 
 
-def test_publisher_confirms_notify_publish_and_deferred(broker, go_interop):
-    run = go_interop.run("confirms", broker, CONFIRM_COUNT)
+def test_publisher_confirms_notify_publish_and_deferred(warren_broker, go_interop):
+    run = go_interop.run("confirms", warren_broker, CONFIRM_COUNT)
     assert run.as_int("next_publish_seq_no") == CONFIRM_COUNT + 1
     assert run.as_int("deferred_tag_mismatch") == 0
     # NotifyPublish: one confirmation per publish (multiple=true acks expanded), in order.
@@ -30,8 +32,8 @@ def test_publisher_confirms_notify_publish_and_deferred(broker, go_interop):
     assert run.as_int("queue_messages") == CONFIRM_COUNT
 
 
-def test_mandatory_unroutable_publish_is_returned(broker, go_interop):
-    run = go_interop.run("return", broker)
+def test_mandatory_unroutable_publish_is_returned(warren_broker, go_interop):
+    run = go_interop.run("return", warren_broker)
     assert run["mandatory_acked"] == "true"
     assert run.as_int("returns_before_ack") == 1   # basic.return precedes its basic.ack
     assert run.as_int("return_code") == 312
@@ -48,8 +50,8 @@ def test_mandatory_unroutable_publish_is_returned(broker, go_interop):
     assert run.as_int("queue_messages") == 1
 
 
-def test_qos_prefetch_with_manual_acks_keeps_order(broker, go_interop):
-    run = go_interop.run("qos", broker, 2000)
+def test_qos_prefetch_with_manual_acks_keeps_order(warren_broker, go_interop):
+    run = go_interop.run("qos", warren_broker, 2000)
     assert run["beyond_prefetch"] == "false"   # nothing past a full window of 10 unacked
     assert run.as_int("received") == 2000
     assert run.as_int("out_of_order") == 0
@@ -60,8 +62,8 @@ def test_qos_prefetch_with_manual_acks_keeps_order(broker, go_interop):
     assert run.as_int("queue_consumers_after") == 0
 
 
-def test_basic_get_message_counts(broker, go_interop):
-    run = go_interop.run("get", broker)
+def test_basic_get_message_counts(warren_broker, go_interop):
+    run = go_interop.run("get", warren_broker)
     assert run["message_counts"] == "4,3,2,1,0"
     assert run["delivery_tags"] == "1,2,3,4,5"
     assert run["bodies"] == "m0,m1,m2,m3,m4"
@@ -69,8 +71,8 @@ def test_basic_get_message_counts(broker, go_interop):
     assert run.as_int("queue_messages_after_ack") == 0
 
 
-def test_transactions_commit_and_rollback(broker, go_interop):
-    run = go_interop.run("tx", broker)
+def test_transactions_commit_and_rollback(warren_broker, go_interop):
+    run = go_interop.run("tx", warren_broker)
     assert run.as_int("ready_after_rollback") == 0
     assert run.as_int("ready_before_commit") == 0
     assert run.as_int("ready_after_commit") == 1
@@ -83,8 +85,8 @@ def test_transactions_commit_and_rollback(broker, go_interop):
     assert run.as_int("ready_after_ack_commit") == 0
 
 
-def test_channel_errors_as_amqp_error(broker, go_interop):
-    run = go_interop.run("errors", broker)
+def test_channel_errors_as_amqp_error(warren_broker, go_interop):
+    run = go_interop.run("errors", warren_broker)
     missing, reserved = run["passive_missing_name"], run["reserved_exchange_name"]
     expected = {   # reply code and RabbitMQ's reply text
         "passive_missing": (404, f"NOT_FOUND - no queue '{missing}' in vhost '/'"),
@@ -106,10 +108,10 @@ def test_channel_errors_as_amqp_error(broker, go_interop):
     assert run["new_channel_works"] == "true"
 
 
-def test_heartbeat_keeps_idle_connection_open(broker, go_interop):
+def test_heartbeat_keeps_idle_connection_open(warren_broker, go_interop):
     # The client drops a connection it reads nothing from for 1.5 s (3 x half the 1 s
     # heartbeat); the program idles 4 s, so the broker must be sending heartbeats.
-    run = go_interop.run("heartbeat", broker)
+    run = go_interop.run("heartbeat", warren_broker)
     assert run["heartbeat_seconds"] == "1"
     assert run["closed_during_idle"] == "none"
     assert run["open_after_idle"] == "true"

@@ -5,7 +5,9 @@ a broker restart, and channel error codes.
 Each test runs one program of interop/java/ (compiled once per session by java_support)
 and asserts on the `RESULT key=value` lines it prints. With WARREN_TEST_BROKER=host:port
 every test except the recovery one runs against that broker (RabbitMQ is the reference);
-the recovery test restarts a dedicated Warren and so is Warren-only.
+the recovery test restarts a dedicated Warren and so is Warren-only. The programs are
+given a host and a port and log in as guest on `/` (interop/java/README.md), so the tests
+take the plugin's session broker (`warren_broker`), not a `warren` vhost.
 """
 
 import pytest
@@ -15,8 +17,8 @@ from tests.support.java_support import java_programs  # noqa: F401  (fixture)
 CONFIRM_COUNT = 100_000
 
 
-def test_publisher_confirms_async_sync_and_return(broker, java_programs):
-    run = java_programs.run("Confirms", broker, CONFIRM_COUNT, timeout=90)
+def test_publisher_confirms_async_sync_and_return(warren_broker, java_programs):
+    run = java_programs.run("Confirms", warren_broker, CONFIRM_COUNT, timeout=90)
     # Asynchronous: every publish acked exactly once, counting multiple=true ranges.
     assert run["async_wait_for_confirms"] == "true"
     assert run.as_int("async_acked") == CONFIRM_COUNT
@@ -33,8 +35,8 @@ def test_publisher_confirms_async_sync_and_return(broker, java_programs):
     assert run["return_events"] == "return:312:NO_ROUTE:amq.direct:unroutable,ack:1"
 
 
-def test_qos_prefetch_with_batched_manual_acks(broker, java_programs):
-    run = java_programs.run("QosConsumer", broker, 2000)
+def test_qos_prefetch_with_batched_manual_acks(warren_broker, java_programs):
+    run = java_programs.run("QosConsumer", warren_broker, 2000)
     assert run.as_int("received") == 2000
     assert run.as_int("out_of_order") == 0
     assert run.as_int("redelivered") == 0
@@ -42,15 +44,15 @@ def test_qos_prefetch_with_batched_manual_acks(broker, java_programs):
     assert run.as_int("queue_messages_after") == 0
 
 
-def test_basic_get_message_counts(broker, java_programs):
-    run = java_programs.run("BasicGet", broker)
+def test_basic_get_message_counts(warren_broker, java_programs):
+    run = java_programs.run("BasicGet", warren_broker)
     assert run["message_counts"] == "4,3,2,1,0"
     assert run["bodies"] == "m0,m1,m2,m3,m4"
     assert run["empty_response"] == "null"
 
 
-def test_transactions_publish_and_ack(broker, java_programs):
-    run = java_programs.run("Tx", broker)
+def test_transactions_publish_and_ack(warren_broker, java_programs):
+    run = java_programs.run("Tx", warren_broker)
     assert run.as_int("ready_after_rollback") == 0
     assert run.as_int("ready_before_commit") == 0
     assert run.as_int("ready_after_commit") == 1
@@ -62,15 +64,15 @@ def test_transactions_publish_and_ack(broker, java_programs):
     assert run.as_int("ready_after_ack_commit") == 0
 
 
-def test_large_body_with_small_frame_max(broker, java_programs):
-    run = java_programs.run("LargeBody", broker)
+def test_large_body_with_small_frame_max(warren_broker, java_programs):
+    run = java_programs.run("LargeBody", warren_broker)
     assert run.as_int("frame_max") == 4096
     assert run.as_int("received_length") == 5 * 1024 * 1024
     assert run["received_sha256"] == run["sent_sha256"]
 
 
-def test_heartbeats_keep_idle_connection_open(broker, java_programs):
-    run = java_programs.run("Heartbeat", broker)
+def test_heartbeats_keep_idle_connection_open(warren_broker, java_programs):
+    run = java_programs.run("Heartbeat", warren_broker)
     assert run.as_int("heartbeat") == 1
     assert run["shutdown_during_idle"] == "none"
     assert run["open_after_idle"] == "true"
@@ -100,8 +102,8 @@ def test_automatic_recovery_across_broker_restart(broker_factory, java_programs)
     assert run.as_int("stray_messages") == 0
 
 
-def test_channel_error_codes(broker, java_programs):
-    run = java_programs.run("Errors", broker)
+def test_channel_error_codes(warren_broker, java_programs):
+    run = java_programs.run("Errors", warren_broker)
     missing, reserved = run["passive_missing_name"], run["reserved_exchange_name"]
     expected = {   # reply code, RabbitMQ's reply text, failing class.method id
         "passive_missing": ("404", f"NOT_FOUND - no queue '{missing}' in vhost '/'", "50.10"),
@@ -120,7 +122,7 @@ def test_channel_error_codes(broker, java_programs):
     assert run["new_channel_works"] == "true"
 
 
-def test_rpc_client_with_direct_reply_to(broker, java_programs):
-    run = java_programs.run("DirectReplyRpc", broker)
+def test_rpc_client_with_direct_reply_to(warren_broker, java_programs):
+    run = java_programs.run("DirectReplyRpc", warren_broker)
     assert run["answers"] == "ONE,TWO,THREE"
     assert run["reply_to_rewritten"] == "true"

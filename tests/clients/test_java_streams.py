@@ -9,7 +9,9 @@ each test asserts on one scenario's `RESULT key=value` lines.
 
 With WARREN_TEST_BROKER=host:port the tests run against that broker; RabbitMQ 3.10 is the
 reference. Note that RabbitMQ refuses an auto-ack consumer on a stream with a connection
-error (540 NOT_IMPLEMENTED), not with a 406 channel error.
+error (540 NOT_IMPLEMENTED), not with a 406 channel error. The program is given a host
+and a port and logs in as guest on `/` (interop/java/README.md): the module takes the
+plugin's session broker (`warren_broker`).
 """
 
 import pytest
@@ -21,8 +23,8 @@ BATCH2_COUNT = 100   # StreamReplay.BATCH2
 
 
 @pytest.fixture(scope="module")
-def stream_run(broker, java_programs):
-    return java_programs.run("StreamReplay", broker, STREAM_COUNT, timeout=120)
+def stream_run(warren_broker, java_programs):
+    return java_programs.run("StreamReplay", warren_broker, STREAM_COUNT, timeout=120)
 
 
 def assert_replay(run, name: str, first: int, count: int) -> None:

@@ -1,8 +1,9 @@
 """kombu (on py-amqp, the transport Celery uses) against the broker.
 
-The broker is the session-wide `broker` fixture from tests/conftest.py (Warren, or the
-broker named by WARREN_TEST_BROKER), shared by every test, so every name is unique (uuid)
-and what a test declares is auto-delete or exclusive, or deleted before the test ends.
+Each test has a vhost and user of its own (the `warren` fixture; on Warren, or on the
+broker named by WARREN_TEST_BROKER), removed with what it holds at teardown; names are
+still unique (uuid), and what a test declares is auto-delete or exclusive, or deleted
+before the test ends.
 Waits are bounded: `drain_until` drains events until a condition holds or WAIT passes.
 """
 
@@ -24,16 +25,16 @@ def unique(prefix: str = "t") -> str:
     return f"kombu-{prefix}-{uuid.uuid4().hex}"
 
 
-def connect(broker, **kwargs) -> Connection:
+def connect(warren, **kwargs) -> Connection:
     kwargs.setdefault("connect_timeout", WAIT)
-    connection = Connection(f"amqp://guest:guest@{broker.host}:{broker.port}//", **kwargs)
+    connection = Connection(warren.url, **kwargs)
     connection.connect()
     return connection
 
 
 @pytest.fixture
-def conn(broker):
-    connection = connect(broker)
+def conn(warren):
+    connection = connect(warren)
     yield connection
     connection.release()
 
@@ -331,8 +332,8 @@ def test_prefetch_count_limits_unacked_deliveries(conn):
     assert [message.payload["n"] for message in held] == [0, 1, 2, 3]
 
 
-def test_confirm_publish_and_mandatory_return(broker):
-    connection = connect(broker, transport_options={"confirm_publish": True})
+def test_confirm_publish_and_mandatory_return(warren):
+    connection = connect(warren, transport_options={"confirm_publish": True})
     try:
         channel = connection.channel()
         queue = Queue(unique("confirmed"), exclusive=True)
@@ -390,8 +391,8 @@ def test_broadcast_fanout_reaches_every_consumer(conn):
     assert len(set(got)) == 3
 
 
-def test_heartbeat_is_negotiated_and_checked(broker):
-    connection = connect(broker, heartbeat=10)
+def test_heartbeat_is_negotiated_and_checked(warren):
+    connection = connect(warren, heartbeat=10)
     try:
         assert connection.connection.heartbeat == 10  # the lower of client's and server's
         connection.heartbeat_check()  # sends a heartbeat frame when one is due

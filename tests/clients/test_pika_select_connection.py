@@ -16,14 +16,14 @@ SAFETY_TIMEOUT = 10.0
 class Scenario:
     """Runs a SelectConnection until it closes; records what happened."""
 
-    def __init__(self, broker, on_channel_open=None, **connection_kwargs):
+    def __init__(self, target, on_channel_open=None, **connection_kwargs):
         self.timed_out = False
         self.open_error = None
         self.close_reason = None
         self.events = []
         self._on_channel_open = on_channel_open
         self.connection = pika.SelectConnection(
-            params(broker, **connection_kwargs),
+            params(target, **connection_kwargs),
             on_open_callback=self._on_open,
             on_open_error_callback=self._on_open_error,
             on_close_callback=self._on_close)
@@ -69,18 +69,18 @@ class Scenario:
         assert self.close_reason.reply_code == 200
 
 
-def test_open_and_close(broker):
+def test_open_and_close(warren):
     def on_channel_open(scenario, channel):
         channel.add_on_close_callback(
             lambda ch, reason: (scenario.events.append("channel closed"), scenario.finish()))
         channel.close()
 
-    scenario = Scenario(broker, on_channel_open).run()
+    scenario = Scenario(warren, on_channel_open).run()
     scenario.assert_clean_close()
     assert scenario.events == ["connection open", "channel open", "channel closed"]
 
 
-def test_declare_publish_consume_ack(broker):
+def test_declare_publish_consume_ack(warren):
     bodies = [f"message {n}".encode() for n in range(5)]
     received = []
     state = {}
@@ -119,14 +119,14 @@ def test_declare_publish_consume_ack(broker):
         state["remaining"] = (frame.method.message_count, frame.method.consumer_count)
         scenario.finish()
 
-    scenario = Scenario(broker, on_channel_open).run()
+    scenario = Scenario(warren, on_channel_open).run()
     scenario.assert_clean_close()
     assert received == [(False, "text/plain", body) for body in bodies]
     assert ("cancel ok", state["tag"]) in scenario.events
     assert state["remaining"] == (0, 0)
 
 
-def test_topic_exchange_routing(broker, names):
+def test_topic_exchange_routing(warren, names):
     exchange = names.exchange()
     received = []
 
@@ -154,14 +154,14 @@ def test_topic_exchange_routing(broker, names):
         if body == b"end":
             scenario.finish()
 
-    scenario = Scenario(broker, on_channel_open).run()
+    scenario = Scenario(warren, on_channel_open).run()
     scenario.assert_clean_close()
     assert received == [("logs.web.error", b"logs.web.error"),
                         ("logs.db.error", b"logs.db.error"),
                         ("logs.end.error", b"end")]
 
 
-def test_channel_error_is_reported_and_connection_continues(broker):
+def test_channel_error_is_reported_and_connection_continues(warren):
     missing = unique("missing")
     state = {}
 
@@ -181,15 +181,15 @@ def test_channel_error_is_reported_and_connection_continues(broker):
         state["queue"] = frame.method.queue
         scenario.finish()
 
-    scenario = Scenario(broker, on_channel_open).run()
+    scenario = Scenario(warren, on_channel_open).run()
     scenario.assert_clean_close()
     assert isinstance(state["reason"], pika.exceptions.ChannelClosedByBroker)
     assert state["reason"].reply_code == 404
     assert state["queue"].startswith("amq.gen-")
 
 
-def test_wrong_credentials_reported_to_open_error_callback(broker):
-    scenario = Scenario(broker, credentials=pika.PlainCredentials("guest", "wrong")).run()
+def test_wrong_credentials_reported_to_open_error_callback(warren):
+    scenario = Scenario(warren, credentials=pika.PlainCredentials(warren.user, "wrong")).run()
     assert not scenario.timed_out
     assert isinstance(scenario.open_error, pika.exceptions.ProbableAuthenticationError)
     assert scenario.events == []

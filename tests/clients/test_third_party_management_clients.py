@@ -1,7 +1,8 @@
 """Management API clients written for RabbitMQ, used unchanged: pyrabbit2 (PyPI) and
 rabbitmqadmin (the HTTP API's command line tool that Debian's rabbitmq-server package
 ships). Runs against Warren and, in the RabbitMQ run, against RabbitMQ's management
-plugin: the same calls, the same results."""
+plugin: the same calls, the same results. The clients log in as guest, an administrator,
+to the session broker (`warren_broker`, `api`): they make users and vhosts of their own."""
 
 import json
 import subprocess
@@ -20,12 +21,12 @@ def unique(prefix: str) -> str:
 
 
 @pytest.fixture
-def client(broker):
-    netloc = urllib.parse.urlsplit(broker.management_url).netloc
+def client(warren_broker):
+    netloc = urllib.parse.urlsplit(warren_broker.management_url).netloc
     return Client(netloc, "guest", "guest", timeout=30)
 
 
-def test_pyrabbit2_declares_publishes_gets_and_deletes(client, broker):
+def test_pyrabbit2_declares_publishes_gets_and_deletes(client, warren_broker):
     vhost, user = unique("pyrabbit-vhost"), unique("pyrabbit-user")
     assert client.is_alive()
     client.create_vhost(vhost)
@@ -45,7 +46,7 @@ def test_pyrabbit2_declares_publishes_gets_and_deletes(client, broker):
 
         credentials = pika.PlainCredentials(user, "s3cret")
         connection = pika.BlockingConnection(pika.ConnectionParameters(
-            broker.host, broker.port, vhost, credentials))
+            warren_broker.host, warren_broker.port, vhost, credentials))
         try:
             connection.channel().basic_publish("orders", "eu.de", b"hallo")
         finally:
@@ -61,14 +62,14 @@ def test_pyrabbit2_declares_publishes_gets_and_deletes(client, broker):
     assert vhost not in client.get_vhost_names()
 
 
-def closed_by(broker, prefix: str, close) -> int:
+def closed_by(warren_broker, api, prefix: str, close) -> int:
     """Open a named pika connection, have `close(api_name)` close it through the API
     client under test, and return the reply code pika was closed with."""
     name = unique(prefix)
     connection = pika.BlockingConnection(pika.ConnectionParameters(
-        broker.host, broker.port, client_properties={"connection_name": name}))
+        warren_broker.host, warren_broker.port, client_properties={"connection_name": name}))
     try:
-        listed = broker.management().wait_for("/api/connections", lambda connections: any(
+        listed = api.wait_for("/api/connections", lambda connections: any(
             c.get("client_properties", {}).get("connection_name") == name
             for c in connections))
         close(next(c["name"] for c in listed
@@ -82,13 +83,13 @@ def closed_by(broker, prefix: str, close) -> int:
             connection.close()
 
 
-def test_pyrabbit2_closes_a_connection(client, broker):
+def test_pyrabbit2_closes_a_connection(client, warren_broker, api):
     # pyrabbit2 quotes the name itself
-    assert closed_by(broker, "pyrabbit-conn", client.delete_connection) == 320
+    assert closed_by(warren_broker, api, "pyrabbit-conn", client.delete_connection) == 320
 
 
-def rabbitmqadmin(broker, *arguments: str) -> str:
-    url = urllib.parse.urlsplit(broker.management_url)
+def rabbitmqadmin(warren_broker, *arguments: str) -> str:
+    url = urllib.parse.urlsplit(warren_broker.management_url)
     result = subprocess.run(
         [RABBITMQADMIN, "-H", url.hostname, "-P", str(url.port), "-u", "guest",
          "-p", "guest", *arguments], capture_output=True, text=True, timeout=60)
@@ -96,39 +97,39 @@ def rabbitmqadmin(broker, *arguments: str) -> str:
     return result.stdout
 
 
-def test_rabbitmqadmin_declares_publishes_gets_lists_and_exports(broker, tmp_path):
+def test_rabbitmqadmin_declares_publishes_gets_lists_and_exports(warren_broker, tmp_path):
     queue = unique("admin-queue")
-    rabbitmqadmin(broker, "declare", "queue", f"name={queue}", "durable=true")
+    rabbitmqadmin(warren_broker, "declare", "queue", f"name={queue}", "durable=true")
     try:
-        rabbitmqadmin(broker, "publish", "exchange=amq.default", f"routing_key={queue}",
+        rabbitmqadmin(warren_broker, "publish", "exchange=amq.default", f"routing_key={queue}",
                       "payload=hello")
-        got = json.loads(rabbitmqadmin(broker, "-f", "raw_json", "get", f"queue={queue}",
-                                       "ackmode=ack_requeue_false"))
+        got = json.loads(rabbitmqadmin(warren_broker, "-f", "raw_json", "get",
+                                       f"queue={queue}", "ackmode=ack_requeue_false"))
         assert [message["payload"] for message in got] == ["hello"]
-        listed = json.loads(rabbitmqadmin(broker, "-f", "raw_json", "list", "queues"))
+        listed = json.loads(rabbitmqadmin(warren_broker, "-f", "raw_json", "list", "queues"))
         assert queue in [entry["name"] for entry in listed]
-        assert "amq.topic" in rabbitmqadmin(broker, "list", "exchanges")
-        rabbitmqadmin(broker, "export", str(tmp_path / "definitions.json"))
+        assert "amq.topic" in rabbitmqadmin(warren_broker, "list", "exchanges")
+        rabbitmqadmin(warren_broker, "export", str(tmp_path / "definitions.json"))
         exported = json.loads((tmp_path / "definitions.json").read_text())
         assert {"name": queue, "vhost": "/", "durable": True} .items() <= next(
             entry for entry in exported["queues"] if entry["name"] == queue).items()
     finally:
-        rabbitmqadmin(broker, "delete", "queue", f"name={queue}")
-    listed = json.loads(rabbitmqadmin(broker, "-f", "raw_json", "list", "queues"))
+        rabbitmqadmin(warren_broker, "delete", "queue", f"name={queue}")
+    listed = json.loads(rabbitmqadmin(warren_broker, "-f", "raw_json", "list", "queues"))
     assert queue not in [entry["name"] for entry in listed]
 
 
-def test_rabbitmqadmin_manages_a_vhost_named_with_a_slash(broker, tmp_path):
+def test_rabbitmqadmin_manages_a_vhost_named_with_a_slash(warren_broker, tmp_path):
     """Every verb in a vhost "admin/…" (rabbitmqadmin quotes it as one segment; not a
     space: its `list` writes one as "+", which neither broker reads as a space); get's
     count is sent as the string "1"; a vhost's export imported back restores it."""
     vhost, user = f"admin/{unique('vhost')}", unique("admin-user")
     def in_vhost(*arguments: str) -> str:
-        return rabbitmqadmin(broker, "-V", vhost, *arguments)
-    rabbitmqadmin(broker, "declare", "vhost", f"name={vhost}")
+        return rabbitmqadmin(warren_broker, "-V", vhost, *arguments)
+    rabbitmqadmin(warren_broker, "declare", "vhost", f"name={vhost}")
     try:
-        rabbitmqadmin(broker, "declare", "user", f"name={user}", "password=pw", "tags=")
-        rabbitmqadmin(broker, "declare", "permission", f"vhost={vhost}", f"user={user}",
+        rabbitmqadmin(warren_broker, "declare", "user", f"name={user}", "password=pw", "tags=")
+        rabbitmqadmin(warren_broker, "declare", "permission", f"vhost={vhost}", f"user={user}",
                       "configure=.*", "write=.*", "read=.*")
         in_vhost("declare", "exchange", "name=orders", "type=topic", "durable=true")
         in_vhost("declare", "queue", "name=orders.eu", "durable=true",
@@ -150,7 +151,7 @@ def test_rabbitmqadmin_manages_a_vhost_named_with_a_slash(broker, tmp_path):
         bindings = json.loads(in_vhost("-f", "raw_json", "list", "bindings"))
         assert ("orders", "orders.eu", "eu.#") in [
             (b["source"], b["destination"], b["routing_key"]) for b in bindings]
-        permissions = json.loads(rabbitmqadmin(broker, "-f", "raw_json", "list",
+        permissions = json.loads(rabbitmqadmin(warren_broker, "-f", "raw_json", "list",
                                                "permissions"))
         assert (vhost, user) in [(p["vhost"], p["user"]) for p in permissions]
 
@@ -170,12 +171,12 @@ def test_rabbitmqadmin_manages_a_vhost_named_with_a_slash(broker, tmp_path):
         assert ("orders", "orders.eu", "eu.#") in [
             (b["source"], b["destination"], b["routing_key"]) for b in restored]
     finally:
-        rabbitmqadmin(broker, "delete", "user", f"name={user}")
-        rabbitmqadmin(broker, "delete", "vhost", f"name={vhost}")
-    vhosts = json.loads(rabbitmqadmin(broker, "-f", "raw_json", "list", "vhosts"))
+        rabbitmqadmin(warren_broker, "delete", "user", f"name={user}")
+        rabbitmqadmin(warren_broker, "delete", "vhost", f"name={vhost}")
+    vhosts = json.loads(rabbitmqadmin(warren_broker, "-f", "raw_json", "list", "vhosts"))
     assert vhost not in [entry["name"] for entry in vhosts]
 
 
-def test_rabbitmqadmin_closes_a_connection(broker):
-    assert closed_by(broker, "admin-conn", lambda target: rabbitmqadmin(
-        broker, "close", "connection", f"name={target}")) == 320
+def test_rabbitmqadmin_closes_a_connection(warren_broker, api):
+    assert closed_by(warren_broker, api, "admin-conn", lambda target: rabbitmqadmin(
+        warren_broker, "close", "connection", f"name={target}")) == 320

@@ -229,12 +229,12 @@ def test_recover_without_requeue_is_not_implemented(conn, chan):
     assert "NOT_IMPLEMENTED" in error.reply_text
 
 
-def test_unacked_messages_return_when_the_connection_closes(broker, chan, names):
+def test_unacked_messages_return_when_the_connection_closes(warren, chan, names):
     queue = names.queue()
     chan.queue_declare(queue)
     publish_bodies(chan, "", queue, ["a", "b", "c"])
     assert wait_for_count(chan, queue, 3) == 3
-    worker = connect(broker)
+    worker = connect(warren)
     try:
         channel = worker.channel()
         received = []
@@ -247,12 +247,12 @@ def test_unacked_messages_return_when_the_connection_closes(broker, chan, names)
     assert contents(chan, queue) == [("b", True), ("c", True)]
 
 
-def test_unacked_messages_return_when_the_connection_drops(broker, chan, names):
+def test_unacked_messages_return_when_the_connection_drops(warren, chan, names):
     queue = names.queue()
     chan.queue_declare(queue)
     publish_bodies(chan, "", queue, ["x", "y"])
     assert wait_for_count(chan, queue, 2) == 2
-    worker = connect(broker)
+    worker = connect(warren)
     channel = worker.channel()
     received = []
     channel.basic_consume(queue, lambda ch, method, props, body: received.append(body))

@@ -14,7 +14,6 @@ import pytest
 from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
     _test_deadline, close_quietly, connect, unique, wait_for_count,
 )
-from tests.support.tenants import guest_vhost
 
 PIKA_TEST_TIMEOUT = 120
 TYPES = {"classic": {}, "quorum": {"x-queue-type": "quorum"},
@@ -64,16 +63,20 @@ IGNORED = {"x-ha-policy", "x-made-up"}
 
 
 @pytest.fixture(scope="module")
-def vhost(broker):
-    with guest_vhost(broker, "argsweep") as (_, name):
-        yield name
+def sweep_vhost(warren_broker):
+    """A vhost and user of the session broker that the module's tests share (a `warren`
+    vhost lives for one test only)."""
+    made = warren_broker.new_vhost("argsweep")
+    yield made
+    made.remove()
 
 
 @pytest.fixture
-def declare(broker, vhost):
+def declare(sweep_vhost):
     """declare(queue_type, arguments, name=None) -> None on success, else the 406 text
     with the queue's name as {q} and the vhost's as {v}; the queues are deleted after."""
-    connection = connect(broker, virtual_host=vhost)
+    vhost = sweep_vhost.vhost
+    connection = connect(sweep_vhost)
     state = {"channel": connection.channel()}
     names = []
 

@@ -13,8 +13,8 @@ from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline, chan, c
 )
 
 
-def test_connection_opens_and_closes_cleanly(broker):
-    connection = connect(broker)
+def test_connection_opens_and_closes_cleanly(warren):
+    connection = connect(warren)
     assert connection.is_open
     channel = connection.channel()
     assert channel.is_open
@@ -44,16 +44,16 @@ def test_tune_limits_are_usable(conn):
     assert tuned.frame_max == 131072
 
 
-def test_default_heartbeat_is_the_servers_proposal(broker):
-    connection = connect(broker)  # pika's default: accept the server's heartbeat
+def test_default_heartbeat_is_the_servers_proposal(warren):
+    connection = connect(warren)  # pika's default: accept the server's heartbeat
     try:
         assert connection._impl.params.heartbeat == 60
     finally:
         connection.close()
 
 
-def test_heartbeat_zero_disables_heartbeats(broker):
-    connection = connect(broker, heartbeat=0)
+def test_heartbeat_zero_disables_heartbeats(warren):
+    connection = connect(warren, heartbeat=0)
     try:
         assert connection._impl.params.heartbeat == 0
         assert connection._impl._heartbeat_checker is None
@@ -63,8 +63,8 @@ def test_heartbeat_zero_disables_heartbeats(broker):
         connection.close()
 
 
-def test_negotiated_heartbeat_is_honoured_by_the_server(broker):
-    connection = connect(broker, heartbeat=1)
+def test_negotiated_heartbeat_is_honoured_by_the_server(warren):
+    connection = connect(warren, heartbeat=1)
     try:
         assert connection._impl.params.heartbeat == 1
         checker = connection._impl._heartbeat_checker
@@ -80,33 +80,33 @@ def test_negotiated_heartbeat_is_honoured_by_the_server(broker):
         connection.close()
 
 
-def test_wrong_password_is_refused(broker):
+def test_wrong_password_is_refused(warren):
     with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
-        connect(broker, credentials=pika.PlainCredentials("guest", "not-the-password"))
+        connect(warren, credentials=pika.PlainCredentials(warren.user, "not-the-password"))
     # pika advertises authentication_failure_close, so the broker explains itself with
     # Connection.Close 403 ACCESS_REFUSED instead of dropping the socket.
     assert "403" in str(info.value)
     assert "ACCESS_REFUSED" in str(info.value)
 
 
-def test_unknown_user_is_refused(broker):
+def test_unknown_user_is_refused(warren):
     with pytest.raises(pika.exceptions.ProbableAuthenticationError) as info:
-        connect(broker, credentials=pika.PlainCredentials(f"nobody-{uuid.uuid4().hex}", "x"))
+        connect(warren, credentials=pika.PlainCredentials(f"nobody-{uuid.uuid4().hex}", "x"))
     assert "403" in str(info.value)
 
 
-def test_unknown_vhost_is_refused_with_530(broker):
+def test_unknown_vhost_is_refused_with_530(warren):
     vhost = f"no-such-vhost-{uuid.uuid4().hex}"
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as info:
-        connect(broker, virtual_host=vhost)
+        connect(warren, virtual_host=vhost)
     assert "530" in str(info.value)
     assert "NOT_ALLOWED" in str(info.value)
 
 
-def test_refused_login_leaves_the_broker_serving_others(broker):
+def test_refused_login_leaves_the_broker_serving_others(warren):
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
-        connect(broker, credentials=pika.PlainCredentials("guest", "wrong"))
-    connection = connect(broker)
+        connect(warren, credentials=pika.PlainCredentials(warren.user, "wrong"))
+    connection = connect(warren)
     try:
         assert connection.channel().is_open
     finally:
@@ -173,8 +173,8 @@ def test_closing_a_channel_cancels_its_consumers_and_requeues_unacked(conn, name
     assert method.redelivered is True
 
 
-def test_closing_the_connection_closes_every_channel(broker):
-    connection = connect(broker)
+def test_closing_the_connection_closes_every_channel(warren):
+    connection = connect(warren)
     channels = [connection.channel() for _ in range(3)]
     connection.close()
     assert all(channel.is_closed for channel in channels)
@@ -195,9 +195,9 @@ def test_channel_flow_active_false_is_not_implemented(conn, chan):
     assert "NOT_IMPLEMENTED" in error.reply_text
 
 
-def test_connection_parameters_with_client_properties(broker):
+def test_connection_parameters_with_client_properties(warren):
     connection = pika.BlockingConnection(params(
-        broker, client_properties={"connection_name": "warren-test", "app": {"nested": 1}}))
+        warren, client_properties={"connection_name": "warren-test", "app": {"nested": 1}}))
     try:
         assert connection.channel().is_open
     finally:

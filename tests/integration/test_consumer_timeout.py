@@ -155,8 +155,8 @@ def test_consumers_that_ack_in_time_or_need_no_acks_are_left_alone(timeout_broke
 
 @pytest.mark.warren_only("RabbitMQ 3.10 ignores x-consumer-timeout (3.12 and later "
                          "honour it)")
-def test_the_queue_argument_overrides_the_broker_timeout(broker):
-    connection = connect(broker)     # the shared broker: the 30-minute default
+def test_the_queue_argument_overrides_the_broker_timeout(warren):
+    connection = connect(warren)     # the session broker: its 30-minute default
     try:
         queue = unique("ctimeout-arg")
         watched = hold_one_unacked(connection, queue, arguments={"x-consumer-timeout": 500})
@@ -171,8 +171,8 @@ def test_the_queue_argument_overrides_the_broker_timeout(broker):
 @pytest.mark.warren_only("RabbitMQ 3.10 refuses the consumer-timeout policy key (3.12 "
                          "and later honour it)")
 def test_the_policy_overrides_the_broker_timeout_and_the_lower_of_it_and_the_argument_wins(
-        broker, warren):
-    broker.admin().set_policy(warren.vhost, "timeout", "^ctimeout-",
+        broker_admin, warren):
+    broker_admin.set_policy(warren.vhost, "timeout", "^ctimeout-",
                               {"consumer-timeout": 600})
     connection = pika.BlockingConnection(warren.connection_parameters())
     try:
@@ -187,8 +187,8 @@ def test_the_policy_overrides_the_broker_timeout_and_the_lower_of_it_and_the_arg
 
 @pytest.mark.warren_only("RabbitMQ 3.10 accepts any x-consumer-timeout, as an argument "
                          "it does not know (3.12 and later check it)")
-def test_a_negative_queue_argument_is_refused(broker):
-    connection = connect(broker)
+def test_a_negative_queue_argument_is_refused(warren):
+    connection = connect(warren)
     try:
         channel = connection.channel()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:

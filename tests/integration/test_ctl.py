@@ -1,7 +1,9 @@
 """`warren ctl`, run as a subprocess against the test broker's management API: each
 verb's effect (seen through the API or AMQP), both formatters, and the exit codes and
 messages of failures. Runs against Warren and, with WARREN_TEST_BROKER and
-WARREN_TEST_MANAGEMENT, against RabbitMQ's management plugin."""
+WARREN_TEST_MANAGEMENT, against RabbitMQ's management plugin. The tests work as guest on
+`/` of the session broker (`warren_broker`), not in a `warren` vhost: ctl's default vhost
+is `/`, and its banners and rows name it."""
 
 import json
 import socket
@@ -25,15 +27,15 @@ def run_ctl(url: str, *arguments: str, stdin: str | None = None,
 
 
 @pytest.fixture
-def ctl(broker):
-    assert broker.management_url, "set WARREN_TEST_MANAGEMENT with WARREN_TEST_BROKER"
-    return lambda *arguments, **options: run_ctl(broker.management_url, *arguments,
+def ctl(warren_broker):
+    assert warren_broker.management_url, "set WARREN_TEST_MANAGEMENT with WARREN_TEST_BROKER"
+    return lambda *arguments, **options: run_ctl(warren_broker.management_url, *arguments,
                                                  **options)
 
 
 @pytest.fixture
-def guest_channel(broker):
-    connection = connect(broker)
+def guest_channel(warren_broker):
+    connection = connect(warren_broker)
     yield connection.channel()
     close_quietly(connection)
 
@@ -280,9 +282,9 @@ def test_delete_queue_honours_if_empty_and_reports_the_messages(ctl, guest_chann
         api.delete(f"/api/queues/%2F/{queue}")
 
 
-def test_close_connection_closes_it_with_the_reason(ctl, broker, api):
+def test_close_connection_closes_it_with_the_reason(ctl, warren_broker, api):
     label = unique("ctl-conn")
-    connection = connect(broker, client_properties={"connection_name": label})
+    connection = connect(warren_broker, client_properties={"connection_name": label})
     try:
         listed = api.wait_for("/api/connections", lambda connections: any(
             info.get("client_properties", {}).get("connection_name") == label

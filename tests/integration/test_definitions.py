@@ -1,6 +1,7 @@
 """Definitions (RabbitMQ's JSON of users, vhosts, permissions, policies and topology)
 over /api/definitions, at boot (--load-definitions), and between Warren and RabbitMQ 3.10
-in both directions. The first tests run against either broker; the others need a Warren
+in both directions. The first tests run against either broker (its management API as
+guest, `api`, for definitions are broker-wide: users and vhosts); the others need a Warren
 beside a RabbitMQ node."""
 
 import base64
@@ -99,8 +100,7 @@ def forget(api, suffix: str) -> None:
     api.delete(f"/api/vhosts/defs-vhost-{suffix}")
 
 
-def test_the_export_has_rabbitmqs_sections(broker):
-    api = broker.management()
+def test_the_export_has_rabbitmqs_sections(api):
     exported = api.json("/api/definitions")
     assert set(SECTIONS) <= set(exported)
     assert all(isinstance(exported[key], list) for key in SECTIONS[4:])
@@ -114,8 +114,7 @@ def test_the_export_has_rabbitmqs_sections(broker):
     assert all("vhost" not in queue for queue in per_vhost["queues"])
 
 
-def test_imported_definitions_give_the_users_vhosts_and_topology(broker, suffix):
-    api = broker.management()
+def test_imported_definitions_give_the_users_vhosts_and_topology(api, warren_broker, suffix):
     document = sample(suffix)
     try:
         assert api.post("/api/definitions", document).status_code == 204
@@ -128,7 +127,7 @@ def test_imported_definitions_give_the_users_vhosts_and_topology(broker, suffix)
         assert listed["policies"][0][:4] == ("cap", "^capped", "queues", 2)
         assert listed["topic_permissions"] == [(user, "amq.topic", "^a", ".*")]
         assert api.json(f"/api/users/{user}")["tags"] == ["management"]
-        connection = connect(broker, user, "secret", vhost)
+        connection = connect(warren_broker, user, "secret", vhost)
         channel = connection.channel()
         channel.confirm_delivery()
         for number in range(5):
@@ -141,8 +140,7 @@ def test_imported_definitions_give_the_users_vhosts_and_topology(broker, suffix)
 
 
 @pytest.mark.warren_only("RabbitMQ 3.10 accepts other hashing algorithms")
-def test_an_unknown_hashing_algorithm_is_refused_before_anything_changes(broker, suffix):
-    api = broker.management()
+def test_an_unknown_hashing_algorithm_is_refused_before_anything_changes(api, suffix):
     document = sample(suffix)
     document["users"][0]["hashing_algorithm"] = "rabbit_password_hashing_md5"
     refused = api.post("/api/definitions", document)

@@ -44,7 +44,7 @@ def test_the_reply_consumer_must_not_ack(conn, chan):
 
 
 
-def test_a_reply_address_can_be_declared_while_its_requester_consumes(conn, chan):
+def test_a_reply_address_can_be_declared_while_its_requester_consumes(warren, conn, chan):
     """RPC servers may check a reply_to before answering: RabbitMQ answers a declare of
     amq.rabbitmq.reply-to and of a live reply address as of a queue with one consumer
     (no permission needed), and a 404 for an address nobody consumes any more."""
@@ -64,4 +64,5 @@ def test_a_reply_address_can_be_declared_while_its_requester_consumes(conn, chan
     checker = conn.channel()
     error = expect_channel_error(conn, checker, 404,
                                  lambda: checker.queue_declare(reply_to[0], passive=True))
-    assert error.reply_text == f"NOT_FOUND - no queue '{reply_to[0]}' in vhost '/'"
+    assert error.reply_text == (
+        f"NOT_FOUND - no queue '{reply_to[0]}' in vhost '{warren.vhost}'")

@@ -75,8 +75,8 @@ def test_channel_error_removes_that_channels_consumers(conn, chan, names):
     assert wait_for_count(chan, queue, 0, field="consumer_count") == 0
 
 
-def test_channel_error_does_not_disturb_other_connections(broker, conn, chan):
-    other = connect(broker)
+def test_channel_error_does_not_disturb_other_connections(warren, conn, chan):
+    other = connect(warren)
     try:
         other_channel = other.channel()
         queue = exclusive_queue(other_channel)
@@ -88,9 +88,9 @@ def test_channel_error_does_not_disturb_other_connections(broker, conn, chan):
         close_quietly(other)
 
 
-def test_connection_error_does_not_disturb_other_connections(broker, names):
-    survivor = connect(broker)
-    victim = connect(broker)
+def test_connection_error_does_not_disturb_other_connections(warren, names):
+    survivor = connect(warren)
+    victim = connect(warren)
     try:
         survivor_channel = survivor.channel()
         queue = names.queue()

@@ -10,19 +10,9 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
-    _test_deadline, close_quietly, flush, publish_bodies, wait_for_count,
-    wait_until,
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline, conn: fixtures)
+    _test_deadline, conn, flush, publish_bodies, wait_for_count, wait_until,
 )
-
-
-@pytest.fixture
-def conn(warren):
-    connection = pika.BlockingConnection(warren.connection_parameters())
-    try:
-        yield connection
-    finally:
-        close_quietly(connection)
 
 
 def full_queue(channel, name, count=5, arguments=None):

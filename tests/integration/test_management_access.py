@@ -1,6 +1,11 @@
 """Users, vhosts, permissions, policies, limits and parameters over the management API.
 Runs against Warren and, with WARREN_TEST_BROKER and WARREN_TEST_MANAGEMENT, against
-RabbitMQ's management plugin: same fields, types, codes, bodies and effects."""
+RabbitMQ's management plugin: same fields, types, codes, bodies and effects.
+
+The tests work as guest, an administrator, on the session broker (`warren_broker`,
+`api`, `broker_admin`), not in a `warren` vhost: what they check is the API's
+broker-wide view (users, vhosts, `/`), which a `warren` user, tagged `management`, does
+not have."""
 
 import urllib.parse
 import uuid
@@ -22,9 +27,9 @@ def names(api):
     api.delete(f"/api/vhosts/{made['vhost']}")
 
 
-def connect(broker, user, password, vhost="/"):
+def connect(warren_broker, user, password, vhost="/"):
     return pika.BlockingConnection(pika.ConnectionParameters(
-        host=broker.host, port=broker.port, virtual_host=vhost,
+        host=warren_broker.host, port=warren_broker.port, virtual_host=vhost,
         credentials=pika.PlainCredentials(user, password), connection_attempts=1))
 
 
@@ -37,33 +42,35 @@ def test_users_are_listed_with_rabbitmqs_fields(api):
     assert api.json("/api/users/guest") == guest
 
 
-def test_a_user_created_over_http_logs_in_and_is_updated_then_deleted(api, broker, names):
+def test_a_user_created_over_http_logs_in_and_is_updated_then_deleted(api, warren_broker,
+                                                                     names):
     user = names["user"]
     assert api.put(f"/api/users/{user}",
                    {"password": "pw1", "tags": "management,policymaker"}).status_code == 201
     assert api.json(f"/api/users/{user}")["tags"] == ["management", "policymaker"]
     assert api.put(f"/api/permissions/%2F/{user}",
                    {"configure": ".*", "write": ".*", "read": ".*"}).status_code == 201
-    connect(broker, user, "pw1").close()
+    connect(warren_broker, user, "pw1").close()
     assert api.put(f"/api/users/{user}",
                    {"password": "pw2", "tags": ["monitoring"]}).status_code == 204
     assert api.json(f"/api/users/{user}")["tags"] == ["monitoring"]
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
-        connect(broker, user, "pw1")
-    connect(broker, user, "pw2").close()
+        connect(warren_broker, user, "pw1")
+    connect(warren_broker, user, "pw2").close()
     assert api.delete(f"/api/users/{user}").status_code == 204
     assert api.get(f"/api/users/{user}").status_code == 404
     assert api.delete(f"/api/users/{user}").status_code == 404
 
 
-def test_a_user_put_with_a_password_hash_logs_in_with_that_password(api, broker, names):
+def test_a_user_put_with_a_password_hash_logs_in_with_that_password(api, warren_broker,
+                                                                    names):
     guest_hash = api.json("/api/users/guest")["password_hash"]   # guest's password: guest
     user = names["user"]
     assert api.put(f"/api/users/{user}", {"password_hash": guest_hash,
                                           "tags": ""}).status_code == 201
     assert api.json(f"/api/users/{user}")["password_hash"] == guest_hash
     api.put(f"/api/permissions/%2F/{user}", {"configure": "", "write": "", "read": ""})
-    connect(broker, user, "guest").close()
+    connect(warren_broker, user, "guest").close()
 
 
 def test_a_user_put_needs_tags_and_a_base64_hash(api, names):
@@ -115,10 +122,11 @@ def test_a_vhost_is_created_listed_and_deleted(api, names):
     assert api.delete(f"/api/vhosts/{vhost}").status_code == 404
 
 
-def test_a_vhost_counts_the_ready_and_unacked_messages_of_its_queues(api, broker, names):
+def test_a_vhost_counts_the_ready_and_unacked_messages_of_its_queues(api, warren_broker,
+                                                                     names):
     vhost = names["vhost"]
     api.put(f"/api/vhosts/{vhost}")
-    connection = connect(broker, "guest", "guest", vhost)
+    connection = connect(warren_broker, "guest", "guest", vhost)
     try:
         channel = connection.channel()
         channel.queue_declare("counted")
@@ -136,12 +144,12 @@ def test_a_vhost_counts_the_ready_and_unacked_messages_of_its_queues(api, broker
         connection.close()
 
 
-def test_permissions_are_set_listed_and_take_effect(api, broker, names):
+def test_permissions_are_set_listed_and_take_effect(api, warren_broker, names):
     user, vhost = names["user"], names["vhost"]
     api.put(f"/api/users/{user}", {"password": "pw", "tags": ""})
     api.put(f"/api/vhosts/{vhost}")
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError):
-        connect(broker, user, "pw", vhost)
+        connect(warren_broker, user, "pw", vhost)
     body = {"configure": "^own-", "write": ".*", "read": ".*"}
     assert api.put(f"/api/permissions/{vhost}/{user}", body).status_code == 201
     assert api.put(f"/api/permissions/{vhost}/{user}", body).status_code == 204
@@ -150,7 +158,7 @@ def test_permissions_are_set_listed_and_take_effect(api, broker, names):
     assert expected in api.json("/api/permissions")
     assert expected in api.json(f"/api/users/{user}/permissions")
     assert expected in api.json(f"/api/vhosts/{vhost}/permissions")
-    connection = connect(broker, user, "pw", vhost)
+    connection = connect(warren_broker, user, "pw", vhost)
     channel = connection.channel()
     channel.queue_declare("own-queue", auto_delete=True)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
@@ -187,7 +195,7 @@ def test_topic_permissions_are_set_listed_and_deleted(api, names):
     assert api.get(f"/api/topic-permissions/{vhost}/{user}").status_code == 404
 
 
-def test_a_policy_applies_to_a_matching_queue(api, broker, names):
+def test_a_policy_applies_to_a_matching_queue(api, warren_broker, names):
     vhost = names["vhost"]
     api.put(f"/api/vhosts/{vhost}")
     body = {"pattern": "^limited", "definition": {"max-length": 2}, "priority": 1,
@@ -198,7 +206,7 @@ def test_a_policy_applies_to_a_matching_queue(api, broker, names):
     assert api.json(f"/api/policies/{vhost}/cap") == expected
     assert api.json(f"/api/policies/{vhost}") == [expected]
     assert expected in api.json("/api/policies")
-    connection = connect(broker, "guest", "guest", vhost)
+    connection = connect(warren_broker, "guest", "guest", vhost)
     channel = connection.channel()
     channel.queue_declare("limited-queue")
     for number in range(5):
@@ -239,7 +247,7 @@ def test_operator_policies_are_set_listed_and_deleted(api, names):
     assert api.json(f"/api/operator-policies/{vhost}") == []
 
 
-def test_vhost_limits_are_set_listed_cleared_and_enforced(api, broker, names):
+def test_vhost_limits_are_set_listed_cleared_and_enforced(api, warren_broker, names):
     vhost = names["vhost"]
     api.put(f"/api/vhosts/{vhost}")
     assert api.put(f"/api/vhost-limits/{vhost}/max-queues",
@@ -247,7 +255,7 @@ def test_vhost_limits_are_set_listed_cleared_and_enforced(api, broker, names):
     assert api.json(f"/api/vhost-limits/{vhost}") == [
         {"vhost": vhost, "value": {"max-queues": 1}}]
     assert {"vhost": vhost, "value": {"max-queues": 1}} in api.json("/api/vhost-limits")
-    connection = connect(broker, "guest", "guest", vhost)
+    connection = connect(warren_broker, "guest", "guest", vhost)
     channel = connection.channel()
     channel.queue_declare("first", auto_delete=True)
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
@@ -322,7 +330,7 @@ def test_a_policymaker_sets_policies_only_in_its_vhosts(api, names):
     assert policymaker.delete(f"/api/policies/{vhost}/p").status_code == 204
 
 
-def test_names_with_slashes_and_spaces_are_one_path_segment_each(api, broker):
+def test_names_with_slashes_and_spaces_are_one_path_segment_each(api, warren_broker):
     """A vhost "a/b …", a user "u/1 …" and a policy "p/1 …" travel as %2F-encoded
     segments: every path names exactly its objects, and the vhost "a" is not involved."""
     suffix = uuid.uuid4().hex[:8]
@@ -340,7 +348,7 @@ def test_names_with_slashes_and_spaces_are_one_path_segment_each(api, broker):
                                                          **rights}
         assert user in [grant["user"] for grant in api.json(f"/api/vhosts/{v}/permissions")]
         assert [grant["vhost"] for grant in api.json(f"/api/users/{u}/permissions")] == [vhost]
-        connect(broker, user, "pw", vhost).close()
+        connect(warren_broker, user, "pw", vhost).close()
         body = {"pattern": "^q", "definition": {"max-length": 1}, "priority": 0,
                 "apply-to": "queues"}
         assert api.put(f"/api/policies/{v}/{p}", body).status_code == 201

@@ -22,8 +22,8 @@ def test_a_wrong_password_is_refused_with_rabbitmqs_body(api):
     assert response.json() == {"error": "not_authorized", "reason": "Login failed"}
 
 
-def test_a_user_without_a_management_tag_may_not_use_the_api(api, broker):
-    admin = broker.admin()
+def test_a_user_without_a_management_tag_may_not_use_the_api(api, broker_admin):
+    admin = broker_admin
     admin.add_user("api-no-tags", "pw")
     try:
         response = api.as_user("api-no-tags", "pw").get("/api/whoami")

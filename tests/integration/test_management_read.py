@@ -2,7 +2,12 @@
 after AMQP work, closing a connection, list parameters, 404s, who sees what, and
 message rates. Runs against Warren and, with WARREN_TEST_BROKER and
 WARREN_TEST_MANAGEMENT, against RabbitMQ's management plugin: the expectations are
-RabbitMQ's, checked on both."""
+RabbitMQ's, checked on both.
+
+The tests work as guest, an administrator, on the session broker (`warren_broker`,
+`api`, `broker_admin`), not in a `warren` vhost: what they check is the API's
+broker-wide view (users, vhosts, `/`), which a `warren` user, tagged `management`, does
+not have."""
 
 import threading
 import time
@@ -109,13 +114,14 @@ def name():
 
 
 @pytest.fixture
-def amqp(broker):
+def amqp(warren_broker):
     """Opens pika connections as guest (or another user); closes them at the end."""
     opened = []
 
     def connect(user="guest", password="guest") -> pika.BlockingConnection:
         connection = pika.BlockingConnection(pika.ConnectionParameters(
-            broker.host, broker.port, credentials=pika.PlainCredentials(user, password)))
+            warren_broker.host, warren_broker.port,
+            credentials=pika.PlainCredentials(user, password)))
         opened.append(connection)
         return connection
 
@@ -372,10 +378,10 @@ def test_deleting_a_missing_connection_is_404(api):
 # -- who sees what ------------------------------------------------------------------
 
 @pytest.fixture
-def users(broker, name):
+def users(broker_admin, name):
     """A management user with permissions on "/" only, a monitoring user, and a vhost
     that only guest (and monitoring users) see."""
-    admin = broker.admin()
+    admin = broker_admin
     vhost = name + "-vhost"
     admin.add_vhost(vhost)
     admin.set_permissions("guest", vhost, ".*", ".*", ".*")
@@ -422,13 +428,13 @@ def test_management_users_see_their_own_connections_and_vhosts_monitoring_all(
 
 # -- rates ------------------------------------------------------------------------
 
-def test_a_running_publisher_shows_a_publish_rate(api, broker, name):
+def test_a_running_publisher_shows_a_publish_rate(api, warren_broker, name):
     stop = threading.Event()
     declared = threading.Event()
 
     def publish() -> None:
-        connection = pika.BlockingConnection(pika.ConnectionParameters(broker.host,
-                                                                       broker.port))
+        connection = pika.BlockingConnection(
+            pika.ConnectionParameters(warren_broker.host, warren_broker.port))
         channel = connection.channel()
         channel.queue_declare(name, arguments={"x-max-length": 1000})
         declared.set()

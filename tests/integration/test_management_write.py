@@ -1,7 +1,12 @@
 """The management API's writes: exchanges, queues, bindings, purges, publish and get,
 health checks. Runs against Warren and, with WARREN_TEST_BROKER and
 WARREN_TEST_MANAGEMENT, against RabbitMQ's management plugin: effects are checked with
-pika, refusals by their status code and body."""
+pika, refusals by their status code and body.
+
+The tests work as guest, an administrator, on the session broker (`warren_broker`,
+`api`, `broker_admin`), not in a `warren` vhost: what they check is the API's
+broker-wide view (users, vhosts, `/`), which a `warren` user, tagged `management`, does
+not have."""
 
 import uuid
 from urllib.parse import quote
@@ -17,9 +22,9 @@ def unique(prefix: str) -> str:
 
 
 @pytest.fixture
-def guest_channel(broker):
+def guest_channel(warren_broker):
     """A pika channel in confirm mode: a publish has reached its queues on return."""
-    connection = connect(broker)
+    connection = connect(warren_broker)
     opened = connection.channel()
     opened.confirm_delivery()
     yield opened
@@ -45,10 +50,10 @@ def exchange(api):
 
 
 @pytest.fixture
-def limited_user(broker, api):
+def limited_user(broker_admin, api):
     """A management user allowed to configure, write and read only `lim-*` names."""
     name = unique("mw-user")
-    admin = broker.admin()
+    admin = broker_admin
     admin.add_user(name, "pw", tags=["management"])
     admin.set_permissions(name, "/", "^lim-", "^lim-", "^lim-")
     yield api.as_user(name, "pw")
@@ -497,9 +502,9 @@ def test_a_healthy_broker_passes_the_check(api, check):
     assert response.json()["status"] == "ok"
 
 
-def test_the_amqp_port_and_protocol_have_listeners(api, broker):
-    assert api.json(f"/api/health/checks/port-listener/{broker.port}") == {
-        "status": "ok", "port": broker.port}
+def test_the_amqp_port_and_protocol_have_listeners(api, warren_broker):
+    assert api.json(f"/api/health/checks/port-listener/{warren_broker.port}") == {
+        "status": "ok", "port": warren_broker.port}
     for protocol in ("amqp091", "amqp", "http"):
         assert api.json(f"/api/health/checks/protocol-listener/{protocol}")["status"] \
             == "ok"
@@ -596,9 +601,9 @@ def test_a_publish_over_http_goes_to_the_alternate_exchange(api, guest_channel, 
         api.delete(f"/api/exchanges/%2F/{alternate}")
 
 
-def test_a_publish_over_http_meets_the_users_topic_permissions(broker, api):
+def test_a_publish_over_http_meets_the_users_topic_permissions(broker_admin, api):
     name = unique("mw-topic")
-    admin = broker.admin()
+    admin = broker_admin
     admin.add_user(name, "pw", tags=["management"])
     admin.set_permissions(name, "/", ".*", ".*", ".*")
     admin.set_topic_permissions(name, "/", "amq.topic", "^allowed", ".*")

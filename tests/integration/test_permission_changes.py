@@ -21,10 +21,10 @@ from tests.support.pika_helpers import _test_deadline, expect_channel_error, wai
 
 
 @pytest.fixture
-def account(broker, warren):
+def account(broker_admin, warren):
     """A fresh vhost and a user with every permission on it (the `warren` fixture's),
     with the broker's admin operations to change them: (admin, user, vhost)."""
-    return broker.admin(), warren.user, warren.vhost
+    return broker_admin, warren.user, warren.vhost
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@ short sequence ending in it) by a user with a given permission set in a given vh
 and the outcome RabbitMQ 3.10 gives: the operation is allowed, or its channel (or, at
 Connection.Open, its connection) is closed with this reply code and text, by the
 method that was refused. The same cells pass against Warren and, with
-WARREN_TEST_BROKER=127.0.0.1:5673, against RabbitMQ (users and vhosts set up with
-rabbitmqctl, once per module: one user per permission set).
+WARREN_TEST_BROKER=127.0.0.1:5673, against RabbitMQ (users and vhosts of its own set up
+on the session broker, `warren_broker`, with `broker_admin`, once per module: one user
+per permission set).
 
 Texts use placeholders filled in per run: <vhost> and <user> (the cell's), <user:X>
 (the user's name with every "." made an "X"), <gen> (any server-chosen queue name).
@@ -525,10 +526,10 @@ def expected_ids(cell: Cell) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def matrix(broker):
+def matrix(warren_broker, broker_admin):
     """Two vhosts, one user per permission set, the fixtures: made once per module (on
     RabbitMQ each rabbitmqctl call takes about half a second), removed at the end."""
-    admin = broker.admin()
+    admin = broker_admin
     prefix = f"pm{uuid.uuid4().hex[:10]}"
     vhosts = {"a": f"{prefix}-a", "b": f"{prefix}-b"}
     users = {role: f"{prefix}-{role}" for role in PERMISSIONS}
@@ -545,9 +546,9 @@ def matrix(broker):
             admin.set_permissions(users[role], vhosts["b"], *patterns)
         for role, exchange, write, read in TOPIC_PERMISSIONS:
             admin.set_topic_permissions(users[role], vhosts["a"], exchange, write, read)
-        owner = connect(broker.host, broker.port, user=users["all"], password=PASSWORD,
-                        vhost=vhosts["a"])
-        state = Matrix(broker, users, vhosts)
+        owner = connect(warren_broker.host, warren_broker.port, user=users["all"],
+                        password=PASSWORD, vhost=vhosts["a"])
+        state = Matrix(warren_broker, users, vhosts)
         try:
             create_fixtures(owner)
             yield state

@@ -46,10 +46,10 @@ class Space:
 
 
 @pytest.fixture
-def space(broker, warren):
+def space(broker_admin, warren):
     connection = pika.BlockingConnection(warren.connection_parameters())
     try:
-        yield Space(broker.admin(), warren.vhost, connection, connection.channel())
+        yield Space(broker_admin, warren.vhost, connection, connection.channel())
     finally:
         close_quietly(connection)
 

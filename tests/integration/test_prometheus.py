@@ -1,6 +1,8 @@
 """Prometheus metrics: /metrics and /metrics/per-object as rabbitmq_prometheus serves them.
 Runs against Warren and, with WARREN_TEST_BROKER and WARREN_TEST_PROMETHEUS (RabbitMQ's
-prometheus endpoint), against RabbitMQ (scripts/test.sh's second run does)."""
+prometheus endpoint), against RabbitMQ (scripts/test.sh's second run does). The queue is
+guest's on `/` of the session broker (`warren_broker`), not in a `warren` vhost: the
+per-object labels checked name its vhost `/`."""
 
 import os
 import uuid
@@ -31,10 +33,10 @@ UNTYPED = ("rabbitmq_alarms_memory_used_watermark",
            "rabbitmq_identity_info")
 
 
-def metrics_url(broker) -> str:
+def metrics_url(warren_broker) -> str:
     """The broker's Prometheus endpoint: WARREN_TEST_PROMETHEUS when the tests run
     against RabbitMQ, else Warren's management listener."""
-    return os.environ.get("WARREN_TEST_PROMETHEUS") or broker.management_url
+    return os.environ.get("WARREN_TEST_PROMETHEUS") or warren_broker.management_url
 
 
 def rabbitmq_prometheus_url(rabbitmq_node) -> str:
@@ -60,10 +62,10 @@ def label_names(family) -> set[str]:
 
 
 @pytest.fixture
-def queue(broker):
+def queue(warren_broker):
     """A queue of the shared broker with 3 ready messages; deleted afterwards."""
     name = f"prom-{uuid.uuid4().hex[:8]}"
-    connection = connect(broker)
+    connection = connect(warren_broker)
     channel = connection.channel()
     channel.queue_declare(name)
     for _ in range(3):
@@ -73,8 +75,8 @@ def queue(broker):
     connection.close()
 
 
-def test_the_exposition_has_rabbitmqs_names_and_types(broker):
-    found = families(metrics_url(broker))
+def test_the_exposition_has_rabbitmqs_names_and_types(warren_broker):
+    found = families(metrics_url(warren_broker))
     for names, kind in ((GAUGES, "gauge"), (COUNTERS, "counter"), (UNTYPED, "unknown")):
         for name in names:
             assert name in found, name
@@ -84,16 +86,16 @@ def test_the_exposition_has_rabbitmqs_names_and_types(broker):
                                                            "rabbitmq_cluster"}
 
 
-def test_metrics_aggregate_queues_and_per_object_labels_them(broker, queue):
-    url = metrics_url(broker)
+def test_metrics_aggregate_queues_and_per_object_labels_them(warren_broker, queue):
+    url = metrics_url(warren_broker)
     assert label_names(families(url)["rabbitmq_queue_messages_ready"]) == set()
     per_object = families(url, "/metrics/per-object")["rabbitmq_queue_messages_ready"]
     labelled = [sample for sample in per_object.samples if sample.labels["queue"] == queue]
     assert [sample.labels["vhost"] for sample in labelled] == ["/"]
 
 
-def test_prometheus_reads_queue_depth_and_published_count(broker, queue, tmp_path):
-    url = metrics_url(broker)
+def test_prometheus_reads_queue_depth_and_published_count(warren_broker, queue, tmp_path):
+    url = metrics_url(warren_broker)
     received = families(url)["rabbitmq_global_messages_received"].samples[0].value
     prometheus = PrometheusServer(url + "/metrics/per-object", tmp_path).start()
     try:
@@ -104,7 +106,7 @@ def test_prometheus_reads_queue_depth_and_published_count(broker, queue, tmp_pat
         # the shared broker may have published since: at least ours are counted
         prometheus.wait_for("sum(rabbitmq_global_messages_received_total)",
                             lambda value: value >= received)
-        connection = connect(broker)
+        connection = connect(warren_broker)
         channel = connection.channel()
         channel.basic_get(queue, auto_ack=False)
         prometheus.wait_for(f'rabbitmq_queue_messages_unacked{{queue="{queue}"}}',

@@ -1,7 +1,10 @@
 """Raw-socket tests of the AMQP 0-9-1 connection handshake and negotiation.
 
 Expected values are what RabbitMQ 3.10 does (measured on 127.0.0.1:5673); run with
-WARREN_TEST_BROKER=127.0.0.1:5673 to check them against it.
+WARREN_TEST_BROKER=127.0.0.1:5673 to check them against it. The handshakes log in as
+guest on `/` (tests/support/raw_amqp.py's defaults) to the session broker
+(`warren_broker`), not to a `warren` vhost: what they test happens before, or apart
+from, any vhost, and what they declare is exclusive.
 """
 
 import select
@@ -38,8 +41,8 @@ def _assert_closed_without_frames(client: RawAmqpClient, timeout: float = 10.0,
         assert received.value.reply_code in allowed_close_codes, received.value.reply_text
 
 
-def _bad_tune_client(broker, **tune_ok) -> RawAmqpClient:
-    client = RawAmqpClient(broker.host, broker.port)
+def _bad_tune_client(warren_broker, **tune_ok) -> RawAmqpClient:
+    client = RawAmqpClient(warren_broker.host, warren_broker.port)
     client.start_handshake()
     client.send_start_ok()
     client.tune = client.expect(commands.Connection.Tune, channel=0)
@@ -51,16 +54,16 @@ def _bad_tune_client(broker, **tune_ok) -> RawAmqpClient:
 # -- Connection.Start ----------------------------------------------------------------
 
 
-def test_connection_start_version_mechanisms_locales(broker):
-    with RawAmqpClient(broker.host, broker.port) as client:
+def test_connection_start_version_mechanisms_locales(warren_broker):
+    with RawAmqpClient(warren_broker.host, warren_broker.port) as client:
         start = client.start_handshake()
         assert (start.version_major, start.version_minor) == (0, 9)
         assert {"PLAIN", "AMQPLAIN"} <= set(start.mechanisms.split())
         assert "en_US" in start.locales.split()
 
 
-def test_connection_start_server_capabilities(broker):
-    with RawAmqpClient(broker.host, broker.port) as client:
+def test_connection_start_server_capabilities(warren_broker):
+    with RawAmqpClient(warren_broker.host, warren_broker.port) as client:
         start = client.start_handshake()
     properties = start.server_properties
     assert isinstance(properties.get("product"), str) and properties["product"]
@@ -88,8 +91,8 @@ def test_connection_start_server_capabilities(broker):
     b"\x01\x00\x00\x00\x00\x00\x00\xce",  # a frame instead of the header
 ], ids=["0-9-0", "0-8-0", "amqp-1.0", "legacy-1-1-0-10", "lowercase", "http-get",
         "http-response", "tls-hello", "frame"])
-def test_wrong_protocol_header_gets_supported_header_then_close(broker, header):
-    with RawAmqpClient(broker.host, broker.port) as client:
+def test_wrong_protocol_header_gets_supported_header_then_close(warren_broker, header):
+    with RawAmqpClient(warren_broker.host, warren_broker.port) as client:
         client.send_raw(header)
         assert client.read_exact(8) == PROTOCOL_HEADER
         with pytest.raises(PeerClosed) as closed:
@@ -97,10 +100,10 @@ def test_wrong_protocol_header_gets_supported_header_then_close(broker, header):
         assert closed.value.data == b""
 
 
-def test_legacy_0_9_protocol_header_is_treated_as_0_9_1(broker):
+def test_legacy_0_9_protocol_header_is_treated_as_0_9_1(warren_broker):
     """RabbitMQ accepts the pre-0-9-1 header AMQP 1 1 0 9: it answers Connection.Start
     with version 0-9 and then speaks 0-9-1 (rabbit_reader: 'safely treat as 0-9-1')."""
-    with RawAmqpClient(broker.host, broker.port) as client:
+    with RawAmqpClient(warren_broker.host, warren_broker.port) as client:
         start = client.start_handshake(b"AMQP\x01\x01\x00\x09")
         assert (start.version_major, start.version_minor) == (0, 9)
         client.send_start_ok()
@@ -115,8 +118,8 @@ def test_legacy_0_9_protocol_header_is_treated_as_0_9_1(broker):
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "AMQPLAIN"])
-def test_login_mechanisms(broker, mechanism):
-    with connect(broker.host, broker.port, mechanism=mechanism) as client:
+def test_login_mechanisms(warren_broker, mechanism):
+    with connect(warren_broker.host, warren_broker.port, mechanism=mechanism) as client:
         client.open_channel(1)
         client.send_method(1, commands.Queue.Declare(exclusive=True))
         declare_ok = client.expect(commands.Queue.DeclareOk, channel=1)
@@ -128,9 +131,9 @@ def test_login_mechanisms(broker, mechanism):
     ("PLAIN", "no-such-user-" + uuid.uuid4().hex[:8], "guest"),
     ("AMQPLAIN", "guest", "wrong-password"),
 ], ids=["PLAIN-wrong-password", "PLAIN-unknown-user", "AMQPLAIN-wrong-password"])
-def test_bad_credentials_with_authentication_failure_close_get_403(broker, mechanism,
+def test_bad_credentials_with_authentication_failure_close_get_403(warren_broker, mechanism,
                                                                      user, password):
-    with RawAmqpClient(broker.host, broker.port) as client:
+    with RawAmqpClient(warren_broker.host, warren_broker.port) as client:
         client.start_handshake()
         client.send_start_ok(user, password, mechanism)   # advertises the capability
         close = client.wait_for_connection_close(timeout=10)
@@ -140,14 +143,14 @@ def test_bad_credentials_with_authentication_failure_close_get_403(broker, mecha
         _assert_closed_without_frames(client)
 
 
-def _start_ok_client(broker, start_ok: bytes) -> RawAmqpClient:
-    client = RawAmqpClient(broker.host, broker.port)
+def _start_ok_client(warren_broker, start_ok: bytes) -> RawAmqpClient:
+    client = RawAmqpClient(warren_broker.host, warren_broker.port)
     client.start_handshake()
     client.send_raw(start_ok)
     return client
 
 
-def test_handshake_errors_close_the_socket_without_a_frame(broker):
+def test_handshake_errors_close_the_socket_without_a_frame(warren_broker):
     """Errors before Connection.Open other than refused credentials for a client with
     authentication_failure_close: RabbitMQ 3.10 sends no frame and closes the socket
     after a 3 s delay (?SILENT_CLOSE_DELAY; it logs e.g. 'failed to negotiate connection
@@ -155,24 +158,25 @@ def test_handshake_errors_close_the_socket_without_a_frame(broker):
     (4096)'). For refused TuneOk values newer RabbitMQ versions send Connection.Close
     530 first, which is tolerated. The clients run concurrently so that the test waits
     for the delay only once."""
-    with RawAmqpClient(broker.host, broker.port) as probe:
+    with RawAmqpClient(warren_broker.host, warren_broker.port) as probe:
         probe.start_handshake()
         probe.send_start_ok()
         tune = probe.expect(commands.Connection.Tune, channel=0)
     no_capability = {"product": "test", "capabilities": {}}
     cases = {
         "bad password, no authentication_failure_close capability": (_start_ok_client(
-            broker, start_ok_frame("PLAIN", plain_response("guest", "wrong"), no_capability)),
+            warren_broker,
+            start_ok_frame("PLAIN", plain_response("guest", "wrong"), no_capability)),
             frozenset()),
         "unknown mechanism": (_start_ok_client(
-            broker, start_ok_frame("CRAM-MD5", b"guest x", {"capabilities": {
+            warren_broker, start_ok_frame("CRAM-MD5", b"guest x", {"capabilities": {
                 "authentication_failure_close": True}})), frozenset()),
     }
     for tune_ok in [{"frame_max": 4095}, {"frame_max": tune.frame_max + 1},
                     {"frame_max": 0}, {"channel_max": tune.channel_max + 1},
                     {"channel_max": 0}]:
-        cases[f"TuneOk {tune_ok}"] = (_bad_tune_client(broker, heartbeat=0, **tune_ok),
-                                      frozenset({530}))
+        cases[f"TuneOk {tune_ok}"] = (
+            _bad_tune_client(warren_broker, heartbeat=0, **tune_ok), frozenset({530}))
     failures = []
     try:
         for name, (client, allowed_close_codes) in cases.items():
@@ -189,8 +193,8 @@ def test_handshake_errors_close_the_socket_without_a_frame(broker):
 # -- Connection.Tune -----------------------------------------------------------------
 
 
-def test_tune_proposes_rabbitmq_defaults(broker):
-    with RawAmqpClient(broker.host, broker.port) as client:
+def test_tune_proposes_rabbitmq_defaults(warren_broker):
+    with RawAmqpClient(warren_broker.host, warren_broker.port) as client:
         client.start_handshake()
         client.send_start_ok()
         tune = client.expect(commands.Connection.Tune, channel=0)
@@ -208,10 +212,10 @@ def _publish_frames(channel, routing_key, body, frame_max):
     return data
 
 
-def test_lowered_frame_max_is_used_by_the_server_when_sending(broker):
+def test_lowered_frame_max_is_used_by_the_server_when_sending(warren_broker):
     """With frame_max 4096 negotiated, a 10000-byte message comes back in body frames
     of at most 4096 bytes each (payload <= 4088)."""
-    with connect(broker.host, broker.port, frame_max=4096) as client:
+    with connect(warren_broker.host, warren_broker.port, frame_max=4096) as client:
         client.open_channel(1)
         client.send_method(1, commands.Queue.Declare(exclusive=True))
         queue = client.expect(commands.Queue.DeclareOk, channel=1).queue
@@ -230,8 +234,8 @@ def test_lowered_frame_max_is_used_by_the_server_when_sending(broker):
         assert received == body
 
 
-def test_lowered_frame_max_accepts_frames_of_exactly_frame_max(broker):
-    with connect(broker.host, broker.port, frame_max=4096) as client:
+def test_lowered_frame_max_accepts_frames_of_exactly_frame_max(warren_broker):
+    with connect(warren_broker.host, warren_broker.port, frame_max=4096) as client:
         client.open_channel(1)
         client.send_method(1, commands.Queue.Declare(exclusive=True))
         queue = client.expect(commands.Queue.DeclareOk, channel=1).queue
@@ -242,11 +246,11 @@ def test_lowered_frame_max_accepts_frames_of_exactly_frame_max(broker):
         assert get_ok.routing_key == queue
 
 
-def test_lowered_frame_max_tolerates_rabbitmq_fudge_of_8_bytes(broker):
+def test_lowered_frame_max_tolerates_rabbitmq_fudge_of_8_bytes(warren_broker):
     """RabbitMQ lets clients exceed frame_max by up to 8 bytes (?FRAME_SIZE_FUDGE in
     rabbit_reader: 'quite a few clients get it wrong'): a frame of 4104 bytes (payload
     4096) passes on a 4096 connection."""
-    with connect(broker.host, broker.port, frame_max=4096) as client:
+    with connect(warren_broker.host, warren_broker.port, frame_max=4096) as client:
         client.open_channel(1)
         client.send_method(1, commands.Queue.Declare(exclusive=True))
         queue = client.expect(commands.Queue.DeclareOk, channel=1).queue
@@ -257,10 +261,10 @@ def test_lowered_frame_max_tolerates_rabbitmq_fudge_of_8_bytes(broker):
 
 
 @pytest.mark.parametrize("frame_type", [1, FRAME_BODY])
-def test_lowered_frame_max_is_enforced_with_rabbitmqs_501(broker, frame_type):
+def test_lowered_frame_max_is_enforced_with_rabbitmqs_501(warren_broker, frame_type):
     """A payload of 4097 bytes on a 4096 connection, announced by a method or a body
     frame: 501 with RabbitMQ 3.10's text, which names frame_max - 8."""
-    with connect(broker.host, broker.port, frame_max=4096) as client:
+    with connect(warren_broker.host, warren_broker.port, frame_max=4096) as client:
         client.open_channel(1)
         client.send_raw(raw_frame(frame_type, 1, b"z" * 4097))
         close = client.wait_for_connection_close()
@@ -272,15 +276,15 @@ def test_lowered_frame_max_is_enforced_with_rabbitmqs_501(broker, frame_type):
 # -- heartbeats ----------------------------------------------------------------------
 
 
-def test_heartbeats(broker):
+def test_heartbeats(warren_broker):
     """heartbeat=1: the server sends heartbeat frames, and drops a client that sends
     nothing after about 2 intervals (RabbitMQ: ~3 s, socket closed without a frame),
     while a client that answers with heartbeats stays connected. A client that
     negotiated heartbeat=0 receives no heartbeat frames at all."""
-    silent = connect(broker.host, broker.port, heartbeat=1)
+    silent = connect(warren_broker.host, warren_broker.port, heartbeat=1)
     started = time.monotonic()
-    talking = connect(broker.host, broker.port, heartbeat=1)
-    no_heartbeat = connect(broker.host, broker.port, heartbeat=0)
+    talking = connect(warren_broker.host, warren_broker.port, heartbeat=1)
+    no_heartbeat = connect(warren_broker.host, warren_broker.port, heartbeat=0)
     assert (silent.heartbeat, talking.heartbeat, no_heartbeat.heartbeat) == (1, 1, 0)
     try:
         deadline = started + 10
@@ -320,8 +324,8 @@ def test_heartbeats(broker):
 # -- Connection.Open / Close ---------------------------------------------------------
 
 
-def test_open_unknown_vhost_gets_530(broker):
-    with RawAmqpClient(broker.host, broker.port) as client:
+def test_open_unknown_vhost_gets_530(warren_broker):
+    with RawAmqpClient(warren_broker.host, warren_broker.port) as client:
         client.start_handshake()
         client.send_start_ok()
         client.tune = client.expect(commands.Connection.Tune, channel=0)
@@ -338,24 +342,24 @@ def test_open_unknown_vhost_gets_530(broker):
 
 @pytest.mark.warren_only("RabbitMQ drops the socket without a Connection.Close "
                          "(test_differential's frame_max_before_tune)")
-def test_frames_above_4096_octets_are_refused_before_tune_ok(broker):
+def test_frames_above_4096_octets_are_refused_before_tune_ok(warren_broker):
     """AMQP 0-9-1: until Tune-Ok, no frame may exceed frame-min-size (4096 octets). A
     client whose Start-Ok is larger (a big client-properties table, a long token as
     the password) is refused, as by RabbitMQ; one just under the limit logs in."""
-    with RawAmqpClient(broker.host, broker.port) as client:
+    with RawAmqpClient(warren_broker.host, warren_broker.port) as client:
         client.start_handshake()
         client.send_start_ok(client_properties={"padding": "p" * 5000})
         close = client.wait_for_connection_close()
         assert close.reply_code == 501
         assert "frame_too_large" in close.reply_text
-    with RawAmqpClient(broker.host, broker.port) as client:
+    with RawAmqpClient(warren_broker.host, warren_broker.port) as client:
         client.start_handshake()
         client.send_start_ok(client_properties={"padding": "p" * 3500})
         client.expect(commands.Connection.Tune, channel=0)
 
 
-def test_client_initiated_close_gets_close_ok(broker):
-    with connect(broker.host, broker.port) as client:
+def test_client_initiated_close_gets_close_ok(warren_broker):
+    with connect(warren_broker.host, warren_broker.port) as client:
         client.open_channel(1)
         client.open_channel(2)
         client.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye",
@@ -363,12 +367,12 @@ def test_client_initiated_close_gets_close_ok(broker):
         client.expect(commands.Connection.CloseOk, channel=0)
 
 
-def test_after_close_ok_the_socket_is_left_for_the_client_to_close(broker):
+def test_after_close_ok_the_socket_is_left_for_the_client_to_close(warren_broker):
     """As RabbitMQ: what a client still sends after its Connection.Close is read and
     dropped, and the broker closes the socket only after the client closed its end. A
     broker that closed first (Warren did) answered late bytes with a reset, which
     amqp091-go's Close, called from several goroutines, reported as an error."""
-    with connect(broker.host, broker.port) as client:
+    with connect(warren_broker.host, warren_broker.port) as client:
         client.open_channel(1)
         client.send_method(0, commands.Connection.Close(reply_code=200, reply_text="bye",
                                                         class_id=0, method_id=0))
@@ -392,8 +396,8 @@ def test_after_close_ok_the_socket_is_left_for_the_client_to_close(broker):
 # -- channels ------------------------------------------------------------------------
 
 
-def test_opening_a_channel_twice_is_a_504_connection_error(broker):
-    with connect(broker.host, broker.port) as client:
+def test_opening_a_channel_twice_is_a_504_connection_error(warren_broker):
+    with connect(warren_broker.host, warren_broker.port) as client:
         client.open_channel(1)
         client.send_method(1, commands.Channel.Open())
         close = client.wait_for_connection_close()
@@ -403,11 +407,11 @@ def test_opening_a_channel_twice_is_a_504_connection_error(broker):
         assert (close.class_id, close.method_id) == (20, 10)
 
 
-def test_channel_max_limits_how_many_channels_are_open_with_530(broker):
+def test_channel_max_limits_how_many_channels_are_open_with_530(warren_broker):
     """As RabbitMQ 3.10 (AMQP 0-9-1 would limit the numbers): with channel_max=3
     negotiated, channels of any number open while fewer than 3 are open; one more
     closes the connection with 530."""
-    with connect(broker.host, broker.port, channel_max=3) as client:
+    with connect(warren_broker.host, warren_broker.port, channel_max=3) as client:
         for number in (11, 65535, 2):
             client.open_channel(number)
         client.send_method(4, commands.Channel.Open())
@@ -417,8 +421,8 @@ def test_channel_max_limits_how_many_channels_are_open_with_530(broker):
              "channel_max (3)", 0, 0)
 
 
-def test_closed_channel_number_can_be_opened_again(broker):
-    with connect(broker.host, broker.port, channel_max=2) as client:
+def test_closed_channel_number_can_be_opened_again(warren_broker):
+    with connect(warren_broker.host, warren_broker.port, channel_max=2) as client:
         client.open_channel(1)
         client.open_channel(2)
         client.send_method(2, commands.Channel.Close(reply_code=200, reply_text="",

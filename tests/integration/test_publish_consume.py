@@ -188,7 +188,7 @@ def test_consume_from_missing_queue_is_404(conn, chan):
     assert "NOT_FOUND" in error.reply_text
 
 
-def test_properties_arrive_intact(conn, chan):
+def test_properties_arrive_intact(warren, conn, chan):
     queue = exclusive_queue(chan)
     headers = {
         "string": "text ✓",
@@ -215,7 +215,7 @@ def test_properties_arrive_intact(conn, chan):
         message_id="message-1",
         timestamp=1700000000,
         type="order.created",
-        user_id="guest",  # RabbitMQ checks user_id against the authenticated user
+        user_id=warren.user,  # RabbitMQ checks user_id against the authenticated user
         app_id="warren-tests",
         cluster_id="cluster-1",
     )
@@ -238,7 +238,7 @@ def test_properties_arrive_intact(conn, chan):
         assert properties.message_id == "message-1"
         assert properties.timestamp == 1700000000
         assert properties.type == "order.created"
-        assert properties.user_id == "guest"
+        assert properties.user_id == warren.user
         assert properties.app_id == "warren-tests"
         assert properties.cluster_id == "cluster-1"
 
@@ -309,9 +309,9 @@ def test_message_order_is_preserved(conn, chan):
     assert [int(body) for _, _, body in received] == list(range(count))
 
 
-def test_publishes_from_several_connections_all_arrive(broker, conn, chan):
+def test_publishes_from_several_connections_all_arrive(warren, conn, chan):
     queue = exclusive_queue(chan)
-    publishers = [connect(broker) for _ in range(3)]
+    publishers = [connect(warren) for _ in range(3)]
     try:
         for index, publisher in enumerate(publishers):
             publish_bodies(publisher.channel(), "", queue,

@@ -101,10 +101,10 @@ def test_reserved_amq_prefix_is_403(conn, chan):
 @pytest.mark.parametrize("operation", [
     "declare", "passive_declare", "consume", "get", "purge", "delete", "bind",
 ])
-def test_exclusive_queue_is_locked_to_its_connection(broker, chan, operation):
+def test_exclusive_queue_is_locked_to_its_connection(warren, chan, operation):
     queue = unique("excl")
     chan.queue_declare(queue, exclusive=True)
-    other = connect(broker)
+    other = connect(warren)
     try:
         channel = other.channel()
         actions = {
@@ -124,9 +124,9 @@ def test_exclusive_queue_is_locked_to_its_connection(broker, chan, operation):
     assert chan.queue_declare(queue, passive=True).method.queue == queue
 
 
-def test_other_connections_may_publish_to_an_exclusive_queue(broker, chan):
+def test_other_connections_may_publish_to_an_exclusive_queue(warren, chan):
     queue = exclusive_queue(chan)
-    other = connect(broker)
+    other = connect(warren)
     try:
         other.channel().basic_publish("", queue, b"from outside")
     finally:
@@ -134,8 +134,8 @@ def test_other_connections_may_publish_to_an_exclusive_queue(broker, chan):
     assert wait_for_bodies(chan, queue, 1) == ["from outside"]
 
 
-def test_exclusive_queue_is_deleted_with_its_connection(broker, chan, conn):
-    owner = connect(broker)
+def test_exclusive_queue_is_deleted_with_its_connection(warren, chan, conn):
+    owner = connect(warren)
     queue = owner.channel().queue_declare("", exclusive=True).method.queue
     expect_channel_error(conn, chan, 405, lambda: chan.queue_declare(queue, passive=True))
     owner.close()
@@ -272,13 +272,13 @@ def test_delete_if_empty_refuses_a_queue_with_messages(conn, chan, names):
     assert channel.queue_delete(queue, if_empty=True).method.message_count == 0
 
 
-def test_deleting_a_consumed_queue_cancels_its_consumers(broker, conn, chan, names):
+def test_deleting_a_consumed_queue_cancels_its_consumers(warren, conn, chan, names):
     queue = names.queue()
     chan.queue_declare(queue)
     cancelled = []
     chan.add_on_cancel_callback(lambda frame: cancelled.append(frame.method))
     tag = chan.basic_consume(queue, lambda *args: None)
-    other = connect(broker)
+    other = connect(warren)
     try:
         other.channel().queue_delete(queue)
     finally:

@@ -22,12 +22,12 @@ COUNT = "x-delivery-count"
 
 
 @pytest.fixture
-def space(broker, warren):
+def space(broker_admin, warren):
     """A fresh vhost (so policies reach only this test's queues), the broker's admin
     operations and a channel in it."""
     connection = pika.BlockingConnection(warren.connection_parameters())
     try:
-        yield broker.admin(), warren.vhost, connection, connection.channel()
+        yield broker_admin, warren.vhost, connection, connection.channel()
     finally:
         close_quietly(connection)
 
@@ -66,36 +66,36 @@ def counts_until_gone(channel, queue, expected_deliveries):
     (True, {"durable": True}, "Cannot declare a server-named queue for type "
                               "rabbit_quorum_queue"),
     (False, {"durable": False},
-     "invalid property 'non-durable' for queue '{q}' in vhost '/'"),
+     "invalid property 'non-durable' for queue '{q}' in vhost '{v}'"),
     (False, {"durable": True, "exclusive": True},
-     "invalid property 'exclusive-owner' for queue '{q}' in vhost '/'"),
+     "invalid property 'exclusive-owner' for queue '{q}' in vhost '{v}'"),
     (False, {"durable": True, "auto_delete": True},
-     "invalid property 'auto-delete' for queue '{q}' in vhost '/'"),
+     "invalid property 'auto-delete' for queue '{q}' in vhost '{v}'"),
     (False, {"durable": True, "exclusive": True, "auto_delete": True},
-     "invalid property 'auto-delete' for queue '{q}' in vhost '/'"),
+     "invalid property 'auto-delete' for queue '{q}' in vhost '{v}'"),
     (False, {"durable": False, "arguments": {"x-max-priority": 3}},
-     "invalid arg 'x-max-priority' for queue '{q}' in vhost '/' of queue type "
+     "invalid arg 'x-max-priority' for queue '{q}' in vhost '{v}' of queue type "
      "rabbit_quorum_queue"),
     (False, {"durable": True, "arguments": {"x-queue-mode": "lazy", "x-max-priority": 1}},
-     "invalid arg 'x-queue-mode' for queue '{q}' in vhost '/' of queue type "
+     "invalid arg 'x-queue-mode' for queue '{q}' in vhost '{v}' of queue type "
      "rabbit_quorum_queue"),
     (False, {"durable": True, "arguments": {"x-max-age": "1D"}},
-     "invalid arg 'x-max-age' for queue '{q}' in vhost '/' of queue type "
+     "invalid arg 'x-max-age' for queue '{q}' in vhost '{v}' of queue type "
      "rabbit_quorum_queue"),
     (False, {"durable": True, "arguments": {"x-max-length": -1}},
-     "invalid arg 'x-max-length' for queue '{q}' in vhost '/': {{value_negative,-1}}"),
+     "invalid arg 'x-max-length' for queue '{q}' in vhost '{v}': {{value_negative,-1}}"),
 ])
-def test_a_quorum_queue_rabbitmq_refuses_is_a_406(broker, server_named, kwargs, words):
+def test_a_quorum_queue_rabbitmq_refuses_is_a_406(warren, server_named, kwargs, words):
     name = "" if server_named else unique("qq")
     kwargs = dict(kwargs)
     arguments = {**QUORUM, **kwargs.pop("arguments", {})}
-    connection = connect(broker)
+    connection = connect(warren)
     try:
         channel = connection.channel()
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
             channel.queue_declare(name, arguments=arguments, **kwargs)
         assert (closed.value.reply_code, closed.value.reply_text) == (
-            406, "PRECONDITION_FAILED - " + words.format(q=name))
+            406, "PRECONDITION_FAILED - " + words.format(q=name, v=warren.vhost))
         if name:
             assert not _exists(connection, name)
     finally:
@@ -111,15 +111,15 @@ def _exists(connection, name):
         return False
 
 
-def test_a_classic_queue_refuses_x_delivery_limit(broker):
+def test_a_classic_queue_refuses_x_delivery_limit(warren):
     name = unique("classic")
-    connection = connect(broker)
+    connection = connect(warren)
     try:
         with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
             connection.channel().queue_declare(name, arguments={"x-delivery-limit": 1})
         assert (closed.value.reply_code, closed.value.reply_text) == (
             406, f"PRECONDITION_FAILED - invalid arg 'x-delivery-limit' for queue "
-                 f"'{name}' in vhost '/' of queue type rabbit_classic_queue")
+                 f"'{name}' in vhost '{warren.vhost}' of queue type rabbit_classic_queue")
     finally:
         close_quietly(connection)
 

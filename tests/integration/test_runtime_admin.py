@@ -18,65 +18,65 @@ LOGIN_REFUSED = ("ACCESS_REFUSED - Login was refused using authentication mechan
 
 
 @pytest.fixture
-def tenant(broker, warren):
-    return tenant_of(broker, warren)
+def tenant(broker_admin, warren):
+    return tenant_of(broker_admin, warren)
 
 
-def test_a_user_added_while_the_broker_runs_logs_in_at_once(broker, tenant):
+def test_a_user_added_while_the_broker_runs_logs_in_at_once(warren, tenant):
     admin = tenant.admin
     admin.add_user(tenant.user + "-new", "fresh")
     try:
         admin.set_permissions(tenant.user + "-new", tenant.vhost, ".*", ".*", ".*")
-        client = open_as(broker, tenant.user + "-new", "fresh", tenant.vhost)
+        client = open_as(warren, tenant.user + "-new", "fresh", tenant.vhost)
         client.open_channel(1)
         client.close()
     finally:
         admin.delete_user(tenant.user + "-new")
 
 
-def test_a_changed_password_applies_to_the_next_login(broker, tenant):
-    before = open_tenant(broker, tenant)
+def test_a_changed_password_applies_to_the_next_login(warren, tenant):
+    before = open_tenant(warren, tenant)
     before.open_channel(1)
     tenant.admin.change_password(tenant.user, "changed")
-    close = refusal_of_open(broker, tenant.user, tenant.password, tenant.vhost)
+    close = refusal_of_open(warren, tenant.user, tenant.password, tenant.vhost)
     assert (close.reply_code, close.reply_text) == (403, LOGIN_REFUSED)
-    open_as(broker, tenant.user, "changed", tenant.vhost).close()
+    open_as(warren, tenant.user, "changed", tenant.vhost).close()
     reply = reply_to(before, 1, commands.Exchange.Declare(exchange="amq.direct",
                                                           passive=True))
     assert isinstance(reply, commands.Exchange.DeclareOk)     # the open one carries on
     before.close()
 
 
-def test_a_deleted_user_is_disconnected_with_320_and_others_are_not(broker, tenant):
-    doomed = open_tenant(broker, tenant)
+def test_a_deleted_user_is_disconnected_with_320_and_others_are_not(warren, tenant):
+    doomed = open_tenant(warren, tenant)
     doomed.open_channel(1)
-    bystander = open_as(broker, "guest", "guest", "/")
+    bystander = open_as(warren, "guest", "guest", "/")
     tenant.admin.delete_user(tenant.user)
     close = doomed.wait_for_connection_close()
     assert (close.reply_code, close.reply_text) == (
         320, f"CONNECTION_FORCED - user '{tenant.user}' is deleted")
     bystander.open_channel(1)
     close_connection(bystander)
-    assert refusal_of_open(broker, tenant.user, tenant.password,
+    assert refusal_of_open(warren, tenant.user, tenant.password,
                            tenant.vhost).reply_code == 403
     doomed.close()
 
 
-def test_a_deleted_vhost_disconnects_its_connections_with_320(broker, tenant):
-    doomed = open_tenant(broker, tenant)
+def test_a_deleted_vhost_disconnects_its_connections_with_320(warren, tenant):
+    doomed = open_tenant(warren, tenant)
     tenant.admin.set_permissions(tenant.user, "/", ".*", ".*", ".*")
-    elsewhere = open_as(broker, tenant.user, tenant.password, "/")
+    elsewhere = open_as(warren, tenant.user, tenant.password, "/")
     tenant.admin.delete_vhost(tenant.vhost)
     close = doomed.wait_for_connection_close()
     # RabbitMQ 3.10 races its vhost's shutdown against the deletion: it sends either
     # text (measured: "is down" about one run in four); Warren always says "deleted".
-    states = ("deleted",) if broker.control_socket is not None else ("deleted", "down")
+    states = ("deleted",) if warren.has_test_hooks else ("deleted", "down")
     assert close.reply_code == 320
     assert close.reply_text in [f"CONNECTION_FORCED - vhost '{tenant.vhost}' is {state}"
                                 for state in states]
     elsewhere.open_channel(1)                      # the user's other vhost is untouched
     close_connection(elsewhere)
-    assert refusal_of_open(broker, tenant.user, tenant.password, tenant.vhost) \
+    assert refusal_of_open(warren, tenant.user, tenant.password, tenant.vhost) \
         .reply_text == f"NOT_ALLOWED - vhost {tenant.vhost} not found"
     doomed.close()
 

@@ -24,15 +24,15 @@ PREFETCH = 2
 class Consumers:
     """Consumers of one queue, each on its own connection, and what each received."""
 
-    def __init__(self, broker, queue: str):
-        self.broker = broker
+    def __init__(self, vhost, queue: str):
+        self.vhost = vhost
         self.queue = queue
         self.connections: list = []
         self.channels: list = []
         self.received: list[list] = []
 
     def add(self, priority: int | None = None) -> None:
-        connection = connect(self.broker)
+        connection = connect(self.vhost)
         channel = connection.channel()
         channel.basic_qos(prefetch_count=PREFETCH)
         got: list = []
@@ -62,14 +62,14 @@ class Consumers:
 
 
 @pytest.fixture
-def setup(broker, names):
+def setup(warren, names):
     """A connection and channel for declaring and publishing, unique queue names
-    (deleted afterwards) and a Consumers factory."""
-    connection = connect(broker)
+    (removed with the vhost) and a Consumers factory."""
+    connection = connect(warren)
     made: list[Consumers] = []
 
     def consumers_of(queue: str) -> Consumers:
-        made.append(Consumers(broker, queue))
+        made.append(Consumers(warren, queue))
         return made[-1]
 
     try:
@@ -162,17 +162,17 @@ def test_a_cancelled_active_consumer_hands_over_the_ready_messages(setup):
     assert [body for body, _ in received[1]] == [b"2", b"3"]
 
 
-def test_an_exclusive_consumer_is_refused_even_on_an_idle_queue(setup):
+def test_an_exclusive_consumer_is_refused_even_on_an_idle_queue(warren, setup):
     connection, channel, new_queue, _ = setup
     queue = new_queue("sac")
     channel.queue_declare(queue, arguments=SAC)
     error = expect_channel_error(connection, channel, 403, lambda: channel.basic_consume(
         queue, lambda *_: None, exclusive=True))
     assert error.reply_text == (
-        f"ACCESS_REFUSED - queue '{queue}' in vhost '/' in exclusive use")
+        f"ACCESS_REFUSED - queue '{queue}' in vhost '{warren.vhost}' in exclusive use")
 
 
-def test_basic_get_on_a_quorum_queue_is_refused(setup):
+def test_basic_get_on_a_quorum_queue_is_refused(warren, setup):
     connection, channel, new_queue, _ = setup
     queue = new_queue("sac")
     declare(channel, queue, "quorum")
@@ -180,22 +180,22 @@ def test_basic_get_on_a_quorum_queue_is_refused(setup):
                                  lambda: channel.basic_get(queue))
     assert error.reply_text == (
         f"RESOURCE_LOCKED - cannot obtain access to locked queue '{queue}' in vhost "
-        "'/'. basic.get operations are not supported by quorum queues with single "
-        "active consumer")
+        f"'{warren.vhost}'. basic.get operations are not supported by quorum queues with "
+        "single active consumer")
 
 
 @pytest.mark.parametrize("value, type_name", [("yes", "longstr"), (1, "signedint")])
-def test_the_argument_must_be_a_boolean(setup, value, type_name):
+def test_the_argument_must_be_a_boolean(warren, setup, value, type_name):
     connection, channel, new_queue, _ = setup
     queue = new_queue("sac")
     error = expect_channel_error(connection, channel, 406, lambda: channel.queue_declare(
         queue, arguments={"x-single-active-consumer": value}))
     assert error.reply_text == (
         f"PRECONDITION_FAILED - invalid arg 'x-single-active-consumer' for queue "
-        f"'{queue}' in vhost '/': {{unacceptable_type,{type_name}}}")
+        f"'{queue}' in vhost '{warren.vhost}': {{unacceptable_type,{type_name}}}")
 
 
-def test_a_redeclaration_without_the_argument_is_refused(setup):
+def test_a_redeclaration_without_the_argument_is_refused(warren, setup):
     connection, channel, new_queue, _ = setup
     queue = new_queue("sac")
     channel.queue_declare(queue, arguments=SAC)
@@ -205,14 +205,14 @@ def test_a_redeclaration_without_the_argument_is_refused(setup):
     # Warren "received none but current is True".
     assert error.reply_text.startswith(
         f"PRECONDITION_FAILED - inequivalent arg 'x-single-active-consumer' for queue "
-        f"'{queue}' in vhost '/': received none but current is ")
+        f"'{queue}' in vhost '{warren.vhost}': received none but current is ")
 
 
-def test_streams_refuse_the_argument(setup):
+def test_streams_refuse_the_argument(warren, setup):
     connection, channel, new_queue, _ = setup
     queue = new_queue("sac")
     error = expect_channel_error(connection, channel, 406, lambda: channel.queue_declare(
         queue, durable=True, arguments={**SAC, "x-queue-type": "stream"}))
     assert error.reply_text == (
         f"PRECONDITION_FAILED - invalid arg 'x-single-active-consumer' for queue "
-        f"'{queue}' in vhost '/' of queue type rabbit_stream_queue")
+        f"'{queue}' in vhost '{warren.vhost}' of queue type rabbit_stream_queue")

@@ -24,7 +24,9 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from tests.support.pika_helpers import close_quietly, connect, names  # noqa: F401  (names: fixture)
+from tests.support.pika_helpers import (  # noqa: F401  (names: fixture)
+    amqp_url, close_quietly, connect, names,
+)
 from tests.support.spark_support import (
     StandaloneCluster, assert_example_pipeline_published, example_pipeline_bodies,
     example_pipeline_expected, kill_process_group,
@@ -54,10 +56,6 @@ def spark_cluster(tmp_path_factory):
         assert not leftovers, f"Spark processes survived the teardown: {leftovers}"
 
 
-def amqp_url(broker) -> str:
-    return f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"
-
-
 def run_pipeline(cluster, args, directory, timeout=PIPELINE_TIMEOUT):
     """Run `python -m spark.examples.pipeline ARGS` in its own process group in
     `directory`; returns (exit code, log). Its process tree is killed whatever happens."""
@@ -80,10 +78,10 @@ def run_pipeline(cluster, args, directory, timeout=PIPELINE_TIMEOUT):
     return code, text
 
 
-def test_example_pipeline_on_a_standalone_cluster(spark_cluster, broker, names, tmp_path):
+def test_example_pipeline_on_a_standalone_cluster(spark_cluster, warren, names, tmp_path):
     queue, results = names.queue("spark-cluster-events"), names.queue("spark-cluster-aggs")
     routing_key = results  # unique
-    connection = connect(broker)
+    connection = connect(warren)
     try:
         channel = connection.channel()
         channel.queue_declare(queue)
@@ -100,7 +98,7 @@ def test_example_pipeline_on_a_standalone_cluster(spark_cluster, broker, names, 
     output = tmp_path / "out"
     code, log = run_pipeline(
         spark_cluster,
-        ["--master", spark_cluster.master_url, "--url", amqp_url(broker), "--queue", queue,
+        ["--master", spark_cluster.master_url, "--url", amqp_url(warren), "--queue", queue,
          "--output", str(output), "--available-now", "--results-routing-key", routing_key],
         str(workdir))
     assert code == 0, log
@@ -114,7 +112,7 @@ def test_example_pipeline_on_a_standalone_cluster(spark_cluster, broker, names, 
     assert len(rows) == len(expected)
 
     # Published back to amq.topic: one JSON message per window.
-    connection = connect(broker)
+    connection = connect(warren)
     try:
         channel = connection.channel()
         published = []

@@ -19,21 +19,20 @@ from spark.amqp.stream_reader import AmqpStreamReader
 
 WAIT = 30.0
 
-PROPERTIES = pika.BasicProperties(
-    content_type="application/json", content_encoding="utf-8",
-    headers={"tenant": "acme", "attempt": 3, "urgent": True, "raw": b"\xffA",
-             "nested": {"a": [1, "b"]}},
-    delivery_mode=2, priority=1, correlation_id="c-1", reply_to="replies",
-    expiration="600000", message_id="m-1", timestamp=1767225600, type="order",
-    user_id="guest", app_id="shop")
+def every_property(user_id: str) -> pika.BasicProperties:
+    """Every basic property set; user_id must be the publishing user's (the broker
+    checks it)."""
+    return pika.BasicProperties(
+        content_type="application/json", content_encoding="utf-8",
+        headers={"tenant": "acme", "attempt": 3, "urgent": True, "raw": b"\xffA",
+                 "nested": {"a": [1, "b"]}},
+        delivery_mode=2, priority=1, correlation_id="c-1", reply_to="replies",
+        expiration="600000", message_id="m-1", timestamp=1767225600, type="order",
+        user_id=user_id, app_id="shop")
 
 
-def url_of(broker) -> str:
-    return f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"
-
-
-def publish(broker, queue: str, messages, arguments=None) -> None:
-    connection = connect(broker)
+def publish(warren, queue: str, messages, arguments=None) -> None:
+    connection = connect(warren)
     try:
         channel = connection.channel()
         channel.queue_declare(queue, arguments=arguments, durable=arguments is not None)
@@ -44,30 +43,31 @@ def publish(broker, queue: str, messages, arguments=None) -> None:
         close_quietly(connection)
 
 
-def ready(broker, queue: str, count: int) -> int:
-    connection = connect(broker)
+def ready(warren, queue: str, count: int) -> int:
+    connection = connect(warren)
     try:
         return wait_for_count(connection.channel(), queue, count, timeout=WAIT)
     finally:
         close_quietly(connection)
 
 
-def consume_all(broker, queue: str, count: int) -> tuple:
-    consumer = QueueConsumer(url_of(broker), queue, prefetch=0, purpose="test")
+def consume_all(warren, queue: str, count: int) -> tuple:
+    consumer = QueueConsumer(warren.url, queue, prefetch=0, purpose="test")
     assert consumer.open() == count
     consumer.consume()
     consumer.fill(count, WAIT)
     return consumer, consumer.take(count)
 
 
-def test_queue_deliveries_carry_what_was_published_and_are_acknowledged(broker, names):
+def test_queue_deliveries_carry_what_was_published_and_are_acknowledged(warren, names):
     queue = names.queue("spark-consumer")
     big = bytes(range(256)) * 1200  # 307,200 bytes: several body frames
-    messages = ([(b"first", PROPERTIES), (b"", pika.BasicProperties(message_id="empty")),
-                 (big, PROPERTIES)]
+    properties = every_property(warren.user)
+    messages = ([(b"first", properties), (b"", pika.BasicProperties(message_id="empty")),
+                 (big, properties)]
                 + [(b"m%d" % n, pika.BasicProperties(message_id=str(n))) for n in range(200)])
-    publish(broker, queue, messages)
-    consumer, deliveries = consume_all(broker, queue, len(messages))
+    publish(warren, queue, messages)
+    consumer, deliveries = consume_all(warren, queue, len(messages))
     try:
         assert [d.body for d in deliveries] == [body for body, _ in messages]
         tags = [d.tag for d in deliveries]
@@ -77,23 +77,23 @@ def test_queue_deliveries_carry_what_was_published_and_are_acknowledged(broker, 
         for name in ("content_type", "content_encoding", "headers", "delivery_mode",
                      "priority", "correlation_id", "reply_to", "expiration", "message_id",
                      "timestamp", "type", "user_id", "app_id"):
-            assert getattr(first.properties, name) == getattr(PROPERTIES, name), name
+            assert getattr(first.properties, name) == getattr(properties, name), name
         assert [d.properties.message_id for d in deliveries[3:]] == \
             [str(n) for n in range(200)]
         consumer.ack_through(deliveries[-1].tag)
     finally:
         consumer.close()
-    assert ready(broker, queue, 0) == 0
+    assert ready(warren, queue, 0) == 0
 
 
-def test_unacknowledged_deliveries_come_back_redelivered(broker, names):
+def test_unacknowledged_deliveries_come_back_redelivered(warren, names):
     queue = names.queue("spark-consumer-requeue")
-    publish(broker, queue, [(b"m%d" % n, pika.BasicProperties()) for n in range(10)])
-    consumer, deliveries = consume_all(broker, queue, 10)
+    publish(warren, queue, [(b"m%d" % n, pika.BasicProperties()) for n in range(10)])
+    consumer, deliveries = consume_all(warren, queue, 10)
     consumer.ack_through(deliveries[3].tag)  # the first four only
     consumer.close()
-    assert ready(broker, queue, 6) == 6
-    consumer, again = consume_all(broker, queue, 6)
+    assert ready(warren, queue, 6) == 6
+    consumer, again = consume_all(warren, queue, 6)
     try:
         assert [d.body for d in again] == [b"m%d" % n for n in range(4, 10)]
         assert all(d.redelivered for d in again)
@@ -102,11 +102,11 @@ def test_unacknowledged_deliveries_come_back_redelivered(broker, names):
 
 
 @pytest.mark.parametrize("start, end", [(0, 30), (5, 17)])
-def test_a_stream_range_reads_exactly_its_offsets(broker, names, start, end):
+def test_a_stream_range_reads_exactly_its_offsets(warren, names, start, end):
     stream = names.queue("spark-consumer-stream")
-    publish(broker, stream, [(b"s%d" % n, pika.BasicProperties(message_id=str(n)))
+    publish(warren, stream, [(b"s%d" % n, pika.BasicProperties(message_id=str(n)))
                              for n in range(30)], arguments={"x-queue-type": "stream"})
-    consumer = StreamRangeConsumer(url_of(broker), stream, start, end, prefetch=7)
+    consumer = StreamRangeConsumer(warren.url, stream, start, end, prefetch=7)
     try:
         rows = [d for batch in consumer.batches(rows=4) for d in batch]
     finally:
@@ -116,14 +116,14 @@ def test_a_stream_range_reads_exactly_its_offsets(broker, names, start, end):
     assert [d.properties.headers["x-stream-offset"] for d in rows] == list(range(start, end))
 
 
-def test_a_stream_tasks_rows_come_with_the_garbage_collector_on(broker, names):
+def test_a_stream_tasks_rows_come_with_the_garbage_collector_on(warren, names):
     """The task's read pauses the cyclic collector only while it makes rows: Spark
     (and anything else in the worker) runs with it on, also when a read stops early."""
     stream = names.queue("spark-consumer-stream")
-    publish(broker, stream, [(b"s%d" % n, pika.BasicProperties(message_id=str(n)))
+    publish(warren, stream, [(b"s%d" % n, pika.BasicProperties(message_id=str(n)))
                              for n in range(30)], arguments={"x-queue-type": "stream"})
     reader = AmqpStreamQueueReader(StreamQueueReadOptions.parse(
-        {"url": url_of(broker), "queue": stream, "startingOffset": "first"}))
+        {"url": warren.url, "queue": stream, "startingOffset": "first"}))
     assert gc.isenabled()
     batches = reader.read(StreamRange(stream, 3, 25))
     first = next(batches)
@@ -141,17 +141,17 @@ def test_a_stream_tasks_rows_come_with_the_garbage_collector_on(broker, names):
     assert gc.isenabled()
 
 
-def test_an_available_now_read_takes_what_was_ready_when_it_started(broker, names):
+def test_an_available_now_read_takes_what_was_ready_when_it_started(warren, names):
     """The plain-queue reader's availableNow target: the messages ready when the query
     started (counted before its consumer starts), not those published later."""
     queue = names.queue("spark-consumer-available-now")
-    publish(broker, queue, [(b"m%d" % n, pika.BasicProperties()) for n in range(50)])
-    assert ready(broker, queue, 50) == 50
+    publish(warren, queue, [(b"m%d" % n, pika.BasicProperties()) for n in range(50)])
+    assert ready(warren, queue, 50) == 50
     reader = AmqpStreamReader(StreamReadOptions.parse(
-        {"url": url_of(broker), "queue": queue, "maxMessagesPerTrigger": "20"}))
+        {"url": warren.url, "queue": queue, "maxMessagesPerTrigger": "20"}))
     try:
         reader.prepareForTriggerAvailableNow()
-        publish(broker, queue, [(b"later%d" % n, pika.BasicProperties()) for n in range(10)])
+        publish(warren, queue, [(b"later%d" % n, pika.BasicProperties()) for n in range(10)])
         start, bodies = reader.initialOffset(), []
         while True:
             batches, end = reader.read(start)
@@ -163,4 +163,4 @@ def test_an_available_now_read_takes_what_was_ready_when_it_started(broker, name
     finally:
         reader.stop()
     assert bodies == [b"m%d" % n for n in range(50)]
-    assert ready(broker, queue, 10) == 10  # the later ones, back in the queue
+    assert ready(warren, queue, 10) == 10  # the later ones, back in the queue

@@ -19,7 +19,9 @@ import pika
 import pytest
 
 from broker.testing.control_client import ControlClient
-from tests.support.pika_helpers import close_quietly, connect, names  # noqa: F401  (names: fixture)
+from tests.support.pika_helpers import (  # noqa: F401  (names: fixture)
+    amqp_url, close_quietly, connect, names,
+)
 from spark.amqp.offsets import OffsetError, StreamOffset, parse_stream_offset
 from spark.amqp.stream_client import StreamProbe
 from spark.amqp.stream_queue_reader import StreamRange, share, split_ranges
@@ -36,13 +38,9 @@ SPARK_SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
                              "spark_support.py")
 
 
-def amqp_url(broker) -> str:
-    return f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"
-
-
-def declare_stream(broker, names) -> str:
+def declare_stream(target, names) -> str:
     stream = names.queue("spark-stream")
-    connection = connect(broker)
+    connection = connect(target)
     try:
         connection.channel().queue_declare(stream, durable=True,
                                            arguments={"x-queue-type": "stream"})
@@ -51,9 +49,9 @@ def declare_stream(broker, names) -> str:
     return stream
 
 
-def publish(broker, stream: str, numbers) -> None:
+def publish(target, stream: str, numbers) -> None:
     """Publish body "<stream>:<n>" (message_id n) for each n, confirmed."""
-    connection = connect(broker)
+    connection = connect(target)
     try:
         channel = connection.channel()
         channel.confirm_delivery()
@@ -64,10 +62,10 @@ def publish(broker, stream: str, numbers) -> None:
         close_quietly(connection)
 
 
-def run(spark, broker, stream, tmp_path, name="run", **kwargs):
+def run(spark, warren, stream, tmp_path, name="run", **kwargs):
     """An availableNow query into Parquet at tmp_path/name/{data,checkpoint}; returns
     the finished query."""
-    query = start_stream_to_parquet(spark, amqp_url(broker), stream, tmp_path / name / "data",
+    query = start_stream_to_parquet(spark, amqp_url(warren), stream, tmp_path / name / "data",
                                     tmp_path / name / "checkpoint", **kwargs)
     assert query.awaitTermination(QUERY_TIMEOUT), "availableNow query did not finish"
     return query
@@ -130,12 +128,12 @@ def test_offsets_limits_and_ranges():
         StreamRange("a", 75, 100)]
 
 
-def test_stream_from_first_into_parquet(spark_session, broker, names, tmp_path):
+def test_stream_from_first_into_parquet(spark_session, warren, names, tmp_path):
     """availableNow from 'first' reads every message once, in batches of
     maxMessagesPerTrigger, each split into ranges of maxMessagesPerPartition."""
-    stream = declare_stream(broker, names)
-    publish(broker, stream, range(250))
-    query = run(spark_session, broker, stream, tmp_path, per_trigger=100,
+    stream = declare_stream(warren, names)
+    publish(warren, stream, range(250))
+    query = run(spark_session, warren, stream, tmp_path, per_trigger=100,
                 maxMessagesPerPartition=40)
     assert input_rows(query) == [100, 100, 50]
     rows = parquet_rows(spark_session, tmp_path / "run" / "data")
@@ -143,7 +141,7 @@ def test_stream_from_first_into_parquet(spark_session, broker, names, tmp_path):
     assert last_logged_offset(tmp_path / "run" / "checkpoint") == {
         "version": 1, "kind": "stream", "offsets": {stream: 250}}
     # The stream keeps its messages: a second query from 'first' reads them all again.
-    again = run(spark_session, broker, stream, tmp_path, name="again")
+    again = run(spark_session, warren, stream, tmp_path, name="again")
     assert input_rows(again) == [250]
     first = (spark_session.read.parquet(str(tmp_path / "again" / "data"))
              .orderBy("offset").first())
@@ -151,17 +149,17 @@ def test_stream_from_first_into_parquet(spark_session, broker, names, tmp_path):
     assert first.headers["x-stream-offset"] == "0"
 
 
-def test_exactly_once_after_a_kill_mid_stream(spark_session, broker, names, tmp_path):
+def test_exactly_once_after_a_kill_mid_stream(spark_session, warren, names, tmp_path):
     """A query killed (SIGKILL, driver and executors) after some batches, restarted from
     its checkpoint after more messages came: every offset exactly once, no gap."""
-    stream = declare_stream(broker, names)
+    stream = declare_stream(warren, names)
     first_part, second_part = 300, 120
-    publish(broker, stream, range(first_part))
+    publish(warren, stream, range(first_part))
     output, checkpoint = tmp_path / "data", tmp_path / "checkpoint"
     log_path = tmp_path / "subprocess.log"
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, SPARK_SUPPORT, "stream-to-parquet", amqp_url(broker), stream,
+            [sys.executable, SPARK_SUPPORT, "stream-to-parquet", amqp_url(warren), stream,
              str(output), str(checkpoint), "10"],
             stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
             # Killed, its JVM cleans nothing up: keep its scratch files in tmp_path.
@@ -182,8 +180,8 @@ def test_exactly_once_after_a_kill_mid_stream(spark_session, broker, names, tmp_
     planned = numbered_files(checkpoint / "offsets")
     assert KILL_AFTER_COMMITS <= len(committed) < first_part // 10, "not killed mid-stream"
 
-    publish(broker, stream, range(first_part, first_part + second_part))
-    query = start_stream_to_parquet(spark_session, amqp_url(broker), stream, output,
+    publish(warren, stream, range(first_part, first_part + second_part))
+    query = start_stream_to_parquet(spark_session, amqp_url(warren), stream, output,
                                     checkpoint, per_trigger=100)
     assert query.awaitTermination(QUERY_TIMEOUT)
     rows = parquet_rows(spark_session, output)
@@ -196,13 +194,13 @@ def test_exactly_once_after_a_kill_mid_stream(spark_session, broker, names, tmp_
     assert all(rows in (0, 10) for rows in input_rows(query)[:replayed])
 
 
-def test_two_streams_in_one_query(spark_session, broker, names, tmp_path):
+def test_two_streams_in_one_query(spark_session, warren, names, tmp_path):
     """queue="s1, s2": rows of both streams with their own offsets; maxMessagesPerTrigger
     is shared between them; the offset has one entry per stream."""
-    one, two = declare_stream(broker, names), declare_stream(broker, names)
-    publish(broker, one, range(40))
-    publish(broker, two, range(25))
-    query = run(spark_session, broker, f"{one}, {two}", tmp_path, per_trigger=30,
+    one, two = declare_stream(warren, names), declare_stream(warren, names)
+    publish(warren, one, range(40))
+    publish(warren, two, range(25))
+    query = run(spark_session, warren, f"{one}, {two}", tmp_path, per_trigger=30,
                 maxMessagesPerPartition=10)
     assert sum(input_rows(query)) == 65
     assert max(input_rows(query)) == 30
@@ -214,37 +212,37 @@ def test_two_streams_in_one_query(spark_session, broker, names, tmp_path):
 
     # The checkpoint belongs to these two streams: another set is refused.
     with pytest.raises(Exception, match="use a new checkpointLocation"):
-        run(spark_session, broker, one, tmp_path)
+        run(spark_session, warren, one, tmp_path)
 
 
-def test_starting_offset_number_and_last(spark_session, broker, names, tmp_path):
-    stream = declare_stream(broker, names)
-    publish(broker, stream, range(20))
-    run(spark_session, broker, stream, tmp_path, name="number", starting_offset=12)
+def test_starting_offset_number_and_last(spark_session, warren, names, tmp_path):
+    stream = declare_stream(warren, names)
+    publish(warren, stream, range(20))
+    run(spark_session, warren, stream, tmp_path, name="number", starting_offset=12)
     assert_exactly(parquet_rows(spark_session, tmp_path / "number" / "data"), stream,
                    range(12, 20))
-    run(spark_session, broker, stream, tmp_path, name="last", starting_offset="last")
+    run(spark_session, warren, stream, tmp_path, name="last", starting_offset="last")
     assert_exactly(parquet_rows(spark_session, tmp_path / "last" / "data"), stream, [19])
 
 
-def test_starting_offset_next_is_resolved_once(spark_session, broker, names, tmp_path):
+def test_starting_offset_next_is_resolved_once(spark_session, warren, names, tmp_path):
     """'next' is the tail when the query first starts; a restart from the checkpoint
     reads from there, not from the tail at the restart."""
-    stream = declare_stream(broker, names)
-    publish(broker, stream, range(10))
-    query = run(spark_session, broker, stream, tmp_path, starting_offset="next")
+    stream = declare_stream(warren, names)
+    publish(warren, stream, range(10))
+    query = run(spark_session, warren, stream, tmp_path, starting_offset="next")
     assert input_rows(query) == [0]  # one empty batch: it checkpoints the resolved start
-    publish(broker, stream, range(10, 15))
-    query = run(spark_session, broker, stream, tmp_path, starting_offset="next")
+    publish(warren, stream, range(10, 15))
+    query = run(spark_session, warren, stream, tmp_path, starting_offset="next")
     assert input_rows(query) == [5]
     assert_exactly(parquet_rows(spark_session, tmp_path / "run" / "data"), stream,
                    range(10, 15))
 
 
-def test_stream_options_are_checked(spark_session, broker, names, tmp_path):
-    url = amqp_url(broker)
+def test_stream_options_are_checked(spark_session, warren, names, tmp_path):
+    url = amqp_url(warren)
     plain = names.queue("spark-plain")
-    connection = connect(broker)
+    connection = connect(warren)
     try:
         channel = connection.channel()
         channel.queue_declare(plain)
@@ -252,19 +250,19 @@ def test_stream_options_are_checked(spark_session, broker, names, tmp_path):
     finally:
         close_quietly(connection)
     with pytest.raises(Exception, match="must be first, last, next or an offset"):
-        run(spark_session, broker, plain, tmp_path, name="bad", starting_offset="soon")
+        run(spark_session, warren, plain, tmp_path, name="bad", starting_offset="soon")
     with pytest.raises(Exception, match="not a stream queue"):
-        run(spark_session, broker, plain, tmp_path, name="plain")
+        run(spark_session, warren, plain, tmp_path, name="plain")
     with pytest.raises(Exception, match="stream queues are read with readStream"):
         (spark_session.read.format("amqp").option("url", url).option("queue", plain)
          .option("startingOffset", "first").load().collect())
 
 
-def declare_short_stream(broker, names) -> str:
+def declare_short_stream(warren, names) -> str:
     """A stream that keeps about 10,000 bytes, in segments of 2,000 (Warren's retention
     deletes whole old segments from its periodic flush after writes)."""
     stream = names.queue("spark-short")
-    connection = connect(broker)
+    connection = connect(warren)
     try:
         connection.channel().queue_declare(stream, durable=True, arguments={
             "x-queue-type": "stream", "x-max-length-bytes": 10_000,
@@ -274,14 +272,14 @@ def declare_short_stream(broker, names) -> str:
     return stream
 
 
-def wait_for_head_above(broker, stream: str, offset: int) -> int:
+def wait_for_head_above(warren, stream: str, offset: int) -> int:
     """Poll the stream's oldest offset until retention removed `offset`; returns it."""
-    probe = StreamProbe(amqp_url(broker), "test retention")
+    probe = StreamProbe(amqp_url(warren), "test retention")
     try:
         deadline = time.monotonic() + RETENTION_WAIT
         while (head := probe.head(stream)) is None or head <= offset:
             assert time.monotonic() < deadline, f"retention kept offset {offset} ({head})"
-            publish(broker, stream, [])  # (a round trip while the flush runs)
+            publish(warren, stream, [])  # (a round trip while the flush runs)
     finally:
         probe.close()
     return head
@@ -289,16 +287,16 @@ def wait_for_head_above(broker, stream: str, offset: int) -> int:
 
 @pytest.mark.warren_only("RabbitMQ 3.10 applies x-max-length-bytes per large segment")
 def test_offsets_removed_by_retention_fail_the_query_unless_told_otherwise(
-        spark_session, broker, names, tmp_path):
+        spark_session, warren, names, tmp_path):
     """failOnDataLoss: offsets the query must read that retention removed fail the
     batch with an error that names them and the option (default), or are skipped."""
-    stream = declare_short_stream(broker, names)
-    publish(broker, stream, range(600))
-    head = wait_for_head_above(broker, stream, 0)
+    stream = declare_short_stream(warren, names)
+    publish(warren, stream, range(600))
+    head = wait_for_head_above(warren, stream, 0)
     with pytest.raises(Exception, match=r"offsets 0 to \d+ of stream .* were removed by the "
                                         r"stream's retention.*failOnDataLoss"):
-        run(spark_session, broker, stream, tmp_path, name="fail", starting_offset=0)
-    query = run(spark_session, broker, stream, tmp_path, name="skip", starting_offset=0,
+        run(spark_session, warren, stream, tmp_path, name="fail", starting_offset=0)
+    query = run(spark_session, warren, stream, tmp_path, name="skip", starting_offset=0,
                 failOnDataLoss="false")
     rows = parquet_rows(spark_session, tmp_path / "skip" / "data")
     # Retention may have moved on between the probe and the read, never back.

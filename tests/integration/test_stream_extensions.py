@@ -168,11 +168,11 @@ def read_and_ack_up_to(connection, queue, tag, arguments, count, last_acked):
 
 @pytest.mark.parametrize("arguments", [TRACK_FROM_FIRST, TRACK_LAVINMQ],
                          ids=["tracking-argument", "null-offset"])
-def test_tracking_consumer_resumes_after_its_last_acked_offset(broker, conn, names,
+def test_tracking_consumer_resumes_after_its_last_acked_offset(warren, conn, names,
                                                                arguments):
     queue, _ = filled_stream(conn, names, 20)
     assert read_and_ack_up_to(conn, queue, "reader", arguments, 20, 9) == list(range(20))
-    other = connect(broker)
+    other = connect(warren)
     try:
         reader = Reader(other, queue, consumer_tag="reader", arguments=arguments)
         assert reader.read(10) == texts("m", 10, start=10)

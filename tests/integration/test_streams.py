@@ -25,7 +25,7 @@ from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline, chan, c
     _test_deadline, chan, conn, expect_channel_error, expect_connection_error, names,
     wait_until,
 )
-from tests.support.raw_amqp import ConfirmedPublisher, connect as raw_connect
+from tests.support.raw_amqp import ConfirmedPublisher, connect_to
 from tests.support.stream_helpers import (
     ABSENT, QUIET, Reader, STREAM, confirm_channel, declare_stream, filled_stream,
     next_delivery, nothing_more, publish_confirmed, stream_offset, texts,
@@ -51,12 +51,14 @@ def test_declare_and_redeclare_a_stream(chan, names):
     ({"durable": True, "exclusive": True}, "exclusive-owner"),
     ({"durable": True, "auto_delete": True}, "auto-delete"),
 ])
-def test_a_stream_must_be_durable_shared_and_kept(conn, chan, names, flags, refused):
+def test_a_stream_must_be_durable_shared_and_kept(warren, conn, chan, names, flags,
+                                                 refused):
     queue = names.queue("stream")
     error = expect_channel_error(
         conn, chan, 406, lambda: chan.queue_declare(queue, arguments=STREAM, **flags))
     assert "PRECONDITION_FAILED" in error.reply_text
-    assert f"invalid property '{refused}' for queue '{queue}' in vhost '/'" in error.reply_text
+    assert (f"invalid property '{refused}' for queue '{queue}' in vhost '{warren.vhost}'"
+            in error.reply_text)
 
 
 @pytest.mark.parametrize("age", ["7D", "12h", "30m", "10s", "1Y", "1M"])
@@ -90,13 +92,13 @@ def test_max_age_must_be_a_string(conn, chan, names):
     ("x-dead-letter-exchange", "dlx"),
     ("x-expires", 10000),
 ])
-def test_classic_queue_arguments_are_refused(conn, chan, names, argument, value):
+def test_classic_queue_arguments_are_refused(warren, conn, chan, names, argument, value):
     queue = names.queue("stream")
     error = expect_channel_error(conn, chan, 406, lambda: chan.queue_declare(
         queue, durable=True, arguments={**STREAM, argument: value}))
     assert "PRECONDITION_FAILED" in error.reply_text
-    assert (f"invalid arg '{argument}' for queue '{queue}' in vhost '/' of queue type "
-            "rabbit_stream_queue") in error.reply_text
+    assert (f"invalid arg '{argument}' for queue '{queue}' in vhost '{warren.vhost}' of "
+            "queue type rabbit_stream_queue") in error.reply_text
 
 
 def test_size_limits_are_accepted(conn, names):
@@ -344,12 +346,12 @@ ACK_EVERY = 1_000
 
 
 @pytest.mark.slow
-def test_a_million_small_messages_read_back_in_order(broker, conn, names):
+def test_a_million_small_messages_read_back_in_order(warren, conn, names):
     """Published with frames encoded by hand (raw_amqp.ConfirmedPublisher: through
     pika, the publishing alone took half of the test's CPU), every message confirmed,
     then read back through pika."""
     queue = declare_stream(conn.channel(), names)
-    with raw_connect(broker.host, broker.port) as client:
+    with connect_to(warren) as client:
         ConfirmedPublisher(client).publish_all(
             "", queue, (b"%d" % sequence for sequence in range(MILLION)))
 

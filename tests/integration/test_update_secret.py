@@ -23,8 +23,8 @@ REFUSED_LOGIN = 403
 
 
 @pytest.fixture
-def tenant(broker, warren):
-    return tenant_of(broker, warren)
+def tenant(broker_admin, warren):
+    return tenant_of(broker_admin, warren)
 
 
 def update_secret(client: RawAmqpClient, secret: str, reason: str = "rotation"):
@@ -39,8 +39,8 @@ def declares_a_queue(client: RawAmqpClient, channel: int) -> bool:
     return isinstance(reply, commands.Queue.DeclareOk)
 
 
-def test_the_current_password_as_new_secret_is_acknowledged(broker, tenant):
-    client = open_tenant(broker, tenant)
+def test_the_current_password_as_new_secret_is_acknowledged(warren, tenant):
+    client = open_tenant(warren, tenant)
     try:
         client.open_channel(1)
         assert isinstance(update_secret(client, tenant.password),
@@ -53,10 +53,10 @@ def test_the_current_password_as_new_secret_is_acknowledged(broker, tenant):
         client.close()
 
 
-def test_a_wrong_new_secret_is_acknowledged_and_changes_nothing(broker, tenant):
+def test_a_wrong_new_secret_is_acknowledged_and_changes_nothing(warren, tenant):
     """The internal user database does not check the new secret: the connection keeps
     its user and permissions, the stored password stays the one that logs in."""
-    client = open_tenant(broker, tenant)
+    client = open_tenant(warren, tenant)
     try:
         client.open_channel(1)
         assert isinstance(update_secret(client, "not-the-password"),
@@ -65,13 +65,13 @@ def test_a_wrong_new_secret_is_acknowledged_and_changes_nothing(broker, tenant):
         close_connection(client)
     finally:
         client.close()
-    assert refusal_of_login(broker, tenant.user, "not-the-password") == REFUSED_LOGIN
-    open_tenant(broker, tenant).close()
+    assert refusal_of_login(warren, tenant.user, "not-the-password") == REFUSED_LOGIN
+    open_tenant(warren, tenant).close()
 
 
-def test_a_binary_new_secret_is_acknowledged(broker, tenant):
+def test_a_binary_new_secret_is_acknowledged(warren, tenant):
     """The secret is a long string of any bytes (an opaque token), not UTF-8 text."""
-    client = open_tenant(broker, tenant)
+    client = open_tenant(warren, tenant)
     try:
         secret = b"\xff\x00\xfe token"
         reason = b"binary"
@@ -84,9 +84,9 @@ def test_a_binary_new_secret_is_acknowledged(broker, tenant):
         client.close()
 
 
-def test_pika_update_secret_returns_and_the_connection_keeps_working(broker, tenant):
+def test_pika_update_secret_returns_and_the_connection_keeps_working(warren, tenant):
     parameters = pika.ConnectionParameters(
-        broker.host, broker.port, tenant.vhost,
+        warren.host, warren.port, tenant.vhost,
         pika.PlainCredentials(tenant.user, tenant.password),
         blocked_connection_timeout=READ_DEADLINE)
     connection = pika.BlockingConnection(parameters)
@@ -101,9 +101,9 @@ def test_pika_update_secret_returns_and_the_connection_keeps_working(broker, ten
         connection.close()
 
 
-def test_update_secret_before_connection_open_is_504(broker, tenant):
+def test_update_secret_before_connection_open_is_504(warren, tenant):
     """Out of place before Open, as any unexpected connection method is."""
-    client = RawAmqpClient(broker.host, broker.port, READ_DEADLINE)
+    client = RawAmqpClient(warren.host, warren.port, READ_DEADLINE)
     try:
         client.start_handshake()
         client.send_start_ok(tenant.user, tenant.password)
@@ -118,6 +118,6 @@ def test_update_secret_before_connection_open_is_504(broker, tenant):
         client.close()
 
 
-def refusal_of_login(broker, user: str, password: str) -> int:
+def refusal_of_login(warren, user: str, password: str) -> int:
     """The reply code of the Connection.Close refusing a login (fails when it opens)."""
-    return refusal_of_open(broker, user, password, "/").reply_code
+    return refusal_of_open(warren, user, password, "/").reply_code

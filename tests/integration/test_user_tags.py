@@ -14,17 +14,17 @@ PIKA_TEST_TIMEOUT = 120   # rabbitmqctl takes about a second per call
 
 
 @pytest.fixture
-def tenant(broker, warren):
-    return tenant_of(broker, warren)
+def tenant(broker_admin, warren):
+    return tenant_of(broker_admin, warren)
 
 
 @pytest.fixture
-def login(broker, tenant):
+def login(warren, tenant):
     """Open pika connections as the tenant's user; all closed after the test."""
     opened = []
 
     def open_connection() -> pika.BlockingConnection:
-        connection = connect(broker, virtual_host=tenant.vhost,
+        connection = connect(warren, virtual_host=tenant.vhost,
                              credentials=pika.PlainCredentials(tenant.user,
                                                                tenant.password))
         opened.append(connection)

@@ -1,7 +1,8 @@
 """A vhost's description, tags and default queue type over the management API: kept,
 listed, replaced by a PUT, taken from definitions in both of RabbitMQ 3.10's forms,
 applied to queues declared without x-queue-type, and kept across a restart. The first
-tests run against either broker (WARREN_TEST_BROKER, WARREN_TEST_MANAGEMENT)."""
+tests run against either broker (WARREN_TEST_BROKER, WARREN_TEST_MANAGEMENT), as guest
+(`api`): they make vhosts of their own, which a `warren` vhost's user may not."""
 
 import pika
 import pytest
@@ -59,7 +60,8 @@ def test_definitions_give_vhost_metadata_in_both_forms(api, vhosts):
                                 {"description": "flat", "tags": ["u", "v"]})
 
 
-def test_queues_declared_durable_without_a_type_get_the_vhost_default(broker, api, vhosts):
+def test_queues_declared_durable_without_a_type_get_the_vhost_default(warren_broker, api,
+                                                                      vhosts):
     vhost = vhosts()
     assert api.post("/api/definitions", {"vhosts": [
         {"name": vhost, "metadata": {"default_queue_type": "quorum"}}]}).status_code == 204
@@ -68,8 +70,8 @@ def test_queues_declared_durable_without_a_type_get_the_vhost_default(broker, ap
     # a PUT that leaves out default_queue_type keeps it, as RabbitMQ does
     assert api.put(f"/api/vhosts/{vhost}", {"description": "d"}).status_code == 204
     connection = pika.BlockingConnection(pika.ConnectionParameters(
-        broker.host, broker.port, vhost, pika.PlainCredentials("guest", "guest"),
-        connection_attempts=1))
+        warren_broker.host, warren_broker.port, vhost,
+        pika.PlainCredentials("guest", "guest"), connection_attempts=1))
     try:
         channel = connection.channel()
         channel.queue_declare("plain", durable=True)

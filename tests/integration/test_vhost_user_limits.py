@@ -15,12 +15,12 @@ from tests.support.tenants import (OpenRefused, close_connection, open_as, open_
 
 
 @pytest.fixture
-def tenant(broker, warren):
-    return tenant_of(broker, warren)
+def tenant(broker_admin, warren):
+    return tenant_of(broker_admin, warren)
 
 
-def refusal(broker, tenant, vhost=None):
-    return refusal_of_open(broker, tenant.user, tenant.password, vhost or tenant.vhost)
+def refusal(warren, tenant, vhost=None):
+    return refusal_of_open(warren, tenant.user, tenant.password, vhost or tenant.vhost)
 
 
 def still_works(client, channel: int = 1) -> bool:
@@ -31,84 +31,84 @@ def still_works(client, channel: int = 1) -> bool:
 
 # -- vhost max-connections -----------------------------------------------------------
 
-def test_vhost_connection_limit_refuses_the_next_open_with_530(broker, tenant):
+def test_vhost_connection_limit_refuses_the_next_open_with_530(warren, tenant):
     tenant.admin.set_vhost_limits(tenant.vhost, {"max-connections": 2})
-    first, second = open_tenant(broker, tenant), open_tenant(broker, tenant)
-    close = refusal(broker, tenant)
+    first, second = open_tenant(warren, tenant), open_tenant(warren, tenant)
+    close = refusal(warren, tenant)
     assert (close.reply_code, close.class_id, close.method_id) == (530, 10, 40)
     assert close.reply_text == (f"NOT_ALLOWED - access to vhost '{tenant.vhost}' refused "
                                 f"for user '{tenant.user}': connection limit (2) is reached")
     close_connection(first)
-    third = opens_in_time(broker, tenant.user, tenant.password, tenant.vhost)
+    third = opens_in_time(warren, tenant.user, tenant.password, tenant.vhost)
     for client in (second, third):
         client.close()
 
 
-def test_zero_allows_no_connection_and_a_negative_limit_none(broker, tenant):
+def test_zero_allows_no_connection_and_a_negative_limit_none(warren, tenant):
     tenant.admin.set_vhost_limits(tenant.vhost, {"max-connections": 0})
-    assert refusal(broker, tenant).reply_text.endswith("connection limit (0) is reached")
+    assert refusal(warren, tenant).reply_text.endswith("connection limit (0) is reached")
     tenant.admin.set_vhost_limits(tenant.vhost, {"max-connections": -1})
-    clients = [open_tenant(broker, tenant) for _ in range(3)]
+    clients = [open_tenant(warren, tenant) for _ in range(3)]
     for client in clients:
         client.close()
 
 
-def test_a_lowered_connection_limit_closes_no_open_connection(broker, tenant):
-    clients = [open_tenant(broker, tenant) for _ in range(2)]
+def test_a_lowered_connection_limit_closes_no_open_connection(warren, tenant):
+    clients = [open_tenant(warren, tenant) for _ in range(2)]
     clients[0].open_channel(1)
     tenant.admin.set_vhost_limits(tenant.vhost, {"max-connections": 1})
-    assert refusal(broker, tenant).reply_code == 530
+    assert refusal(warren, tenant).reply_code == 530
     assert still_works(clients[0])
     for client in clients:
         client.close()
 
 
-def test_an_unknown_vhost_is_not_found_before_any_limit(broker, tenant):
+def test_an_unknown_vhost_is_not_found_before_any_limit(warren, tenant):
     tenant.admin.set_user_limits(tenant.user, {"max-connections": 0})
-    close = refusal(broker, tenant, vhost=tenant.vhost + "-missing")
+    close = refusal(warren, tenant, vhost=tenant.vhost + "-missing")
     assert (close.reply_code, close.reply_text) == (
         530, f"NOT_ALLOWED - vhost {tenant.vhost}-missing not found")
 
 
-def test_limits_are_checked_before_access_to_the_vhost(broker, tenant):
+def test_limits_are_checked_before_access_to_the_vhost(warren, tenant):
     admin = tenant.admin
     admin.clear_permissions(tenant.user, tenant.vhost)
     admin.set_vhost_limits(tenant.vhost, {"max-connections": 0})
     admin.set_user_limits(tenant.user, {"max-connections": 0})
-    assert refusal(broker, tenant).reply_text.endswith(
+    assert refusal(warren, tenant).reply_text.endswith(
         f"refused for user '{tenant.user}': connection limit (0) is reached")
     admin.clear_vhost_limits(tenant.vhost)
-    assert refusal(broker, tenant).reply_text == (
+    assert refusal(warren, tenant).reply_text == (
         f"NOT_ALLOWED - connection refused for user '{tenant.user}': user connection "
         "limit (0) is reached")
     admin.clear_user_limits(tenant.user, "max-connections")
-    assert refusal(broker, tenant).reply_text == (
+    assert refusal(warren, tenant).reply_text == (
         f"NOT_ALLOWED - access to vhost '{tenant.vhost}' refused for user '{tenant.user}'")
 
 
 # -- user max-connections ------------------------------------------------------------
 
-def test_user_connection_limit_counts_the_users_connections_on_every_vhost(broker, tenant):
+def test_user_connection_limit_counts_the_users_connections_on_every_vhost(warren, tenant):
     tenant.admin.set_permissions(tenant.user, "/", ".*", ".*", ".*")
     tenant.admin.set_user_limits(tenant.user, {"max-connections": 2})
-    first = open_tenant(broker, tenant)
-    second = open_as(broker, tenant.user, tenant.password, "/")
-    close = refusal(broker, tenant)
+    first = open_tenant(warren, tenant)
+    second = open_as(warren, tenant.user, tenant.password, "/")
+    close = refusal(warren, tenant)
     assert (close.reply_code, close.class_id, close.method_id) == (530, 10, 40)
     assert close.reply_text == (f"NOT_ALLOWED - connection refused for user "
                                 f"'{tenant.user}': user connection limit (2) is reached")
     close_connection(second)
-    opens_in_time(broker, tenant.user, tenant.password, tenant.vhost).close()
+    opens_in_time(warren, tenant.user, tenant.password, tenant.vhost).close()
     first.close()
 
 
 # -- user max-channels ---------------------------------------------------------------
 
-def test_user_channel_limit_closes_the_connection_with_530(broker, tenant):
+def test_user_channel_limit_closes_the_connection_with_530(warren, tenant):
     tenant.admin.set_user_limits(tenant.user, {"max-channels": 2})
-    first = open_tenant(broker, tenant)
+    first = open_tenant(warren, tenant)
     first.open_channel(1)
-    second = open_tenant(broker, tenant)
+    second = open_tenant(warren, tenant)
     second.open_channel(1)
     second.send_method(2, commands.Channel.Open())
     close = second.wait_for_connection_close()
@@ -121,8 +121,8 @@ def test_user_channel_limit_closes_the_connection_with_530(broker, tenant):
     second.close()
 
 
-def test_a_lowered_channel_limit_closes_no_open_channel(broker, tenant):
-    client = open_tenant(broker, tenant)
+def test_a_lowered_channel_limit_closes_no_open_channel(warren, tenant):
+    client = open_tenant(warren, tenant)
     client.open_channel(1)
     client.open_channel(2)
     tenant.admin.set_user_limits(tenant.user, {"max-channels": 1})
@@ -132,9 +132,9 @@ def test_a_lowered_channel_limit_closes_no_open_channel(broker, tenant):
     client.close()
 
 
-def test_zero_channels_refuses_the_first(broker, tenant):
+def test_zero_channels_refuses_the_first(warren, tenant):
     tenant.admin.set_user_limits(tenant.user, {"max-channels": 0})
-    client = open_tenant(broker, tenant)
+    client = open_tenant(warren, tenant)
     client.send_method(1, commands.Channel.Open())
     assert client.wait_for_connection_close().reply_text.endswith(
         "maximum allowed user limit of (0)")
@@ -147,9 +147,9 @@ def declare(client, queue: str, **kwargs):
     return reply_to(client, 1, commands.Queue.Declare(queue=queue, **kwargs))
 
 
-def test_queue_limit_counts_exclusive_and_server_named_queues(broker, tenant):
+def test_queue_limit_counts_exclusive_and_server_named_queues(warren, tenant):
     tenant.admin.set_vhost_limits(tenant.vhost, {"max-queues": 2})
-    client = open_tenant(broker, tenant)
+    client = open_tenant(warren, tenant)
     client.open_channel(1)
     assert isinstance(declare(client, "q1"), commands.Queue.DeclareOk)
     assert isinstance(declare(client, "", exclusive=True), commands.Queue.DeclareOk)
@@ -167,8 +167,8 @@ def test_queue_limit_counts_exclusive_and_server_named_queues(broker, tenant):
     client.close()
 
 
-def test_existing_queues_can_be_redeclared_past_the_limit(broker, tenant):
-    client = open_tenant(broker, tenant)
+def test_existing_queues_can_be_redeclared_past_the_limit(warren, tenant):
+    client = open_tenant(warren, tenant)
     client.open_channel(1)
     declare(client, "q1")
     declare(client, "q2")
@@ -183,9 +183,9 @@ def test_existing_queues_can_be_redeclared_past_the_limit(broker, tenant):
     client.close()
 
 
-def test_the_queue_limit_is_checked_before_the_queue_arguments(broker, tenant):
+def test_the_queue_limit_is_checked_before_the_queue_arguments(warren, tenant):
     tenant.admin.set_vhost_limits(tenant.vhost, {"max-queues": 0})
-    client = open_tenant(broker, tenant)
+    client = open_tenant(warren, tenant)
     client.open_channel(1)
     close = declare(client, "q", arguments={"x-max-length": "ten"})
     assert close.reply_text == ("PRECONDITION_FAILED - cannot declare queue 'q': queue "

@@ -1,5 +1,7 @@
 """The web UI in a real browser (headless chromium, tests/support/browser.py) against a Warren
-broker: what an operator does with it reaches the broker, as pika sees it.
+broker: what an operator does with it reaches the broker, as pika sees it. The browser logs
+in as guest, an administrator, and the queues are guest's on `/` of the session broker
+(`warren_broker`), not in a `warren` vhost: the pages show the broker-wide view.
 
 With WARREN_UI_SCREENSHOTS=docs/ui, each page's screenshot is saved there."""
 
@@ -25,8 +27,8 @@ def driver():
 
 
 @pytest.fixture
-def ui(driver, broker):
-    return WebUi(driver, broker.management_url)
+def ui(driver, warren_broker):
+    return WebUi(driver, warren_broker.management_url)
 
 
 @pytest.fixture
@@ -37,8 +39,8 @@ def logged_in(ui):
 
 
 @pytest.fixture
-def connection(broker):
-    opened = connect(broker)
+def connection(warren_broker):
+    opened = connect(warren_broker)
     yield opened
     close_quietly(opened)
 
@@ -69,17 +71,17 @@ def open_queue(ui: WebUi, name: str) -> None:
 
 # ---- served now by this branch (the page, its files, /api/whoami) ----------------
 
-def test_the_page_and_its_files_are_served_without_credentials(broker):
-    page = httpx.get(broker.management_url + "/")
+def test_the_page_and_its_files_are_served_without_credentials(warren_broker):
+    page = httpx.get(warren_broker.management_url + "/")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
     assert '<form id="login"' in page.text
-    script = httpx.get(broker.management_url + "/ui/app.js")
+    script = httpx.get(warren_broker.management_url + "/ui/app.js")
     assert script.headers["content-type"].startswith("text/javascript")
     # The page may load only its own files: nothing from elsewhere, no inline script.
     assert script.headers["content-security-policy"].startswith("default-src 'self'")
-    assert httpx.get(broker.management_url + "/ui/style.css").status_code == 200
-    assert httpx.get(broker.management_url + "/ui/no-such.js").status_code == 404
+    assert httpx.get(warren_broker.management_url + "/ui/style.css").status_code == 200
+    assert httpx.get(warren_broker.management_url + "/ui/no-such.js").status_code == 404
 
 
 def test_logging_in_shows_who_is_logged_in(ui):
@@ -146,12 +148,12 @@ def test_a_message_published_from_the_ui_is_got_by_pika(logged_in, queue, connec
 
 
 def test_getting_a_message_shows_its_payload_and_properties(logged_in, queue, connection,
-                                                             broker):
+                                                             api):
     connection.channel().basic_publish(
         "", queue, b"payload <b>not markup</b>",
         pika.BasicProperties(content_type="text/plain", headers={"origin": "pika"}))
-    broker.management().wait_for(f"/api/queues/%2F/{quoted(queue)}",
-                                  lambda q: q.get("messages") == 1)
+    api.wait_for(f"/api/queues/%2F/{quoted(queue)}",
+                 lambda q: q.get("messages") == 1)
     open_queue(logged_in, queue)
     logged_in.screenshot("queue-detail")
     logged_in.choose("#get-ackmode", "ack_requeue_true")
@@ -163,12 +165,12 @@ def test_getting_a_message_shows_its_payload_and_properties(logged_in, queue, co
     assert connection.channel().basic_get(queue, auto_ack=True)[2] == b"payload <b>not markup</b>"
 
 
-def test_purge_then_delete_from_the_ui(logged_in, queue, connection, broker):
+def test_purge_then_delete_from_the_ui(logged_in, queue, connection, api):
     channel = connection.channel()
     for number in range(3):
         channel.basic_publish("", queue, f"message {number}".encode())
-    broker.management().wait_for(f"/api/queues/%2F/{quoted(queue)}",
-                                 lambda q: q.get("messages") == 3)
+    api.wait_for(f"/api/queues/%2F/{quoted(queue)}",
+                 lambda q: q.get("messages") == 3)
     open_queue(logged_in, queue)
     logged_in.click("#purge")
     logged_in.accept_confirmation()
@@ -193,9 +195,9 @@ def test_the_exchanges_page_lists_exchanges_and_shows_bindings(logged_in, queue,
     assert "ui-key" in bindings.text
 
 
-def test_closing_a_connection_from_the_ui_closes_it_for_pika(logged_in, broker):
+def test_closing_a_connection_from_the_ui_closes_it_for_pika(logged_in, warren_broker):
     client_name = unique("ui-connection")
-    victim = connect(broker, client_properties={"connection_name": client_name})
+    victim = connect(warren_broker, client_properties={"connection_name": client_name})
     try:
         logged_in.go("#/connections")
         logged_in.wait_for_text("#connections-table", client_name)
@@ -214,8 +216,7 @@ def test_closing_a_connection_from_the_ui_closes_it_for_pika(logged_in, broker):
         close_quietly(victim)
 
 
-def test_admin_adds_and_deletes_a_user_a_vhost_and_a_policy(logged_in, broker):
-    api = broker.management()
+def test_admin_adds_and_deletes_a_user_a_vhost_and_a_policy(logged_in, api):
     user, vhost, policy = unique("ui-user"), unique("ui-vhost"), unique("ui-policy")
     try:
         logged_in.go("#/admin")

@@ -3,7 +3,8 @@ permissions, limits, policies and operator policies, with the same methods for W
 (its control socket, broker/server/control.py) and for RabbitMQ (its management HTTP
 API), so a differential test sets up both brokers the same way.
 
-The `broker` fixture's address picks the right one: `broker.admin()` (tests/conftest.py).
+The `broker_admin` fixture (tests/conftest.py) is the right one for the session broker;
+a broker's address picks it with `BrokerAddress.admin()`.
 """
 
 import json

@@ -1,10 +1,11 @@
 """Shared helpers and fixtures for the tests that use pika (most of tests/integration/, and
 tests/clients/test_pika_*.py).
 
-The tests run against the session-wide `broker` fixture from tests/conftest.py: Warren by
-default, or any broker named by WARREN_TEST_BROKER=host:port (RabbitMQ is the reference).
-The broker is shared by every test of the session, so every queue and exchange name is
-unique (uuid) and everything a test creates is deleted or exclusive/auto-delete.
+The fixtures connect to the test's own vhost and user, the `warren` fixture of Warren's
+pytest plugin, on the session's broker: Warren by default, or any broker named by
+WARREN_TEST_BROKER=host:port (RabbitMQ is the reference). Everything a test makes goes
+with its vhost at teardown; names are still unique (uuid), so that a message or a log line
+names one test's queue.
 
 Test modules import the fixtures they use by name, always with `_test_deadline` (autouse),
     from tests.support.pika_helpers import _test_deadline, chan, conn, names  # noqa: F401  (fixtures)
@@ -13,13 +14,17 @@ Test modules import the fixtures they use by name, always with `_test_deadline` 
 import signal
 import time
 import uuid
-from dataclasses import dataclass, field
 
 import pika
 import pika.exceptions
 import pytest
 from pika import spec
 
+from broker.testing import test_vhost
+from broker.testing.test_vhost import TestVhost
+
+# A broker given by its address (`warren_broker`, or a dedicated broker of broker_factory)
+# is reached as the user every fresh broker has, on its default vhost.
 USER = "guest"
 PASSWORD = "guest"
 VHOST = "/"
@@ -40,17 +45,32 @@ def unique(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
-def params(broker, **kwargs) -> pika.ConnectionParameters:
-    """ConnectionParameters for the fixture's broker; keyword arguments override defaults."""
-    kwargs.setdefault("credentials", pika.PlainCredentials(USER, PASSWORD))
-    kwargs.setdefault("virtual_host", VHOST)
+def params(target, **kwargs) -> pika.ConnectionParameters:
+    """ConnectionParameters for `target`: a TestVhost (the `warren` fixture: its vhost,
+    as its user) or a broker's address (host and port: guest on `/`); keyword arguments
+    override those defaults."""
+    if isinstance(target, TestVhost):
+        kwargs.setdefault("credentials", pika.PlainCredentials(target.user, target.password))
+        kwargs.setdefault("virtual_host", target.vhost)
+    else:
+        kwargs.setdefault("credentials", pika.PlainCredentials(USER, PASSWORD))
+        kwargs.setdefault("virtual_host", VHOST)
     kwargs.setdefault("connection_attempts", 1)
-    return pika.ConnectionParameters(host=broker.host, port=broker.port, **kwargs)
+    return pika.ConnectionParameters(host=target.host, port=target.port, **kwargs)
 
 
-def connect(broker, **kwargs) -> pika.BlockingConnection:
-    """Open a BlockingConnection to the fixture's broker."""
-    return pika.BlockingConnection(params(broker, **kwargs))
+def connect(target, **kwargs) -> pika.BlockingConnection:
+    """Open a BlockingConnection to `target` (a TestVhost or a broker's address, as
+    `params`)."""
+    return pika.BlockingConnection(params(target, **kwargs))
+
+
+def amqp_url(target) -> str:
+    """The amqp:// URL of `target` (a TestVhost or a broker's address, as `params`), for
+    the clients that take one (kombu, the Spark source)."""
+    if isinstance(target, TestVhost):
+        return target.url
+    return test_vhost.amqp_url(target.host, target.port, VHOST, USER, PASSWORD)
 
 
 def close_quietly(connection) -> None:
@@ -247,55 +267,27 @@ def expect_connection_error(connection, code: int, action):
     return info.value
 
 
-@dataclass
 class Names:
-    """Unique names for a test, with the queues and exchanges deleted at teardown."""
-
-    broker: object
-    queues: list = field(default_factory=list)
-    exchanges: list = field(default_factory=list)
+    """Unique queue and exchange names for a test."""
 
     def queue(self, prefix: str = "q") -> str:
-        name = unique(prefix)
-        self.queues.append(name)
-        return name
+        return unique(prefix)
 
     def exchange(self, prefix: str = "x") -> str:
-        name = unique(prefix)
-        self.exchanges.append(name)
-        return name
-
-    def cleanup(self) -> None:
-        if not (self.queues or self.exchanges):
-            return
-        connection = connect(self.broker)
-        try:
-            channel = connection.channel()
-            for kind, name in ([("queue", q) for q in self.queues]
-                               + [("exchange", x) for x in self.exchanges]):
-                try:
-                    if kind == "queue":
-                        channel.queue_delete(name)
-                    else:
-                        channel.exchange_delete(name)
-                except pika.exceptions.ChannelClosedByBroker:
-                    channel = connection.channel()
-        finally:
-            close_quietly(connection)
+        return unique(prefix)
 
 
 @pytest.fixture
-def names(broker):
-    """Unique queue/exchange names; whatever they name is deleted after the test."""
-    registry = Names(broker)
-    yield registry
-    registry.cleanup()
+def names():
+    """Unique queue/exchange names. What they name is removed with the test's vhost
+    (`warren`), or with its dedicated broker."""
+    return Names()
 
 
 @pytest.fixture
-def conn(broker):
-    """A BlockingConnection to the broker, closed after the test."""
-    connection = connect(broker)
+def conn(warren):
+    """A BlockingConnection to the test's vhost (`warren`), closed after the test."""
+    connection = connect(warren)
     yield connection
     close_quietly(connection)
 

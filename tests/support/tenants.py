@@ -1,20 +1,16 @@
 """A vhost and user per test for the differential tests of users, tags and limits: the
 `warren` fixture's, with the broker's admin operations (Warren's control socket, or
-rabbitmqctl when WARREN_TEST_BROKER names RabbitMQ) for what a test sets on them, so
-tests sharing a broker never see each other's users, vhosts or limits; and a vhost for
-guest that a module shares (`guest_vhost`). Also raw AMQP connections as a given user,
-to read the exact Connection.Close (code, text, class and method) a refusal carries.
+the management API when WARREN_TEST_BROKER names RabbitMQ) for what a test sets on them,
+so tests sharing a broker never see each other's users, vhosts or limits. Also raw AMQP
+connections as a given user, to read the exact Connection.Close (code, text, class and
+method) a refusal carries.
 """
 
 import time
-import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 from pamqp import commands
 
-from tests.support.broker_admin import AdminRefused
 from tests.support.raw_amqp import CloseInfo, RawAmqpClient
 
 # How long a broker may take to count a closed connection or channel out (RabbitMQ
@@ -33,31 +29,10 @@ class Tenant:
     password: str
 
 
-def tenant_of(broker, warren) -> Tenant:
-    """The `warren` fixture's vhost and user, with the broker's admin operations for
-    what the test sets on them (limits, tags, permissions)."""
-    return Tenant(broker.admin(), warren.vhost, warren.user, warren.password)
-
-
-@contextmanager
-def guest_vhost(broker, prefix: str) -> Iterator[tuple[object, str]]:
-    """A new vhost where guest may do everything, deleted on exit: (admin, vhost)."""
-    admin = broker.admin()
-    vhost = f"{prefix}-vhost-{uuid.uuid4().hex[:12]}"
-    admin.add_vhost(vhost)
-    try:
-        admin.set_permissions("guest", vhost, ".*", ".*", ".*")
-        yield admin, vhost
-    finally:
-        _quietly(admin.delete_vhost, vhost)
-
-
-def _quietly(operation, name: str) -> None:
-    """Deletes what the test may have deleted itself already."""
-    try:
-        operation(name)
-    except AdminRefused:
-        pass
+def tenant_of(broker_admin, warren) -> Tenant:
+    """The `warren` fixture's vhost and user, with the broker's admin operations (the
+    `broker_admin` fixture) for what the test sets on them (limits, tags, permissions)."""
+    return Tenant(broker_admin, warren.vhost, warren.user, warren.password)
 
 
 class OpenRefused(Exception):
@@ -107,17 +82,18 @@ def refusal_of_open(broker, user: str, password: str, vhost: str) -> CloseInfo:
     raise AssertionError(f"user {user!r} could open vhost {vhost!r}")
 
 
-def opens_in_time(broker, user: str, password: str, vhost: str) -> RawAmqpClient:
-    """Open right after closed connections gave their slots back. Warren counts a
-    connection out before it sends Close-Ok, so the first attempt must succeed there;
-    RabbitMQ tracks connections asynchronously and offers no event to wait for, so
-    against it (an external broker) the open is retried until RELEASE_DEADLINE."""
-    if broker.control_socket is not None:     # Warren
-        return open_as(broker, user, password, vhost)
+def opens_in_time(warren, user: str, password: str, vhost: str) -> RawAmqpClient:
+    """Open right after closed connections gave their slots back, on the broker of the
+    test's `warren` vhost. Warren counts a connection out before it sends Close-Ok, so
+    the first attempt must succeed there; RabbitMQ tracks connections asynchronously and
+    offers no event to wait for, so against it (an external broker) the open is retried
+    until RELEASE_DEADLINE."""
+    if warren.has_test_hooks:     # Warren
+        return open_as(warren, user, password, vhost)
     deadline = time.monotonic() + RELEASE_DEADLINE
     while True:
         try:
-            return open_as(broker, user, password, vhost)
+            return open_as(warren, user, password, vhost)
         except OpenRefused:
             if time.monotonic() > deadline:
                 raise

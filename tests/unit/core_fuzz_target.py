@@ -1,8 +1,9 @@
 """The in-process fuzz target: one client session through the codec and the core.
 
 `run_session` feeds a session's bytes, cut at the given points, to a `Connection`'s
-`Framer` and the decoded items to the `Connection` (on a fresh `Broker`), exactly as
-broker/server/transport.py does (protocol errors close the connection with their reply
+`Framer` and the decoded items to the `Connection` (on a fresh `Broker`), as
+`Connection.receive_data` does, but apart, to tell the decoder's exceptions from the
+core's (protocol errors close the connection with their reply
 code; commands decoded before the bad frame still count), then ends the input, fires
 every timer (TTL, expiry, dead-lettering) on a virtual clock, drops the socket, and lets
 a well-behaved client publish, get and ack on the same broker. It returns a `Failure`
@@ -181,7 +182,7 @@ def _feed(stream, cuts, connection, transport, reads: ManualReads) -> Failure | 
             return _failure("decoder", error)
         if not started and framer.header_received:
             started = True
-            connection.start()
+            connection.handshake.start()
         failure = _guarded("core", _handle_batch, connection, items, reads)
         if failure is not None or transport.closed:
             return failure
@@ -198,7 +199,7 @@ def _handle_batch(connection: Connection, items: list, reads: ManualReads) -> No
 
 
 def _protocol_error(connection: Connection, error: ProtocolError) -> None:
-    """What the socket transport does with a ProtocolError."""
+    """What Connection.receive_data does with a ProtocolError."""
     for item in error.decoded:
         connection.handle(item)
     connection.close(error.reply_code, error.reply_text, error.class_id, error.method_id)

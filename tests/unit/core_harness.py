@@ -36,6 +36,18 @@ class RecordingTransport:
     def tuned(self, heartbeat: int) -> None:
         self.tuned_with = heartbeat
 
+    def login_refused(self) -> None:
+        pass
+
+    def opened(self) -> None:
+        pass
+
+    def close_sent(self) -> None:
+        pass
+
+    def closed_by_client(self) -> None:
+        pass
+
     @property
     def output(self) -> bytearray:
         """The bytes written since the last `frames` or `methods`."""
@@ -86,7 +98,7 @@ class Client:
         self.reads = reads      # when given, the reads each batch started run after it
         self.transport = RecordingTransport()
         self.connection = Connection(self.broker, self.transport, "test", "127.0.0.1")
-        self.connection.start()
+        self.connection.handshake.start()
         caps = {"consumer_cancel_notify": True} if capabilities is None else capabilities
         self.method(0, commands.Connection.StartOk(
             client_properties={"capabilities": caps}, mechanism="PLAIN",

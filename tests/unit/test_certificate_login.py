@@ -30,7 +30,7 @@ def external_broker(*mechanisms: str) -> Broker:
 def start(broker: Broker, tls: TlsPeer | None, address: str = "127.0.0.1"):
     transport = RecordingTransport()
     connection = Connection(broker, transport, "test", address, tls)
-    connection.start()
+    connection.handshake.start()
     (_, start_method), = transport.methods()
     return connection, transport, start_method.mechanisms.split()
 
@@ -75,7 +75,7 @@ def test_a_loopback_user_logging_in_with_external_still_needs_a_loopback_address
     replies = start_ok(connection, transport, "EXTERNAL")
     assert close_code(replies) == 403
     assert replies[0][1].reply_text == REFUSED_TEXT
-    assert connection.user == "" and connection.login_refused
+    assert connection.user == "" and connection.handshake.login_refused
 
 
 @pytest.mark.parametrize("peer", [TlsPeer(None, NO_CERTIFICATE), TlsPeer(None, NO_NAME),
@@ -86,7 +86,7 @@ def test_external_without_a_known_certificate_user_is_refused_as_rabbitmq_refuse
     replies = start_ok(connection, transport, "EXTERNAL")
     assert close_code(replies) == 403
     assert replies[0][1].reply_text == REFUSED_TEXT
-    assert connection.user == "" and connection.login_refused
+    assert connection.user == "" and connection.handshake.login_refused
 
 
 def test_a_refused_external_login_drops_clients_without_authentication_failure_close():

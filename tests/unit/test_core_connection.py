@@ -5,7 +5,8 @@ from pamqp import body as pamqp_body, commands, frame, header
 
 from broker.core.broker import Broker
 from broker.core.certificate_login import TlsPeer
-from broker.core.connection import Connection
+from broker.core.connection import Connection, ReadOutcome
+from broker.core.handshake import ConnectionState
 from amqp_codec import (PROTOCOL_HEADER, Framer, InboundMethod, InboundPublish,
                         encode_properties)
 from broker.core.message import Message, PublishedMessage
@@ -17,7 +18,7 @@ def negotiate(broker, response="\0guest\0guest", capabilities=None, vhost="/",
               tune=(2047, 131072, 0)):
     transport = RecordingTransport()
     connection = Connection(broker, transport, "test", "127.0.0.1")
-    connection.start()
+    connection.handshake.start()
     replies = [transport.methods()]
     caps = capabilities if capabilities is not None else {}
     steps = [commands.Connection.StartOk(client_properties={"capabilities": caps},
@@ -44,7 +45,7 @@ def test_full_handshake_reaches_open_and_applies_tuning():
     connection, transport, replies = negotiate(Broker(), tune=(100, 8192, 30))
     assert isinstance(replies[1][0][1], commands.Connection.Tune)
     assert isinstance(replies[3][0][1], commands.Connection.OpenOk)
-    assert connection.state == "open"
+    assert connection.state is ConnectionState.OPEN
     assert connection.framer.frame_max == 8192
     assert transport.tuned_with == 30
     assert connection.channel_max == 100
@@ -176,20 +177,20 @@ def test_update_secret_on_an_external_login_is_acknowledged():
     broker.auth_mechanisms = ("PLAIN", "AMQPLAIN", "EXTERNAL")
     transport = RecordingTransport()
     connection = Connection(broker, transport, "test", "127.0.0.1", TlsPeer("guest"))
-    connection.start()
+    connection.handshake.start()
     for method in (commands.Connection.StartOk(mechanism="EXTERNAL", response=""),
                    commands.Connection.TuneOk(2047, 131072, 0),
                    commands.Connection.Open(virtual_host="/"),
                    commands.Connection.UpdateSecret(new_secret="", reason="renewed")):
         connection.handle(InboundMethod(0, method))
     assert kinds(transport.methods())[-1] == (0, commands.Connection.UpdateSecretOk)
-    assert connection.state == "open"
+    assert connection.state is ConnectionState.OPEN
 
 
 def test_update_secret_before_open_is_504_as_any_unexpected_connection_method():
     transport = RecordingTransport()
     connection = Connection(Broker(), transport, "test", "127.0.0.1")
-    connection.start()
+    connection.handshake.start()
     connection.handle(InboundMethod(0, commands.Connection.StartOk(
         client_properties={}, mechanism="PLAIN", response="\0guest\0guest")))
     connection.handle(InboundMethod(0, commands.Connection.TuneOk(2047, 131072, 0)))
@@ -289,3 +290,32 @@ def test_a_message_decodes_its_properties_on_use_and_again_after_forgetting_them
         assert message.persistent and message.decoded_properties.priority == 3
         message.forget_decoded()
         assert message.decoded_properties.priority == 3
+
+
+def test_receive_data_answers_the_header_handles_each_read_and_says_to_read_on():
+    transport = RecordingTransport()
+    connection = Connection(Broker(), transport, "test", "127.0.0.1")
+    assert connection.receive_data(PROTOCOL_HEADER) == ReadOutcome(True, None)
+    assert kinds(transport.methods()) == [(0, commands.Connection.Start)]
+    outcome = connection.receive_data(frame.marshal(commands.Connection.StartOk(
+        client_properties={}, mechanism="PLAIN", response="\0guest\0guest"), 0))
+    assert outcome == ReadOutcome(True, None)
+    assert kinds(transport.methods()) == [(0, commands.Connection.Tune)]
+
+
+def test_receive_data_closes_the_connection_on_a_protocol_error_and_stops_reading():
+    transport = RecordingTransport()
+    connection = Connection(Broker(), transport, "test", "127.0.0.1")
+    connection.receive_data(PROTOCOL_HEADER)
+    transport.methods()
+    outcome = connection.receive_data(b"\x09\x00\x00\x00\x00\x00\x00\xce")  # no frame type 9
+    assert not outcome.keep_reading
+    assert close_code(transport.methods()) == 501
+    assert connection.state is ConnectionState.CLOSING
+
+
+def test_receive_data_answers_another_protocol_header_with_its_own_and_stops():
+    transport = RecordingTransport()
+    connection = Connection(Broker(), transport, "test", "127.0.0.1")
+    assert not connection.receive_data(b"HTTP/1.1 200 OK\r\n").keep_reading
+    assert bytes(transport.output) == PROTOCOL_HEADER

@@ -13,6 +13,7 @@ from broker.config import ConfigError, load_settings
 from broker.core.auth import is_loopback
 from broker.core.broker import Broker
 from broker.core.connection import Connection
+from broker.core.handshake import ConnectionState
 
 from core_harness import RecordingTransport, close_code
 
@@ -26,7 +27,7 @@ def negotiate(broker, address, response="\0guest\0guest", capabilities=None):
     written after Start, StartOk, TuneOk and Open)."""
     transport = RecordingTransport()
     connection = Connection(broker, transport, "test", address)
-    connection.start()
+    connection.handshake.start()
     replies = [transport.methods()]
     for step in [commands.Connection.StartOk(
                      client_properties={"capabilities": capabilities or {}},
@@ -60,7 +61,7 @@ def test_guest_from_a_remote_address_is_refused_like_rabbitmq_and_the_log_says_w
     (_, close), = replies[1]
     assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
         403, REFUSAL, 0, 0)
-    assert connection.user == "" and connection.login_refused and transport.closed
+    assert connection.user == "" and connection.handshake.login_refused and transport.closed
     [line] = [record.getMessage() for record in caplog.records
               if "event=login_refused" in record.getMessage()]
     assert "user='guest'" in line and "reason=not_loopback" in line
@@ -85,17 +86,17 @@ def test_a_wrong_password_from_a_remote_address_is_a_plain_wrong_password(caplog
 @pytest.mark.parametrize("address", ["127.0.0.1", "::1", "::ffff:127.0.0.1"])
 def test_guest_from_loopback_opens(address):
     connection, _, _ = negotiate(Broker(), address)
-    assert connection.state == "open"
+    assert connection.state is ConnectionState.OPEN
 
 
 def test_users_not_listed_open_from_anywhere():
     connection, _, _ = negotiate(Broker(loopback_users=["monitor"]), "10.20.30.40")
-    assert connection.state == "open"      # guest, not in this list
+    assert connection.state is ConnectionState.OPEN      # guest, not in this list
 
 
 def test_an_empty_list_lets_guest_in_from_anywhere():
     connection, _, _ = negotiate(Broker(loopback_users=[]), "10.20.30.40")
-    assert connection.state == "open"
+    assert connection.state is ConnectionState.OPEN
 
 
 def test_the_setting_is_read_from_the_file(tmp_path):

@@ -16,11 +16,13 @@ from amqp_codec import PROTOCOL_HEADER, InboundMethod
 from broker.config import AlarmLimits
 from broker.core import dispatch
 from broker.core.broker import Broker
+from broker.core.handshake import ConnectionState
 from broker.core.persistence import Persistence
 from broker.core.scheduler import Scheduler
 from broker.server.admission import Admission
 from broker.server.alarms import ResourceAlarm
-from broker.server.transport import DrainSignal, SocketTransport
+from broker.server.drain_signal import DrainSignal
+from broker.server.transport import SocketTransport
 from core_harness import Client, close_code
 
 INTERNAL_ERROR = 541
@@ -62,7 +64,7 @@ def test_a_failure_while_closing_drops_the_socket(monkeypatch):
     monkeypatch.setitem(dispatch.HANDLERS, commands.Queue.Purge, _boom)
     monkeypatch.setattr(client.transport, "write", _boom)   # the 541 Close cannot go out
     client.method(1, commands.Queue.Purge(queue="q"))
-    assert client.connection.state == "closed"
+    assert client.connection.state is ConnectionState.CLOSED
     assert client.transport.closed
 
 

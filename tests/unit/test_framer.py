@@ -37,7 +37,7 @@ def _tuned_connection(frame_max: int, server_frame_max: int = 131072) -> Connect
     broker = Broker(BrokerConfig(frame_max=server_frame_max))
     connection = Connection(broker, RecordingTransport(), "test", "127.0.0.1")
     connection.framer.feed(PROTOCOL_HEADER)
-    connection.start()
+    connection.handshake.start()
     for method in (commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
                                                response="\0guest\0guest"),
                    commands.Connection.TuneOk(channel_max=10, frame_max=frame_max),

@@ -21,8 +21,9 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 from pamqp import commands
 
 import amqp_codec.decoder as decoder_module
-import broker.core.connection as connection_module
+import broker.core.handshake as handshake_module
 from amqp_codec import Decoder, ProtocolError, ProtocolHeaderMismatch
+from broker.core.handshake import ConnectionState
 from tests.support.amqp_grammar import (PROTOCOL_HEADER, RandomChoices, field_table, handshake_frames,
                                         session_frames)
 from tests.support.amqp_mutation import fuzz_session, mutate_frame, read_cuts, split_frames
@@ -65,11 +66,11 @@ def _pika_session() -> bytes:
 
 def test_the_target_reports_an_exception_from_the_core(monkeypatch):
     """The property is not vacuous: an exception in a core handler is a failure."""
-    def broken_open(connection, method):
+    def broken_open(handshake, method):
         raise RuntimeError("boom")
 
-    monkeypatch.setitem(connection_module._CONNECTION_HANDLERS,
-                        ("awaiting-open", commands.Connection.Open), broken_open)
+    monkeypatch.setitem(handshake_module._STEPS,
+                        (ConnectionState.OPENING, commands.Connection.Open), broken_open)
     failure = run_session(_pika_session(), [100])
     # Raised out of the core, or caught by a safety net that logged it.
     assert failure.component in ("core", "logged")
@@ -89,16 +90,16 @@ def test_the_target_reports_an_exception_from_the_decoder(monkeypatch):
 
 def test_the_target_reports_an_error_the_safety_net_logged(monkeypatch):
     """A broker that catches the exception, logs it and closes with 541 still fails."""
-    def failing_open(connection, method):
+    def failing_open(handshake, method):
         try:
             raise RuntimeError("boom")
         except RuntimeError as error:
             logging.getLogger("warren.connection").error("event=internal_error",
                                                          exc_info=error)
-        connection.close(541, "INTERNAL_ERROR - caught by the safety net")
+        handshake.connection.close(541, "INTERNAL_ERROR - caught by the safety net")
 
-    monkeypatch.setitem(connection_module._CONNECTION_HANDLERS,
-                        ("awaiting-open", commands.Connection.Open), failing_open)
+    monkeypatch.setitem(handshake_module._STEPS,
+                        (ConnectionState.OPENING, commands.Connection.Open), failing_open)
     failure = run_session(_pika_session(), [])
     assert failure.component == "logged" and failure.summary == "RuntimeError: boom"
 

@@ -21,7 +21,7 @@ class Login:
                  password: str = "pw"):
         self.transport = RecordingTransport()
         self.connection = Connection(core_broker, self.transport, "test")
-        self.connection.start()
+        self.connection.handshake.start()
         self.method(0, commands.Connection.StartOk(
             client_properties={"capabilities": {}}, mechanism="PLAIN",
             response=f"\0{user}\0{'guest' if user == 'guest' else password}"))

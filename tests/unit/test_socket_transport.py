@@ -9,7 +9,8 @@ from broker.config import AlarmLimits
 from broker.core.broker import Broker
 from broker.server.admission import Admission
 from broker.server.alarms import ResourceAlarm
-from broker.server.transport import DrainSignal, SocketTransport
+from broker.server.drain_signal import DrainSignal
+from broker.server.transport import SocketTransport
 
 
 def server_side_transport(server_socket) -> SocketTransport:

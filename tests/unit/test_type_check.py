@@ -1,5 +1,5 @@
 """The type check: mypy over what pyproject.toml's [tool.mypy] names (amqp_codec,
-broker/core and broker/server), with its settings, run as a subprocess so that
+broker and storage), with its settings, run as a subprocess so that
 scripts/test.sh runs it with every other test. mypy comes with the `test` extra (pip
 install -e ".[test]")."""
 

@@ -28,6 +28,12 @@ def test_every_method_id_is_the_specifications():
         assert commands.INDEX_MAPPING[ids.frame_index] is method, name
 
 
+def test_a_frame_index_gives_back_its_method_ids():
+    for ids in _named(MethodId).values():
+        assert MethodId.from_frame_index(ids.frame_index) == ids
+    assert MethodId.from_frame_index(commands.Exchange.Declare.index) == (40, 10)
+
+
 def test_class_ids_and_decoder_indexes_match_the_methods():
     assert {name: value for name, value in _named(int).items()
             if name.endswith("_CLASS")} == {

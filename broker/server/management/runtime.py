@@ -10,12 +10,12 @@ import decimal
 import socket
 from typing import TYPE_CHECKING, Iterator
 
-import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 
 from amqp_codec.reply_codes import ReplyCode
+from broker.core.handshake import ConnectionState
 from broker.core.message_stats import COUNTERS
 
 from .auth import Caller
@@ -37,7 +37,8 @@ CLOSED_BY_API = "Closed via management plugin"   # RabbitMQ's default reason
 # RabbitMQ's per-process Erlang statistics: no Python equivalent, neutral values
 _GARBAGE_COLLECTION = {"fullsweep_after": 0, "max_heap_size": 0, "min_bin_vheap_size": 0,
                        "min_heap_size": 0, "minor_gcs": 0}
-_STATES = {"open": "running", "closing": "closing", "closed": "closed"}
+_STATES = {ConnectionState.OPEN: "running", ConnectionState.CLOSING: "closing",
+           ConnectionState.CLOSED: "closed"}
 
 
 def plain(value):
@@ -65,11 +66,8 @@ def connection_name(transport: "SocketTransport") -> str:
 
 
 def local_address(transport: "SocketTransport") -> tuple[str, int]:
-    stream = transport.stream
-    if not isinstance(stream, trio.SocketStream):
-        return "", 0
     try:
-        host, port = stream.socket.getsockname()[:2]
+        host, port = transport.stream.socket.getsockname()[:2]
     except OSError:   # the socket is already closed
         return "", 0
     return host, port
@@ -91,7 +89,7 @@ def open_transports(request: Request, caller: Caller | None,
     """The opened connections the caller may see (in `vhost` only, when given)."""
     for transport in list(context_of(request).server.transports):
         connection = transport.connection
-        if connection.vhost is None or connection.state == "closed":
+        if connection.vhost is None or connection.state is ConnectionState.CLOSED:
             continue
         if vhost is not None and connection.vhost.name != vhost:
             continue

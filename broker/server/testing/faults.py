@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from amqp_codec.reply_codes import ReplyCode
+from broker.core.handshake import ConnectionState
 from broker.core.publish_faults import PublishFaults
 
 from .refusal import TestHookError
@@ -109,7 +110,7 @@ def _named_connections(hooks: "TestHooks", vhost: str,
     `name`; TestHookError listing the names there are when there is none."""
     _vhost(hooks, vhost)
     in_vhost = [transport for transport in hooks.server.transports
-                if transport.connection.state == "open"
+                if transport.connection.state is ConnectionState.OPEN
                 and transport.connection.vhost is not None
                 and transport.connection.vhost.name == vhost]
     named = [transport for transport in in_vhost if _client_name(transport) == name]
