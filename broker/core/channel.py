@@ -19,7 +19,7 @@ from .exchange import Exchange, field_type_name
 from .message import CHECKED_HIGH_BITS, USER_ID_BIT, Message, PublishedMessage, QueueEntry
 from .message_stats import MessageCounts
 from .observation import ACK, REJECT
-from .queue_base import Consumer, QueueBase
+from .queue_base import Consumer, ConsumerChannel, QueueBase
 from .queue_types import refuse_other_types_consumer_arguments
 from .sender_routing import sender_routed
 from .server_names import server_named
@@ -45,7 +45,7 @@ class Delivery:
         self.consumer = consumer
 
 
-class Channel:
+class Channel(ConsumerChannel["Connection"]):
     """The per-channel state machine. Handlers raise ChannelError/ConnectionFailure."""
 
     def __init__(self, connection: "Connection", number: int):

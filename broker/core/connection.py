@@ -36,6 +36,7 @@ from .handshake import ConnectionState, Handshake, Opened
 from .held_output import HeldOutput
 from .message import PublishedMessage
 from .ports import Transport
+from .queue_base import ClientConnection
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -73,7 +74,7 @@ _READ_ON: Final = ReadOutcome(True, None)
 _STOP_READING: Final = ReadOutcome(False, None)
 
 
-class Connection:
+class Connection(ClientConnection):
     """The AMQP state of one client connection."""
 
     def __init__(self, broker: "Broker", transport: Transport, peer: str = "",

@@ -436,8 +436,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     def purge(self) -> int:
         return queue_paging.purge(self)
 
-    def make_consumer(self, tag: str, channel: ConsumerChannel, no_ack: bool,
-                      exclusive: bool, prefetch: int, arguments: dict) -> Consumer:
+    def make_consumer(self, tag: str, channel: ConsumerChannel[ClientConnection],
+                      no_ack: bool, exclusive: bool, prefetch: int,
+                      arguments: dict) -> Consumer:
         return Consumer(tag, channel, self, no_ack, exclusive, prefetch, arguments)
 
     def drop_messages(self) -> int:

@@ -4,17 +4,19 @@ every queue as a QueueBase, whatever its kind. What each kind is, may be and tak
 its record (queue_types.py), which a queue reaches as `queue.kind`.
 
 What a queue needs of the objects above it (its virtual host, its consumers' channels and
-connections) is declared here as Protocols, which VirtualHost, Channel and Connection
-meet without naming them: the queues import nothing of the layers that hold them, not
-even for type checking, so that the core's import graph has no cycle through them
+connections) is declared here: ConsumerChannel and ClientConnection, the base classes of
+Channel and Connection, and the Protocol QueueHost, which VirtualHost meets without
+naming it. The queues import nothing of the layers that hold them, not even for type
+checking, so that the core's import graph has no cycle through them
 (tests/unit/test_layers.py bounds it)."""
 
 from abc import abstractmethod
 from collections import deque
-from typing import Any, Callable, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
+from typing import Callable, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
 
 from .exchange import Exchange
 from .message import Message, QueueEntry
+from .ports import Transport
 from .scheduler import Scheduler
 
 # What a delivery awaiting its ack refers to, handed back to the queue on settle, discard
@@ -28,8 +30,8 @@ class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "prefetch",
                  "unacked", "arguments", "priority")
 
-    def __init__(self, tag: str, channel: "ConsumerChannel", queue: "QueueBase",
-                 no_ack: bool, exclusive: bool, prefetch: int,
+    def __init__(self, tag: str, channel: "ConsumerChannel[ClientConnection]",
+                 queue: "QueueBase", no_ack: bool, exclusive: bool, prefetch: int,
                  arguments: dict | None = None):
         self.tag = tag
         self.channel = channel
@@ -59,52 +61,56 @@ class DeliveredOffset(Generic[Subscriber]):
 
 
 # -- what a queue needs of the objects above it ----------------------------------------
+#
+# The channel and the connection derive from the plain classes below, not Protocols:
+# compiled by mypyc, a call or attribute read through a Protocol is a generic Python
+# call, through a base class a native one, and a queue calls its consumers' channels for
+# every message. Not ABCs either, for the reason QueueBase is not. What is read off that
+# path (the vhost) stays a Protocol.
 
-class WritableSocket(Protocol):
-    """The state of a client connection's socket, as a queue reads it."""
-
-    @property
-    def writable(self) -> bool:
-        """False while the outgoing buffer is above its high-water mark."""
-
-
-class ClientConnection(Protocol):
+class ClientConnection:
     """A client's connection, as a queue sees it: the owner of an exclusive queue and
-    the connection of each consumer (a Connection)."""
+    the connection of each consumer. Connection derives from it."""
 
-    @property
-    def transport(self) -> WritableSocket: ...
+    transport: Transport
 
     def fail(self, error: BaseException) -> None:
         """Close the connection with `error` (a ConnectionFailure, or a bug)."""
+        raise NotImplementedError
 
 
-class ConsumerChannel(Protocol):
-    """The channel of a consumer, as its queue delivers to it (a Channel)."""
+# The connection a channel belongs to: Connection for a Channel, which reads the rest
+# of its connection; a queue sees a ClientConnection.
+ConnectionKind = TypeVar("ConnectionKind", bound=ClientConnection, covariant=True)
 
-    @property
-    def number(self) -> int:
-        """The channel's number (the management API names a consumer's channel)."""
 
-    @property
-    def connection(self) -> ClientConnection: ...
+class ConsumerChannel(Generic[ConnectionKind]):
+    """The channel of a consumer, as its queue delivers to it. Channel derives from
+    it."""
+
+    number: int
+    connection: ConnectionKind
 
     def can_deliver(self, consumer: Consumer) -> bool:
         """Whether `consumer` may be sent a message now (socket, prefetch)."""
+        raise NotImplementedError
 
     def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
         """Send a queued message to `consumer`."""
+        raise NotImplementedError
 
     def deliver_at_once(self, consumer: Consumer, message: Message) -> None:
         """Send a message straight to a no-ack consumer, without queueing it."""
+        raise NotImplementedError
 
-    def deliver_record(self, consumer: Consumer, entry: DeliveredOffset[Any],
-                       exchange: str, routing_key: str, properties: bytes,
-                       body: bytes) -> None:
+    def deliver_record(self, consumer: Consumer, entry: DeliveredOffset, exchange: str,
+                       routing_key: str, properties: bytes, body: bytes) -> None:
         """Send a message read from a stream; `entry` comes back on ack."""
+        raise NotImplementedError
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The consumer's queue went away."""
+        raise NotImplementedError
 
 
 class DeadLetterObserver(Protocol):
@@ -122,7 +128,7 @@ class CommitRequests(Protocol):
 
 class QueueHost(Protocol):
     """The virtual host of a queue, as the queue and its collaborators use it (a
-    VirtualHost)."""
+    VirtualHost). A Protocol: a queue reads its vhost only off the per-message path."""
 
     @property
     def name(self) -> str: ...
@@ -262,8 +268,9 @@ class QueueBase(Generic[Entry, ConsumerKind]):
         queue may slow down (Connection.throttle) when it cannot keep up."""
 
     @abstractmethod
-    def make_consumer(self, tag: str, channel: ConsumerChannel, no_ack: bool,
-                      exclusive: bool, prefetch: int, arguments: dict) -> ConsumerKind:
+    def make_consumer(self, tag: str, channel: ConsumerChannel[ClientConnection],
+                      no_ack: bool, exclusive: bool, prefetch: int,
+                      arguments: dict) -> ConsumerKind:
         """A consumer of this queue for Basic.Consume (not yet added)."""
 
     @abstractmethod

@@ -28,8 +28,9 @@ class StreamConsumer(Consumer):
 
     __slots__ = ("position", "tracking", "end", "outstanding", "stored")
 
-    def __init__(self, tag: str, channel: ConsumerChannel, queue, exclusive: bool,
-                 prefetch: int, arguments: dict, options: StreamConsumerOptions):
+    def __init__(self, tag: str, channel: ConsumerChannel[ClientConnection], queue,
+                 exclusive: bool, prefetch: int, arguments: dict,
+                 options: StreamConsumerOptions):
         super().__init__(tag, channel, queue, False, exclusive, prefetch, arguments)
         self.position = 0             # the next offset to deliver
         self.tracking = options.tracking
@@ -76,8 +77,9 @@ class StreamQueue(QueueBase[DeliveredOffset[StreamConsumer], StreamConsumer]):
 
     # -- consumers -------------------------------------------------------------------
 
-    def make_consumer(self, tag: str, channel: ConsumerChannel, no_ack: bool,
-                      exclusive: bool, prefetch: int, arguments: dict) -> StreamConsumer:
+    def make_consumer(self, tag: str, channel: ConsumerChannel[ClientConnection],
+                      no_ack: bool, exclusive: bool, prefetch: int,
+                      arguments: dict) -> StreamConsumer:
         """A consumer at the position its arguments ask for. As RabbitMQ: 406 without
         a prefetch, 540 (connection) with automatic acks; 406 for malformed arguments."""
         if not prefetch:

@@ -13,7 +13,7 @@ TIMEOUT = 600   # seconds: a deadline for a hung run, not a measure of speed
 
 # Chains through the core's back pointers. Were an annotation dropped from a constructor,
 # the chain would silently become Any, which mypy accepts; assert_type does not. A queue
-# sees its vhost and its consumers' channels as the Protocols queue_base.py declares.
+# sees its vhost and its consumers' channels as the base classes queue_base.py declares.
 TYPED_CHAINS = textwrap.dedent("""
     from typing import assert_type
 
@@ -21,16 +21,17 @@ TYPED_CHAINS = textwrap.dedent("""
     from broker.core.channel import Channel
     from broker.core.connection import Connection
     from broker.core.persistence import Persistence
+    from broker.core.ports import Transport
     from broker.core.queue import Consumer, Queue
-    from broker.core.queue_base import ConsumerChannel, QueueHost, WritableSocket
+    from broker.core.queue_base import ClientConnection, ConsumerChannel, QueueHost
     from broker.core.scheduler import Scheduler
     from broker.core.vhost import VirtualHost
 
 
     def chains(consumer: Consumer, channel: Channel, queue: Queue) -> None:
         assert_type(consumer.channel.connection.transport.writable, bool)
-        assert_type(consumer.channel.connection.transport, WritableSocket)
-        assert_type(consumer.channel, ConsumerChannel)
+        assert_type(consumer.channel.connection.transport, Transport)
+        assert_type(consumer.channel, ConsumerChannel[ClientConnection])
         assert_type(consumer.queue.vhost.scheduler, Scheduler)
         assert_type(channel.connection.broker.config, BrokerConfig)
         assert_type(channel.connection.broker, Broker)
