@@ -23,8 +23,7 @@ from .message import CHECKED_HIGH_BITS, USER_ID_BIT, Message, PublishedMessage, 
 from .message_stats import MessageCounts
 from .observation import ACK, REJECT
 from .publish_checks import checked, publish_target
-from .queue_base import Consumer, QueueBase
-from .stream_queue import DeliveredOffset
+from .queue_base import Consumer, ConsumerChannel, DeliveredOffset, QueueBase
 from .transactions import Transaction, undo_settlements
 from .vhost import VirtualHost
 
@@ -47,7 +46,7 @@ class Delivery:
         self.consumer = consumer
 
 
-class Channel:
+class Channel(ConsumerChannel["Connection"]):
     """The per-channel state machine. Handlers raise ChannelError/ConnectionFailure."""
 
     def __init__(self, connection: "Connection", number: int):

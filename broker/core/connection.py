@@ -38,6 +38,7 @@ from .handshake import ConnectionState, Handshake, Opened
 from .held_output import HeldOutput
 from .message import PublishedMessage
 from .ports import Transport
+from .queue_base import ClientConnection
 from .read_pauses import Pause, ReadPauses
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ _READ_ON: Final = ReadOutcome(True, None)
 _STOP_READING: Final = ReadOutcome(False, None)
 
 
-class Connection:
+class Connection(ClientConnection):
     """The AMQP state of one client connection."""
 
     def __init__(self, broker: "Broker", transport: Transport, peer: str = "",

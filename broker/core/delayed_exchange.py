@@ -25,7 +25,7 @@ import re
 import struct
 from decimal import Decimal
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from amqp_codec import headers_entries, replace_properties
 from amqp_codec.field_table import text_value
@@ -33,11 +33,11 @@ from amqp_codec.field_table import text_value
 from .errors import precondition_failed
 from .exchange import EXCHANGE_TYPES, Exchange
 from .message import Message, SenderRoutedMessage
-from .scheduler import Timer
+from .queue_base import QueueBase
+from .scheduler import Scheduler, Timer
 
 if TYPE_CHECKING:
     from .channel import Channel
-    from .vhost import VirtualHost
 
 log = logging.getLogger("warren.delayed")
 
@@ -65,6 +65,17 @@ class DelayedStore(Protocol):
     @property
     def last_seq(self) -> int:
         """The highest seq the store ever took: the next one must be above it."""
+
+
+class DelayingHost(Protocol):
+    """The virtual host of a delayed exchange, as the exchange uses it (a VirtualHost):
+    its clocks, and the routing of a message whose delay is over."""
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    def route(self, exchange: Exchange, message: Message,
+              holds: list | None = None) -> Sequence[QueueBase]: ...
 
 
 class MemoryDelayedStore:
@@ -162,7 +173,7 @@ class DelayedExchange(Exchange):
         inner_class = routing_class(name, arguments)
         super().__init__(name, durable, auto_delete, internal, arguments)
         self.routing = inner_class(name)      # the bindings' index, as its type keeps it
-        self.vhost: "VirtualHost | None" = None
+        self.vhost: DelayingHost | None = None
         self.store: DelayedStore = MemoryDelayedStore()
         self._due: list[int] = []       # heap of _held(due ms, seq, persistent)
         self._extra_keys: dict[int, tuple] = {}   # seq -> CC/BCC routing keys
@@ -174,7 +185,7 @@ class DelayedExchange(Exchange):
     def pending(self) -> int:
         return len(self._due)
 
-    def attach(self, vhost: "VirtualHost", store: DelayedStore | None) -> None:
+    def attach(self, vhost: DelayingHost, store: DelayedStore | None) -> None:
         self.vhost = vhost
         if store is not None:
             self.store = store

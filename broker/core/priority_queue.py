@@ -11,7 +11,7 @@ take the next message to be delivered, as RabbitMQ's priority queue does. Plain 
 """
 
 from collections import deque
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from amqp_codec import MalformedProperties
 from amqp_codec.properties import priority
@@ -21,10 +21,7 @@ from .message import QueueEntry
 from .message_store import MEMORY_STORE
 from .ports import QueueStore
 from .queue import Queue
-
-if TYPE_CHECKING:
-    from .connection import Connection
-    from .vhost import VirtualHost
+from .queue_base import ClientConnection, QueueHost
 
 def max_priority(arguments: dict) -> int:
     """The queue's highest message priority; 0 for a plain FIFO queue (no
@@ -148,8 +145,8 @@ class PriorityQueue(Queue):
 
     tail_in_parts = False
 
-    def __init__(self, vhost: "VirtualHost", name: str, durable: bool = False,
-                 exclusive_owner: "Connection | None" = None,
+    def __init__(self, vhost: QueueHost, name: str, durable: bool = False,
+                 exclusive_owner: ClientConnection | None = None,
                  auto_delete: bool = False, arguments: dict | None = None,
                  store: QueueStore = MEMORY_STORE):
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,

@@ -10,7 +10,6 @@ prioritised or single active consumers (consumer_selection.py).
 """
 
 from collections import deque
-from typing import TYPE_CHECKING
 
 from . import queue_paging
 from .backlog import (
@@ -23,14 +22,9 @@ from .message import EXPIRATION_BIT, Message, QueueEntry, body_size
 from .message_store import MEMORY_STORE
 from .policy import classic_queue_settings
 from .ports import QueueStore
-from .queue_base import Consumer, QueueBase
+from .queue_base import ClientConnection, Consumer, ConsumerChannel, QueueBase, QueueHost
 from .queue_expiry import Expiry, expiry_time
 from .queue_limits import count_ready_bytes, drop_overflow, would_overflow
-
-if TYPE_CHECKING:
-    from .channel import Channel
-    from .connection import Connection
-    from .vhost import VirtualHost
 
 
 class Queue(QueueBase[QueueEntry, Consumer]):
@@ -44,8 +38,8 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     # queue keeps every ready message in its `ready`).
     tail_in_parts = True
 
-    def __init__(self, vhost: "VirtualHost", name: str, durable: bool = False,
-                 exclusive_owner: "Connection | None" = None,
+    def __init__(self, vhost: QueueHost, name: str, durable: bool = False,
+                 exclusive_owner: ClientConnection | None = None,
                  auto_delete: bool = False, arguments: dict | None = None,
                  store: QueueStore = MEMORY_STORE):
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
@@ -442,8 +436,9 @@ class Queue(QueueBase[QueueEntry, Consumer]):
     def purge(self) -> int:
         return queue_paging.purge(self)
 
-    def make_consumer(self, tag: str, channel: "Channel", no_ack: bool, exclusive: bool,
-                      prefetch: int, arguments: dict) -> Consumer:
+    def make_consumer(self, tag: str, channel: ConsumerChannel[ClientConnection],
+                      no_ack: bool, exclusive: bool, prefetch: int,
+                      arguments: dict) -> Consumer:
         return Consumer(tag, channel, self, no_ack, exclusive, prefetch, arguments)
 
     def drop_messages(self) -> int:

@@ -1,17 +1,23 @@
 """What every kind of queue shares. Classic queues (queue.py) and stream queues
 (stream_queue.py) derive from QueueBase; channels, the virtual host and the server hold
 every queue as a QueueBase, whatever its kind. What each kind is, may be and takes is in
-its record (queue_types.py), which a queue reaches as `queue.kind`."""
+its record (queue_types.py), which a queue reaches as `queue.kind`.
+
+What a queue needs of the objects above it (its virtual host, its consumers' channels and
+connections) is declared here: ConsumerChannel and ClientConnection, the base classes of
+Channel and Connection, and the Protocol QueueHost, which VirtualHost meets without
+naming it. The queues import nothing of the layers that hold them, not even for type
+checking, so that the core's import graph has no cycle through them
+(tests/unit/test_layers.py bounds it)."""
 
 from abc import abstractmethod
 from collections import deque
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import Callable, ClassVar, Generic, Mapping, Protocol, Sequence, TypeVar
 
-if TYPE_CHECKING:
-    from .channel import Channel
-    from .connection import Connection
-    from .queue_types import QueueKind
-    from .vhost import VirtualHost
+from .exchange import Exchange
+from .message import Message, QueueEntry
+from .ports import Transport
+from .scheduler import Scheduler
 
 # What a delivery awaiting its ack refers to, handed back to the queue on settle, discard
 # or requeue: a QueueEntry (classic) or a DeliveredOffset (stream).
@@ -24,8 +30,9 @@ class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "prefetch",
                  "unacked", "arguments", "priority")
 
-    def __init__(self, tag: str, channel: "Channel", queue: "QueueBase", no_ack: bool, exclusive: bool,
-                 prefetch: int, arguments: dict | None = None):
+    def __init__(self, tag: str, channel: "ConsumerChannel[ClientConnection]",
+                 queue: "QueueBase", no_ack: bool, exclusive: bool, prefetch: int,
+                 arguments: dict | None = None):
         self.tag = tag
         self.channel = channel
         self.queue = queue
@@ -38,6 +45,129 @@ class Consumer:
 
 
 ConsumerKind = TypeVar("ConsumerKind", bound=Consumer)   # what make_consumer makes
+Subscriber = TypeVar("Subscriber", bound=Consumer)
+
+
+class DeliveredOffset(Generic[Subscriber]):
+    """A stream message handed to a consumer and not yet acked: what the channel hands
+    back to the stream on ack, reject or requeue. Generic in the consumer's class (a
+    stream's StreamConsumer), which stream_queue.py declares."""
+
+    __slots__ = ("consumer", "offset")
+
+    def __init__(self, consumer: Subscriber, offset: int):
+        self.consumer = consumer
+        self.offset = offset
+
+
+# -- what a queue needs of the objects above it ----------------------------------------
+#
+# The channel and the connection derive from the plain classes below, not Protocols:
+# compiled by mypyc, a call or attribute read through a Protocol is a generic Python
+# call, through a base class a native one, and a queue calls its consumers' channels for
+# every message. Not ABCs either, for the reason QueueBase is not. What is read off that
+# path (the vhost) stays a Protocol.
+
+class ClientConnection:
+    """A client's connection, as a queue sees it: the owner of an exclusive queue and
+    the connection of each consumer. Connection derives from it."""
+
+    transport: Transport
+
+    def fail(self, error: BaseException) -> None:
+        """Close the connection with `error` (a ConnectionFailure, or a bug)."""
+        raise NotImplementedError
+
+
+# The connection a channel belongs to: Connection for a Channel, which reads the rest
+# of its connection; a queue sees a ClientConnection.
+ConnectionKind = TypeVar("ConnectionKind", bound=ClientConnection, covariant=True)
+
+
+class ConsumerChannel(Generic[ConnectionKind]):
+    """The channel of a consumer, as its queue delivers to it. Channel derives from
+    it."""
+
+    number: int
+    connection: ConnectionKind
+
+    def can_deliver(self, consumer: Consumer) -> bool:
+        """Whether `consumer` may be sent a message now (socket, prefetch)."""
+        raise NotImplementedError
+
+    def deliver(self, consumer: Consumer, entry: QueueEntry) -> None:
+        """Send a queued message to `consumer`."""
+        raise NotImplementedError
+
+    def deliver_at_once(self, consumer: Consumer, message: Message) -> None:
+        """Send a message straight to a no-ack consumer, without queueing it."""
+        raise NotImplementedError
+
+    def deliver_record(self, consumer: Consumer, entry: DeliveredOffset, exchange: str,
+                       routing_key: str, properties: bytes, body: bytes) -> None:
+        """Send a message read from a stream; `entry` comes back on ack."""
+        raise NotImplementedError
+
+    def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+        """The consumer's queue went away."""
+        raise NotImplementedError
+
+
+class DeadLetterObserver(Protocol):
+    """Of a vhost's observer (observation.py), what queues tell it."""
+
+    def dead_lettered(self, queue: "QueueBase", reason: str,
+                      message: Message) -> None: ...
+
+
+class CommitRequests(Protocol):
+    """Of a vhost's persistence (persistence.py), what a stream queue asks of it."""
+
+    def request_commit(self) -> None: ...
+
+
+class QueueHost(Protocol):
+    """The virtual host of a queue, as the queue and its collaborators use it (a
+    VirtualHost). A Protocol: a queue reads its vhost only off the per-message path."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    @property
+    def persistence(self) -> CommitRequests: ...
+
+    @property
+    def exchanges(self) -> Mapping[str, Exchange]: ...
+
+    @property
+    def observer(self) -> DeadLetterObserver | None: ...
+
+    def route(self, exchange: Exchange, message: Message,
+              holds: list | None = None) -> Sequence["QueueBase"]:
+        """Every queue `message` reaches from `exchange`."""
+
+    def delete_queue(self, queue: "QueueBase", if_unused: bool = False,
+                     if_empty: bool = False,
+                     answer: Callable[[int], None] | None = None) -> int:
+        """Delete `queue` (an auto-delete queue that lost its last consumer, an
+        exclusive queue whose connection closed)."""
+
+
+class KindRecord(Protocol):
+    """Of a queue's record in the table of kinds (queue_types.QueueKind), what is read
+    through the queue."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def queue_arguments(self) -> tuple[str, ...]: ...
+
+    @property
+    def unsupported_policy_keys(self) -> frozenset[str]: ...
 
 
 class QueueBase(Generic[Entry, ConsumerKind]):
@@ -66,14 +196,14 @@ class QueueBase(Generic[Entry, ConsumerKind]):
 
     # The record of the queue's kind, which queue_types.py, the table of kinds, sets on
     # each class it lists.
-    kind: ClassVar["QueueKind"]
+    kind: ClassVar[KindRecord]
 
     # kind.honours_global_qos, which a channel under a global prefetch limit reads per
     # delivery: set on the class with `kind`, to be read in one step.
     honours_global_qos: ClassVar[bool]
 
-    def __init__(self, vhost: "VirtualHost", name: str, durable: bool,
-                 exclusive_owner: "Connection | None", auto_delete: bool,
+    def __init__(self, vhost: QueueHost, name: str, durable: bool,
+                 exclusive_owner: ClientConnection | None, auto_delete: bool,
                  arguments: dict | None, store):
         if type(self) is QueueBase:
             raise TypeError("QueueBase is abstract: a queue is of one of its kinds")
@@ -138,8 +268,9 @@ class QueueBase(Generic[Entry, ConsumerKind]):
         queue may slow down (Connection.throttle) when it cannot keep up."""
 
     @abstractmethod
-    def make_consumer(self, tag: str, channel, no_ack: bool, exclusive: bool,
-                      prefetch: int, arguments: dict) -> ConsumerKind:
+    def make_consumer(self, tag: str, channel: ConsumerChannel[ClientConnection],
+                      no_ack: bool, exclusive: bool, prefetch: int,
+                      arguments: dict) -> ConsumerKind:
         """A consumer of this queue for Basic.Consume (not yet added)."""
 
     @abstractmethod

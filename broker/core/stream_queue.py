@@ -6,7 +6,7 @@ reused after a crash. Deliveries carry their offset in the `x-stream-offset` hea
 """
 
 import datetime
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from amqp_codec import MalformedProperties, with_long_header
 from amqp_codec.reply_codes import ReplyCode
@@ -14,14 +14,10 @@ from amqp_codec.wire_ids import BASIC_CONSUME, BASIC_GET, QUEUE_PURGE
 
 from .errors import ConnectionFailure, precondition_failed
 from .policy import stream_setting
-from .queue_base import Consumer, QueueBase
+from .queue_base import (ClientConnection, Consumer, ConsumerChannel, DeliveredOffset,
+                         QueueBase, QueueHost)
 from .stream_arguments import (StreamConsumerOptions, StreamRetention, StreamStart,
                                parse_duration, stream_consumer_options)
-
-if TYPE_CHECKING:
-    from .channel import Channel
-    from .connection import Connection
-    from .vhost import VirtualHost
 
 OFFSET_HEADER = b"x-stream-offset"
 READ_BATCH = 256   # messages asked of the store per call, at most
@@ -32,8 +28,9 @@ class StreamConsumer(Consumer):
 
     __slots__ = ("position", "tracking", "end", "outstanding", "stored")
 
-    def __init__(self, tag: str, channel: "Channel", queue, exclusive: bool, prefetch: int,
-                 arguments: dict, options: StreamConsumerOptions):
+    def __init__(self, tag: str, channel: ConsumerChannel[ClientConnection], queue,
+                 exclusive: bool, prefetch: int, arguments: dict,
+                 options: StreamConsumerOptions):
         super().__init__(tag, channel, queue, False, exclusive, prefetch, arguments)
         self.position = 0             # the next offset to deliver
         self.tracking = options.tracking
@@ -42,24 +39,13 @@ class StreamConsumer(Consumer):
         self.stored = -1              # the tracked offset last stored
 
 
-class DeliveredOffset:
-    """A stream message handed to a consumer and not yet acked: what the channel hands
-    back to the stream on ack, reject or requeue."""
-
-    __slots__ = ("consumer", "offset")
-
-    def __init__(self, consumer: StreamConsumer, offset: int):
-        self.consumer = consumer
-        self.offset = offset
-
-
-class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
+class StreamQueue(QueueBase[DeliveredOffset[StreamConsumer], StreamConsumer]):
     """A durable stream over a StreamStore (ports.py). It is never exclusive
     nor auto-deleted (its kind refuses such a declaration), and holds no messages
     itself: consumers read them through its store."""
 
-    def __init__(self, vhost: "VirtualHost", name: str, durable: bool,
-                 exclusive_owner: "Connection | None", auto_delete: bool,
+    def __init__(self, vhost: QueueHost, name: str, durable: bool,
+                 exclusive_owner: ClientConnection | None, auto_delete: bool,
                  arguments: dict, store):
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
                          store)
@@ -91,8 +77,9 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
 
     # -- consumers -------------------------------------------------------------------
 
-    def make_consumer(self, tag: str, channel: "Channel", no_ack: bool, exclusive: bool,
-                      prefetch: int, arguments: dict) -> StreamConsumer:
+    def make_consumer(self, tag: str, channel: ConsumerChannel[ClientConnection],
+                      no_ack: bool, exclusive: bool, prefetch: int,
+                      arguments: dict) -> StreamConsumer:
         """A consumer at the position its arguments ask for. As RabbitMQ: 406 without
         a prefetch, 540 (connection) with automatic acks; 406 for malformed arguments."""
         if not prefetch:
@@ -199,19 +186,20 @@ class StreamQueue(QueueBase[DeliveredOffset, StreamConsumer]):
 
     # -- outcomes of deliveries --------------------------------------------------------
 
-    def settle(self, entry: DeliveredOffset) -> None:
+    def settle(self, entry: DeliveredOffset[StreamConsumer]) -> None:
         """An ack: the consumer processed the message (credit is returned by the
         channel). A tracking consumer stores the offset below which all is processed."""
         consumer = entry.consumer
         if consumer.tracking:
             self._processed(consumer, entry.offset)
 
-    def discard(self, entries: list[DeliveredOffset], reason: str) -> None:
+    def discard(self, entries: list[DeliveredOffset[StreamConsumer]],
+                reason: str) -> None:
         """Reject/nack without requeue: done with, like an ack (messages stay)."""
         for entry in entries:
             self.settle(entry)
 
-    def requeue(self, entries: list[DeliveredOffset]) -> None:
+    def requeue(self, entries: list[DeliveredOffset[StreamConsumer]]) -> None:
         """Reject/nack with requeue, recover, or a closed channel: the credit comes back
         but a stream does not deliver again in this session; a tracking consumer does not
         count these as processed, so a reconnect resumes from the first of them."""

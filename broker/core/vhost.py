@@ -18,7 +18,7 @@ from .observation import Observer
 from .policy import VhostPolicies, merged_definition
 from .publish_faults import PublishFaults
 from .queue import Queue
-from .queue_base import QueueBase
+from .queue_base import ClientConnection, QueueBase
 from .queue_arguments import check_arguments_equivalent
 from .queue_types import QueueDeclaration, kind_of
 from .persistence import Persistence
@@ -29,7 +29,6 @@ from .server_names import server_named
 
 if TYPE_CHECKING:
     from .access_control import ChannelAccess
-    from .connection import Connection
 
 log = logging.getLogger("warren.vhost")
 
@@ -82,7 +81,7 @@ class VirtualHost:
             raise not_found(f"no exchange '{name}' in vhost '{self.name}'")
         return exchange
 
-    def queue(self, name: str, connection: "Connection | None") -> QueueBase:
+    def queue(self, name: str, connection: ClientConnection | None) -> QueueBase:
         """The queue named `name`, if `connection` may use it (exclusive queues: 405;
         None is an operator, whom no exclusive queue belongs to)."""
         queue = self.queues.get(name)
@@ -91,7 +90,8 @@ class VirtualHost:
         self.check_exclusive(queue, connection)
         return queue
 
-    def check_exclusive(self, queue: QueueBase, connection: "Connection | None") -> None:
+    def check_exclusive(self, queue: QueueBase,
+                        connection: ClientConnection | None) -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
             raise _locked(queue)
 
@@ -238,7 +238,7 @@ class VirtualHost:
             return arguments
         return {**arguments, "x-queue-type": default}
 
-    def declare_queue(self, name: str, connection: "Connection | None", passive: bool,
+    def declare_queue(self, name: str, connection: ClientConnection | None, passive: bool,
                       durable: bool, exclusive: bool, auto_delete: bool, arguments: dict,
                       access: "ChannelAccess") -> QueueBase:
         """Checks in RabbitMQ's order: passive declares need no permission; otherwise

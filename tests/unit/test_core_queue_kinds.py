@@ -9,9 +9,9 @@ from pamqp import commands
 from broker.core.message import QueueEntry
 from broker.core.message_store import MEMORY_STORE
 from broker.core.queue import Queue
-from broker.core.queue_base import QueueBase
+from broker.core.queue_base import DeliveredOffset, QueueBase
 from broker.core.quorum_queue import QuorumQueue
-from broker.core.stream_queue import DeliveredOffset, StreamQueue
+from broker.core.stream_queue import StreamQueue
 from core_harness import deliveries
 from test_core_streams import StreamBroker
 

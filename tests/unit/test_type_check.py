@@ -12,15 +12,18 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 600   # seconds: a deadline for a hung run, not a measure of speed
 
 # Chains through the core's back pointers. Were an annotation dropped from a constructor,
-# the chain would silently become Any, which mypy accepts; assert_type does not.
+# the chain would silently become Any, which mypy accepts; assert_type does not. A queue
+# sees its vhost and its consumers' channels as the base classes queue_base.py declares.
 TYPED_CHAINS = textwrap.dedent("""
     from typing import assert_type
 
     from broker.core.broker import Broker, BrokerConfig
     from broker.core.channel import Channel
-    from broker.core.connection import Connection, Transport
+    from broker.core.connection import Connection
     from broker.core.persistence import Persistence
+    from broker.core.ports import Transport
     from broker.core.queue import Consumer, Queue
+    from broker.core.queue_base import ClientConnection, ConsumerChannel, QueueHost
     from broker.core.scheduler import Scheduler
     from broker.core.vhost import VirtualHost
 
@@ -28,13 +31,14 @@ TYPED_CHAINS = textwrap.dedent("""
     def chains(consumer: Consumer, channel: Channel, queue: Queue) -> None:
         assert_type(consumer.channel.connection.transport.writable, bool)
         assert_type(consumer.channel.connection.transport, Transport)
+        assert_type(consumer.channel, ConsumerChannel[ClientConnection])
         assert_type(consumer.queue.vhost.scheduler, Scheduler)
         assert_type(channel.connection.broker.config, BrokerConfig)
         assert_type(channel.connection.broker, Broker)
         assert_type(channel.connection, Connection)
         assert_type(channel.vhost, VirtualHost)
         assert_type(channel.vhost.persistence, Persistence)
-        assert_type(queue.vhost, VirtualHost)
+        assert_type(queue.vhost, QueueHost)
         assert_type(channel.connection.vhost, VirtualHost | None)
 """)
 
