@@ -141,7 +141,7 @@ def freeze_start_up_objects() -> None:
     """Move what exists once the node is built (modules, settings, the broker restored
     from the data directory: about 80,000 tracked objects) out of the cyclic garbage
     collector's sight: they live as long as the process, and every full collection
-    walked them all, pausing the event loop 30-130 ms (docs/benchmarks.md, issue 18,
+    walked them all, pausing the event loop 30-130 ms (docs/history/benchmarks-rounds.md, issue 18,
     "full collections")."""
     gc.collect()
     gc.freeze()

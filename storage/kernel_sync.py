@@ -3,7 +3,7 @@ that an event loop waits on like a socket.
 
 A commit that only writes queue files (the confirm path) would otherwise hand its
 `fdatasync` to a worker thread, and the thread and the event loop then wait for each
-other's GIL before, during and after it (docs/benchmarks.md, issue 18, "confirms without
+other's GIL before, during and after it (docs/history/benchmarks-rounds.md, issue 18, "confirms without
 a worker thread"). With a `KernelSync` the loop writes the batch (a `pwrite` into the
 page cache), submits the syncs, goes on serving connections, and is woken through the
 eventfd when the kernel has finished them.

@@ -4,7 +4,7 @@ completions counted on an eventfd registered with the ring.
 The kernel runs each sync on an io-wq worker, a kernel thread that the scheduler may
 place on any CPU the process may use. Native AIO (`aio_sync.py`) runs its syncs as work
 items of the CPU that submitted them, so there they compete with the event loop for
-that CPU (docs/benchmarks.md, issue 18, "io_uring").
+that CPU (docs/history/benchmarks-rounds.md, issue 18, "io_uring").
 
 Linux 5.6 or later on x86_64. The rings are shared memory: the kernel reads a
 submission once `io_uring_enter` is called on this CPU, and writes each completion

@@ -76,7 +76,7 @@ class GroupCommitter:
         connections woken with the release share it too. Started by the asking
         connection or chained by the ending commit itself, commits with four
         publishers carried fewer publishes each: confirm-4p fell from about 46,000 to
-        31,000-37,000 msg/s (docs/benchmarks.md, issue 18, round 3)."""
+        31,000-37,000 msg/s (docs/history/benchmarks-rounds.md, issue 18, round 3)."""
         self._commit_requested.set()
 
     async def flush_periodically(self, interval: float) -> None:

@@ -137,7 +137,7 @@ def _fill_connection_caps(limits) -> None:
 # 5 ms). The event loop handles a whole read of frames without releasing the GIL;
 # meanwhile the group commit's worker thread waits for it before it can write, and
 # after the fsync before it can wake the loop, and every confirm waits with it. At
-# 1 ms the worker gets in sooner (docs/benchmarks.md, issue 18, round 2).
+# 1 ms the worker gets in sooner (docs/history/benchmarks-rounds.md, issue 18, round 2).
 GIL_SWITCH_INTERVAL = 0.001
 
 

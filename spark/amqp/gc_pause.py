@@ -5,7 +5,7 @@ alive until its rows are built. CPython's cyclic collector counts them as they a
 made, and once enough of them have survived two younger collections it runs a full
 collection, which walks every tracked object of the process: in a Python worker that
 has imported pyspark and pyarrow, a full collection per few thousand deliveries cost
-about a third of the stream reader's CPU (docs/spark.md, Round 6). The objects the
+about a third of the stream reader's CPU (docs/history/spark-rounds.md, round 6). The objects the
 source makes hold no reference cycles (they are freed by reference counting as soon as
 their rows exist), so the collector has nothing to find in them.
 
