@@ -17,7 +17,9 @@ from typing import Callable, ClassVar, Generic, Mapping, Protocol, Sequence, Typ
 from .exchange import Exchange
 from .message import Message, QueueEntry
 from .ports import Transport
+from .rabbitmq_lines import Profile
 from .scheduler import Scheduler
+from .upgrade_lint import UpgradeLint
 
 # What a delivery awaiting its ack refers to, handed back to the queue on settle, discard
 # or requeue: a QueueEntry (classic) or a DeliveredOffset (stream).
@@ -144,6 +146,14 @@ class QueueHost(Protocol):
 
     @property
     def observer(self) -> DeadLetterObserver | None: ...
+
+    @property
+    def profile(self) -> Profile:
+        """The RabbitMQ line the vhost behaves as (rabbitmq_lines.py)."""
+
+    @property
+    def lint(self) -> UpgradeLint:
+        """Where what the vhost did that another line treats otherwise is noted."""
 
     def route(self, exchange: Exchange, message: Message,
               holds: list | None = None) -> Sequence["QueueBase"]:
