@@ -156,23 +156,35 @@ def roots(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
+STATUS_OF_4_3_7 = ("Package: rabbitmq-server\nStatus: install ok installed\n"
+                   "Version: 4.3.7-1\n\n")   # a dpkg status file's entry
+
+
 def test_a_cached_root_of_another_version_is_refused_saying_which(roots):
     status = roots / "4.3.6/var/lib/dpkg/status"
     status.parent.mkdir(parents=True)
-    status.write_text("Package: rabbitmq-server\nStatus: install ok installed\n"
-                      "Version: 4.3.7-1\n\n")
+    status.write_text(STATUS_OF_4_3_7)
     with pytest.raises(rabbitmq_node.NodeError) as refused:
         rabbitmq_node.ready_root("4.3")
-    assert "pinned to rabbitmq-server 4.3.6" in str(refused.value)
+    assert "pinned to rabbitmq-server 4.3.6 but the cached root" in str(refused.value)
     assert "has 4.3.7" in str(refused.value)
 
 
-def test_a_failed_debootstrap_says_why_and_leaves_no_root(roots, tmp_path_factory, monkeypatch):
-    programs = tmp_path_factory.mktemp("programs")
-    debootstrap = programs / "debootstrap"
-    debootstrap.write_text("#!/bin/sh\necho 'E: Failed getting release file' >&2\nexit 1\n")
-    debootstrap.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{programs}:{os.environ['PATH']}")
+@pytest.fixture
+def debootstrap(tmp_path_factory, monkeypatch):
+    """Puts a debootstrap of the test's own (a shell script's body) first on PATH; its
+    arguments are those of the real one: options, suite, target directory, mirror."""
+    def install(body: str) -> None:
+        programs = tmp_path_factory.mktemp("programs")
+        program = programs / "debootstrap"
+        program.write_text(f"#!/bin/sh\n{body}\n")
+        program.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{programs}:{os.environ['PATH']}")
+    return install
+
+
+def test_a_failed_debootstrap_says_why_and_leaves_no_root(roots, debootstrap):
+    debootstrap("echo 'E: Failed getting release file' >&2; exit 1")
     interrupted = roots / ".4.3.6.partial-interrupted/usr/lib/rabbitmq"
     interrupted.mkdir(parents=True)   # what a killed debootstrap leaves
     with pytest.raises(rabbitmq_node.NodeError) as failed:
@@ -180,6 +192,15 @@ def test_a_failed_debootstrap_says_why_and_leaves_no_root(roots, tmp_path_factor
     assert "debootstrap of Debian sid for RabbitMQ 4.3.6 failed" in str(failed.value)
     assert "E: Failed getting release file" in str(failed.value)
     assert not any(path.is_dir() for path in roots.iterdir())   # no root, no half root
+
+
+def test_a_suite_that_moved_on_is_refused_saying_which_version_it_has(roots, debootstrap):
+    debootstrap(f'mkdir -p "$4/var/lib/dpkg"\n'
+                f'printf "{STATUS_OF_4_3_7}" > "$4/var/lib/dpkg/status"')
+    with pytest.raises(rabbitmq_node.NodeError) as refused:
+        rabbitmq_node.ready_root("4.3")
+    assert "pinned to rabbitmq-server 4.3.6 but Debian sid now has 4.3.7" in str(refused.value)
+    assert not any(path.is_dir() for path in roots.iterdir())
 
 
 def test_a_root_needs_root(roots, monkeypatch):

@@ -15,9 +15,9 @@ Each line is a pinned rabbitmq-server package of Debian (LINES):
 
 As a command, it runs another command beside a throw-away node and stops the node
 afterwards, whatever happens (scripts/test.sh runs the integration tests so), or makes a
-line's root ahead of time:
+line's root ahead of time (--line: 3.10, the default, 4.0 or 4.3):
 
-    python tests/support/rabbitmq_node.py run [--line 3.10|4.0|4.3] -- python -m pytest tests/integration
+    python tests/support/rabbitmq_node.py run --line 4.3 -- python -m pytest tests/integration
     python tests/support/rabbitmq_node.py provision --line 4.3
 
 The command's environment names the node: WARREN_TEST_BROKER (host:port of its AMQP
@@ -86,7 +86,8 @@ def line_of(name: str) -> Line:
 
 
 def roots_directory() -> Path:
-    """Where the lines' roots are cached: WARREN_RABBITMQ_ROOTS, or ~/.cache/warren/rabbitmq-roots."""
+    """Where the lines' roots are cached: WARREN_RABBITMQ_ROOTS, or
+    ~/.cache/warren/rabbitmq-roots."""
     configured = os.environ.get(ROOTS_VARIABLE)
     return Path(configured) if configured else Path.home() / ".cache/warren/rabbitmq-roots"
 
@@ -116,27 +117,29 @@ def installed_version(root: Path) -> str | None:
     return None
 
 
-def check_pinned_version(line: Line, root: Path) -> None:
+def check_pinned_version(line: Line, root: Path, fresh: bool = False) -> None:
+    """Refuse a root (or for SYSTEM the host) whose rabbitmq-server is not the line's
+    pinned version, saying what to do; `fresh`: a root debootstrap has just made."""
     found = installed_version(root)
-    where = "this host" if line.suite == SYSTEM else f"{root} (Debian {line.suite})"
-    if found is None:
-        if line.suite == SYSTEM:
-            raise NodeError(f"rabbitmq-server is not installed on this host: line {line.name} "
-                            f"is Debian 12's package (apt-get install rabbitmq-server; "
-                            f"scripts/test.sh does)")
-        raise NodeError(f"{root} has no rabbitmq-server package installed: remove the "
-                        f"directory and provision line {line.name} again")
-    if found != line.version:
-        if line.suite == SYSTEM:
-            advice = ("line 3.10 uses the host's own package, which must be Debian 12's "
-                      "(bookworm) rabbitmq-server")
-        else:
-            advice = (f"Debian {line.suite} now has another rabbitmq-server: pin the new "
-                      f"version in LINES (tests/support/rabbitmq_node.py) and check the "
-                      f"{line.name} profile against it, or keep a root of {line.version} "
-                      f"in {roots_directory()}/{line.version}")
-        raise NodeError(f"line {line.name} is pinned to rabbitmq-server {line.version} but "
-                        f"{where} has {found}: {advice}")
+    if found == line.version:
+        return
+    pin = f"line {line.name} is pinned to rabbitmq-server {line.version}"
+    repin = (f"pin the new version in LINES (tests/support/rabbitmq_node.py) and check the "
+             f"{line.name} profile against it")
+    if line.suite == SYSTEM:
+        if found is None:
+            raise NodeError(f"rabbitmq-server is not installed on this host: {pin}, Debian "
+                            f"12's package (apt-get install rabbitmq-server; scripts/test.sh "
+                            f"does)")
+        raise NodeError(f"{pin} but this host's package is {found}: line {line.name} needs "
+                        f"Debian 12's (bookworm) rabbitmq-server on the host")
+    if fresh:
+        raise NodeError(f"{pin} but Debian {line.suite} now has {found or 'no rabbitmq-server'}: "
+                        f"{repin}, or place a root holding {line.version} at "
+                        f"{roots_directory() / line.version} by hand")
+    raise NodeError(f"{pin} but the cached root {root} has {found or 'no rabbitmq-server'}: "
+                    f"unmount {root}/proc and remove {root} to make it again from Debian "
+                    f"{line.suite}, or {repin}")
 
 
 def ready_root(name: str) -> Path:
@@ -204,7 +207,9 @@ def _provision(line: Line, root: Path) -> None:
                             f"failed ({ended}); {' '.join(command)}\n"
                             f"--- {log_path} (tail) ---\n{_tail(log_path)}"
                             f"{_debootstrap_log_tail(partial)}")
-        check_pinned_version(line, partial)
+        check_pinned_version(line, partial, fresh=True)
+        for package in (partial / "var/cache/apt/archives").glob("*.deb"):
+            package.unlink()   # 80-90 MB the node never reads
         partial.chmod(0o755)   # mkdtemp's 0700 is no root directory's mode
         partial.rename(root)
     finally:
