@@ -269,7 +269,7 @@ def test_hash_arguments_that_are_not_long_strings_close_the_connection_with_541(
     with pytest.raises(ConnectionFailure) as refused:
         ConsistentHashExchange("x", arguments=arguments)
     assert (refused.value.reply_code, refused.value.reply_text) == \
-        (ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR - INTERNAL_ERROR")
+        (ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR")
 
 
 # -- x-modulus-hash --------------------------------------------------------------------
