@@ -113,28 +113,17 @@ def _raw_timestamp(properties: bytes) -> int | None:
     return None if span is None else _TIMESTAMP.unpack_from(properties, span[0])[0]
 
 
-class PluginCrash(ConnectionFailure):
-    """What RabbitMQ answers when an exchange type's code fails: the channel dies and
-    the connection closes with 541 and the bare text "INTERNAL_ERROR"."""
-
-    def __init__(self) -> None:
-        super().__init__(ReplyCode.INTERNAL_ERROR, "INTERNAL_ERROR")
-
-    @property
-    def reply_text(self) -> str:
-        return self.text
-
-
 def _hash_argument(arguments: dict, name: str) -> str | None:
     """A hash-header or hash-property argument: a long string, or absent. The plugin
-    reads only long strings and fails on any other type."""
+    reads only long strings and fails on any other type: RabbitMQ's channel dies and
+    the connection closes with 541 and the bare text "INTERNAL_ERROR"."""
     value = arguments.get(name)
     if value is None and name not in arguments:
         return None
     if isinstance(value, bytes):
         value = value.decode("utf-8", "surrogateescape")
     if not isinstance(value, str):
-        raise PluginCrash()
+        raise ConnectionFailure(ReplyCode.INTERNAL_ERROR, "")
     return value
 
 
