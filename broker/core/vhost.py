@@ -11,6 +11,7 @@ from .errors import (ConnectionFailure, access_refused, not_found, precondition_
                      resource_locked)
 from .exchange import ALTERNATE_EXCHANGE, EXCHANGE_TYPES, Exchange, field_type_name
 from .delayed_exchange import DELAYED_KIND, DelayedExchange, delay_ms
+from .hash_exchanges import HASH_EXCHANGE_TYPES
 from .limits import Limits
 from .message import Message
 from .message_stats import MessageCounts
@@ -41,8 +42,9 @@ DEFAULT_EXCHANGES = (
     ("amq.headers", "headers"),
     ("amq.match", "headers"),
 )
-_KEYED_KINDS = ("direct", "topic")
-EXCHANGE_CLASSES = {**EXCHANGE_TYPES, DELAYED_KIND: DelayedExchange}   # declarable types   # the exchange types that route by routing key
+_KEYED_KINDS = ("direct", "topic")   # the exchange types that route by routing key
+# The declarable exchange types (EXCHANGE_TYPES are those an x-delayed-message can be)
+EXCHANGE_CLASSES = {**EXCHANGE_TYPES, DELAYED_KIND: DelayedExchange, **HASH_EXCHANGE_TYPES}
 
 
 @dataclass(frozen=True)

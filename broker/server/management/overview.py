@@ -17,8 +17,10 @@ from starlette.responses import JSONResponse, Response
 
 from broker import __version__
 from broker.core.delayed_exchange import DELAYED_KIND
-from broker.core.exchange import EXCHANGE_TYPES
+from broker.core.hash_exchanges import (CONSISTENT_HASH_KIND, LOCAL_RANDOM_KIND,
+                                        MODULUS_HASH_KIND)
 from broker.core.rabbitmq_lines import FEATURES, Profile, latest_phase
+from broker.core.vhost import EXCHANGE_CLASSES
 
 from ..alarms import free_disk, held_memory
 from .auth import MANAGEMENT, MONITORING, Caller
@@ -36,6 +38,9 @@ _EXCHANGE_DESCRIPTIONS = {
     "headers": "AMQP headers exchange, as per the AMQP specification",
     "topic": "AMQP topic exchange, as per the AMQP specification",
     DELAYED_KIND: "Delayed Message Exchange",
+    CONSISTENT_HASH_KIND: "Consistent Hashing Exchange",
+    MODULUS_HASH_KIND: "Modulus Hashing Exchange",
+    LOCAL_RANDOM_KIND: "Picks one random local binding (queue) to route via (to).",
 }
 _CHURN = ("channel_closed", "channel_created", "connection_closed", "connection_created",
           "queue_created", "queue_declared", "queue_deleted")
@@ -43,7 +48,7 @@ _DISK_COUNTERS = ("disk_reads", "disk_writes")
 
 
 def exchange_types() -> list[dict]:
-    kinds = sorted([*EXCHANGE_TYPES, DELAYED_KIND])
+    kinds = sorted(EXCHANGE_CLASSES)
     return [{"name": kind, "description": _EXCHANGE_DESCRIPTIONS[kind], "enabled": True}
             for kind in kinds]
 
