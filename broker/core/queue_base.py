@@ -122,10 +122,27 @@ class DeadLetterObserver(Protocol):
                       message: Message) -> None: ...
 
 
+class DurableWaiter(Protocol):
+    """Told after each commit how many writes are durable (Persistence.wait_durable)."""
+
+    def writes_durable(self, durable: int) -> bool: ...
+
+    def writes_failed(self, writes: int, reason: str) -> bool: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+
 class CommitRequests(Protocol):
-    """Of a vhost's persistence (persistence.py), what a stream queue asks of it."""
+    """Of a vhost's persistence (persistence.py), what queues ask of it: a commit soon
+    (stream queues), or to be told when the writes made so far are durable (a quorum
+    queue's at-least-once dead-lettering)."""
+
+    @property
+    def writes(self) -> int: ...
 
     def request_commit(self) -> None: ...
+
+    def wait_durable(self, waiter: DurableWaiter) -> None: ...
 
 
 class QueueHost(Protocol):

@@ -140,17 +140,6 @@ def refuse_other_kinds_arguments(kind: QueueKind, declaration: QueueDeclaration)
                    kind.name, declaration.queue, declaration.vhost)
 
 
-def refuse_at_least_once_dead_lettering(kind: QueueKind,
-                                        declaration: QueueDeclaration) -> None:
-    """Warren's quorum queues dead-letter at most once: 406 rather than accept
-    x-dead-letter-strategy at-least-once and not keep the promise."""
-    if text_value(declaration.arguments.get("x-dead-letter-strategy")) == "at-least-once":
-        raise precondition_failed(
-            f"invalid arg 'x-dead-letter-strategy' for queue '{declaration.queue}' in "
-            f"vhost '{declaration.vhost}': Warren does not support at-least-once "
-            "dead-lettering; leave the argument out or use at-most-once")
-
-
 def check_stream_argument_values(kind: QueueKind, declaration: QueueDeclaration) -> None:
     """406 for a stream argument whose value a stream cannot use (stream_arguments.py)."""
     validate_stream_arguments(declaration.arguments, declaration.queue, declaration.vhost)
@@ -222,8 +211,7 @@ PRIORITY = replace(CLASSIC, cls=PriorityQueue)
 QUORUM = QueueKind(
     name="quorum", cls=QuorumQueue, make_store=queue_file_or_memory, server_named=False,
     refused_properties=("auto-delete", "exclusive-owner", "non-durable"),
-    declaration_checks=(refuse_other_kinds_arguments, refuse_at_least_once_dead_lettering,
-                        refuse_properties),
+    declaration_checks=(refuse_other_kinds_arguments, refuse_properties),
     queue_arguments=("x-expires", "x-message-ttl", "x-dead-letter-exchange",
                      "x-dead-letter-routing-key", "x-dead-letter-strategy", "x-max-length",
                      "x-max-length-bytes", "x-max-in-memory-length",

@@ -22,7 +22,9 @@ survives a restart (RabbitMQ keeps it in its Raft log).
 import struct
 
 from amqp_codec import MalformedProperties, headers_entries, replace_properties
+from amqp_codec.field_table import text_value
 
+from .at_least_once import AtLeastOnce
 from .errors import resource_locked
 from .message import Message, QueueEntry
 from .message_store import MEMORY_STORE
@@ -30,6 +32,7 @@ from .queue import Queue
 from .rabbitmq_lines import QUORUM_DEFAULT_DELIVERY_LIMIT
 from .upgrade_lint import QUORUM_DELIVERY_LIMIT
 
+DEAD_LETTER_STRATEGY = "x-dead-letter-strategy"
 DELIVERY_COUNT = "x-delivery-count"
 DELIVERY_LIMIT = "x-delivery-limit"
 _COUNT_KEY = bytes([len(DELIVERY_COUNT)]) + DELIVERY_COUNT.encode()
@@ -97,6 +100,8 @@ class QuorumQueue(Queue):
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
                          store)
         self.delivery_limit = delivery_limit(self.arguments, {}, self._line_default())
+        if text_value(self.arguments.get(DEAD_LETTER_STRATEGY)) == "at-least-once":
+            self.dead_lettering.keeper = AtLeastOnce(self)
 
     def enqueue(self, message: Message, publisher=None) -> bool:
         return super().enqueue(with_delivery_count(message, 0), publisher)
@@ -168,7 +173,14 @@ class QuorumQueue(Queue):
                 "queues with single active consumer")
         return super().take()
 
-    def _republish(self, exchange, message: Message, reason: str, now) -> None:
+    def _republish(self, exchange, message: Message, reason: str, now) -> int | None:
         """Dead-lettered messages leave without the count (RabbitMQ adds it to
         deliveries only)."""
-        super()._republish(exchange, with_delivery_count(message, None), reason, now)
+        return super()._republish(exchange, with_delivery_count(message, None), reason,
+                                  now)
+
+    def drop_messages(self) -> int:
+        keeper = self.dead_lettering.keeper
+        if keeper is not None:
+            keeper.dropped()
+        return super().drop_messages()

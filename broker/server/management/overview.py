@@ -168,20 +168,20 @@ async def get_node(request: Request) -> Response:
 
 
 def deprecated_feature_json(feature: str, profile: Profile) -> dict:
-    """A deprecated feature as RabbitMQ's /api/deprecated-features lists it, in the
-    broker's line (a feature the line lacks, with its phase in the newest line)."""
+    """A deprecated feature as RabbitMQ's /api/deprecated-features/used lists it, in
+    the broker's line (a feature the line lacks, with its phase in the newest line)."""
     described = FEATURES[feature]
     phase = profile.line.phase(feature) or latest_phase(feature)
     return {"name": feature, "desc": "", "deprecation_phase": phase.value,
-            "doc_url": described.doc_url, "provided_by": described.provided_by,
-            "state": profile.state(feature)}
+            "doc_url": described.doc_url, "provided_by": described.provided_by}
 
 
 async def deprecated_features(request: Request) -> Response:
     """RabbitMQ's deprecated features of the broker's line, permitted or denied."""
     caller_of(request, MANAGEMENT)
     profile = context_of(request).broker.profile
-    return JSONResponse([deprecated_feature_json(feature, profile)
+    return JSONResponse([{**deprecated_feature_json(feature, profile),
+                          "state": profile.state(feature)}
                          for feature in sorted(profile.line.deprecations)])
 
 
