@@ -88,6 +88,11 @@ class RabbitMQLine:
     frame_min_size: int = 4096          # the smallest frame_max Tune-Ok may give
     max_message_size: int = 128 * MIB   # bytes, when the operator sets none
     quorum_delivery_limit: int | None = None   # a quorum queue's, when nothing sets one
+    # Exchange types Warren has that the line does not (declaring one is refused as an
+    # unknown type), and how an unknown type is refused: 503 closing the connection up
+    # to 3.x, 406 closing the channel since 4.0.
+    missing_exchange_types: frozenset[str] = frozenset()
+    unknown_exchange_type_closes_channel: bool = True
 
     def phase(self, feature: str) -> Phase | None:
         return self.deprecations.get(feature)
@@ -99,7 +104,9 @@ def latest_phase(feature: str) -> Phase:
             if feature in line.deprecations][-1]
 
 
-LINE_3_10 = RabbitMQLine("3.10", "3.10.8")
+LINE_3_10 = RabbitMQLine("3.10", "3.10.8",
+                         missing_exchange_types=frozenset(["x-local-random"]),
+                         unknown_exchange_type_closes_channel=False)
 
 LINE_4_0 = RabbitMQLine(
     "4.0", "4.0.5",
@@ -164,18 +171,20 @@ class Profile:
         """The same operator settings under another line (a vhost's own line)."""
         return self if line is self.line else Profile(line, self.permits)
 
-    def usage_note(self, feature: str, permitted: bool) -> str:
+    def usage_note(self, feature: str, permitted: bool) -> str | None:
         """What the upgrade lint says of a use of `feature` under this profile: what
-        denial changed, or which line denies it."""
+        denial changed, or which later line denies it by default; None when no line
+        treats the use otherwise."""
         effect = FEATURES[feature].when_denied
         if not permitted:
             return (f"{feature} is denied under RabbitMQ {self.line.name}: {effect} "
                     f"(deprecated_features.permit.{feature} = true permits it)")
         denying = [line.name for line in LINES.values() if line.phase(feature)
                    in (Phase.DENIED_BY_DEFAULT, Phase.REMOVED)]
-        where = f"RabbitMQ {denying[0]} denies it by default" if denying else \
-            "a future RabbitMQ will deny it"
-        return f"{feature} used under RabbitMQ {self.line.name}; {where}: {effect}"
+        if not denying:
+            return None
+        return (f"{feature} used under RabbitMQ {self.line.name}; RabbitMQ {denying[0]} "
+                f"denies it by default: {effect}")
 
     def state(self, feature: str) -> str:
         """"permitted" or "denied", as /api/deprecated-features says."""

@@ -4,22 +4,20 @@ happens.
 
 One note per (vhost, topic), the first time: a topic is a deprecated feature's name
 (rabbitmq_lines.FEATURES) or a difference between lines that is not a deprecated feature
-(a quorum queue's default delivery limit, the default largest message). Each new note is
-logged once as a warning; the management API lists the deprecated features used
-(`GET /api/deprecated-features/used`), and the pytest plugin names the test whose vhost
-made each note in its terminal summary.
+(a quorum queue's default delivery limit). Each new note is logged once as a warning, and
+the pytest plugin names the test whose vhost made each note in its terminal summary.
+Every use of a deprecated feature is also counted as used, noted or not: the management
+API lists those (`GET /api/deprecated-features/used`).
 """
 
 import logging
 from dataclasses import dataclass
 
-from .rabbitmq_lines import FEATURES
 
 log = logging.getLogger("warren.upgrade_lint")
 
 # Topics that are differences between lines, not deprecated features.
 QUORUM_DELIVERY_LIMIT = "quorum_delivery_limit"
-MAX_MESSAGE_SIZE = "max_message_size"
 
 
 @dataclass(frozen=True)
@@ -34,6 +32,11 @@ class UpgradeLint:
 
     def __init__(self) -> None:
         self.notes: dict[tuple[str, str], LintNote] = {}
+        # The deprecated features each vhost used, noted or not (RabbitMQ's "used").
+        self.features_used: dict[str, set[str]] = {}
+
+    def used(self, vhost: str, feature: str) -> None:
+        self.features_used.setdefault(vhost, set()).add(feature)
 
     def note(self, vhost: str, topic: str, text: str) -> None:
         key = (vhost, topic)
@@ -44,7 +47,7 @@ class UpgradeLint:
 
     def used_features(self) -> list[str]:
         """The deprecated features some existing vhost used, by name."""
-        return sorted({topic for _vhost, topic in self.notes if topic in FEATURES})
+        return sorted(set().union(*self.features_used.values()))
 
     def of_vhost(self, vhost: str) -> list[LintNote]:
         return [note for (name, _topic), note in self.notes.items() if name == vhost]
@@ -53,3 +56,4 @@ class UpgradeLint:
         """The vhost is deleted: its notes go with it."""
         for key in [key for key in self.notes if key[0] == vhost]:
             del self.notes[key]
+        self.features_used.pop(vhost, None)

@@ -88,7 +88,10 @@ class VirtualHost:
         """Whether the vhost's profile permits the deprecated feature a client is about
         to use; the use is noted for the upgrade lint either way."""
         permitted = self.profile.permits_feature(feature)
-        self.lint.note(self.name, feature, self.profile.usage_note(feature, permitted))
+        self.lint.used(self.name, feature)
+        note = self.profile.usage_note(feature, permitted)
+        if note is not None:
+            self.lint.note(self.name, feature, note)
         return permitted
 
     def describe(self, metadata: VhostMetadata) -> None:
@@ -134,7 +137,10 @@ class VirtualHost:
                 raise _default_exchange_refused()
             return self.exchange(name)
         exchange_class = EXCHANGE_CLASSES.get(kind)
-        if exchange_class is None:
+        line = self.profile.line
+        if exchange_class is None or kind in line.missing_exchange_types:
+            if line.unknown_exchange_type_closes_channel:   # RabbitMQ 4.0 and later
+                raise precondition_failed(f"unknown exchange type '{kind}'")
             raise ConnectionFailure(ReplyCode.COMMAND_INVALID,
                                     f"unknown exchange type '{kind}'")
         if name == "":

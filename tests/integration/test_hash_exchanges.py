@@ -23,8 +23,9 @@ from tests.support.pika_helpers import _test_deadline, chan, conn, names  # noqa
 from tests.support.pika_helpers import (close_quietly, connect, expect_channel_error,
                                         expect_connection_error, get_all)
 
-pytestmark = pytest.mark.warren_only("RabbitMQ 3.10 here has neither the consistent "
-                                     "hash nor the sharding plugin, nor x-local-random")
+pytestmark = [pytest.mark.warren_only("RabbitMQ 3.10 here has neither the consistent "
+                                      "hash nor the sharding plugin, nor x-local-random"),
+              pytest.mark.warren_rabbitmq("4.3")]   # x-local-random came with 4.0
 
 PIKA_TEST_TIMEOUT = 60
 KEYS = [f"order-{number}" for number in range(600)]
@@ -203,9 +204,12 @@ def test_exchange_to_exchange_bindings_route_on(chan):
     assert len(get_all(chan, "behind")) == 20
 
 
-def test_the_overview_lists_the_types(api):
-    listed = {entry["name"]: entry for entry in api.json("/api/overview")["exchange_types"]}
-    assert {"x-consistent-hash", "x-modulus-hash", "x-local-random"} <= set(listed)
+def test_the_overview_lists_the_types_of_the_brokers_line(api):
+    overview = api.json("/api/overview")
+    listed = {entry["name"]: entry for entry in overview["exchange_types"]}
+    assert {"x-consistent-hash", "x-modulus-hash"} <= set(listed)
+    # x-local-random came with RabbitMQ 4.0
+    assert ("x-local-random" in listed) == (not overview["rabbitmq_version"].startswith("3."))
     assert listed["x-consistent-hash"]["description"] == "Consistent Hashing Exchange"
 
 
@@ -250,7 +254,7 @@ def test_the_types_and_their_placements_survive_a_restart(broker_factory, tmp_pa
 def test_a_definitions_round_trip_keeps_the_types_and_placements(warren, warren_broker,
                                                                  api):
     connection = connect(warren)
-    copy = warren_broker.new_vhost("hash-copy")
+    copy = warren_broker.new_vhost("hash-copy", rabbitmq_line="4.3")
     try:
         channel = connection.channel()
         durable_spreads(channel)

@@ -20,9 +20,9 @@ def server_version(warren):
     return version.decode() if isinstance(version, bytes) else version
 
 def global_prefetch_1_over_two_consumers(warren, expected):
-    """How many of four messages in two queues a channel with prefetch 1 global and a
-    consumer on each queue receives, once `expected` have left the queues (each queue's
-    ready count answers after the broker sent what it will)."""
+    # How many of four messages in two queues a channel with prefetch 1 global and a
+    # consumer on each queue receives, once `expected` have left the queues (each
+    # queue's ready count answers after the broker sent what it will).
     connection = pika.BlockingConnection(warren.connection_parameters())
     channel = connection.channel()
     for queue in ("a", "b"):
@@ -57,7 +57,7 @@ def test_version(warren):
 """, "-s")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*VERSION 4.3.6*"])
-    result = run_suite(pytester, "", "-s", "--warren-rabbitmq", "3.10")
+    result = run_pytest(pytester, "-p", "no:cacheprovider", "-s", "--warren-rabbitmq", "3.10")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*VERSION 3.10.8*"])
 

@@ -142,12 +142,11 @@ def test_a_vhosts_own_line_decides_global_qos():
 
 # -- deprecated queue declarations ------------------------------------------------------
 
-def test_transient_non_exclusive_queues_are_permitted_by_default_and_noted():
-    client = client_under(LINE_4_3)
-    assert client.declare_queue(1, "transient") == "transient"
-    (note,) = client.broker.lint.of_vhost("/")
-    assert note.topic == TRANSIENT_NONEXCL_QUEUES
-    assert "a future RabbitMQ will deny it" in note.text
+def test_transient_non_exclusive_queues_are_permitted_by_every_line_and_not_noted():
+    for line in (LINE_3_10, LINE_4_0, LINE_4_3):
+        client = client_under(line)
+        assert client.declare_queue(1, "transient") == "transient"
+        assert client.broker.lint.of_vhost("/") == []
 
 
 def test_denied_transient_non_exclusive_queues_close_the_connection_with_541():
@@ -177,6 +176,27 @@ def test_queue_master_locator_is_refused_under_4_3_and_noted_under_4_0():
     assert permitted.declare_queue(1, "q", durable=True, arguments=arguments) == "q"
     (note,) = permitted.broker.lint.of_vhost("/")
     assert note.topic == QUEUE_MASTER_LOCATOR and "RabbitMQ 4.3" in note.text
+
+
+# -- exchange types ---------------------------------------------------------------------
+
+def test_an_unknown_exchange_type_closes_the_connection_under_3_10_and_the_channel_since_4_0():
+    for line, code in ((LINE_3_10, 503), (LINE_4_0, 406), (LINE_4_3, 406)):
+        client = client_under(line)
+        replies = client.method(1, commands.Exchange.Declare(exchange="x",
+                                                             exchange_type="no-such-type"))
+        assert close_code(replies) == code
+        close = next(method for _, method in replies if hasattr(method, "reply_text"))
+        assert close.reply_text.endswith("unknown exchange type 'no-such-type'")
+
+
+def test_x_local_random_exists_from_4_0_on():
+    refused = client_under(LINE_3_10).method(1, commands.Exchange.Declare(
+        exchange="r", exchange_type="x-local-random"))
+    assert close_code(refused) == 503
+    declared = client_under(LINE_4_0).method(1, commands.Exchange.Declare(
+        exchange="r", exchange_type="x-local-random"))
+    assert close_code(declared) is None
 
 
 # -- quorum queues' delivery limit ------------------------------------------------------

@@ -47,8 +47,9 @@ _CHURN = ("channel_closed", "channel_created", "connection_closed", "connection_
 _DISK_COUNTERS = ("disk_reads", "disk_writes")
 
 
-def exchange_types() -> list[dict]:
-    kinds = sorted(EXCHANGE_CLASSES)
+def exchange_types(profile: Profile) -> list[dict]:
+    """The exchange types of the broker's RabbitMQ line."""
+    kinds = sorted(set(EXCHANGE_CLASSES) - profile.line.missing_exchange_types)
     return [{"name": kind, "description": _EXCHANGE_DESCRIPTIONS[kind], "enabled": True}
             for kind in kinds]
 
@@ -98,7 +99,7 @@ async def overview(request: Request) -> Response:
         "management_version": rabbitmq_version, "rates_mode": "basic",
         "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
                                       "basic": [600, 3600], "detailed": [600]},
-        "exchange_types": exchange_types(), "product_version": rabbitmq_version,
+        "exchange_types": exchange_types(context.broker.profile), "product_version": rabbitmq_version,
         "product_name": "RabbitMQ", "rabbitmq_version": rabbitmq_version,
         "warren_version": __version__,
         "cluster_name": context.broker.server_properties()["cluster_name"],
@@ -141,7 +142,8 @@ async def node_view(request: Request, caller: Caller) -> dict:
         "db_dir": alarm.data_dir, "disk_free": disk_free,
         "disk_free_alarm": "disk" in alarm.raised, "disk_free_limit": alarm.disk.limit,
         "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
-        "exchange_types": exchange_types(), "fd_total": fd_total, "fd_used": fd_used,
+        "exchange_types": exchange_types(context.broker.profile), "fd_total": fd_total,
+        "fd_used": fd_used,
         "log_files": ["<stdout>"], "mem_alarm": "memory" in alarm.raised,
         "mem_calculation_strategy": "allocated", "mem_limit": alarm.memory_limit,
         "mem_used": used, "name": NODE, "net_ticktime": 0, "os_pid": str(os.getpid()),
