@@ -203,8 +203,11 @@ RABBITMQ_START_TIMEOUT = 120.0   # a node starts in about 4 s on an idle 2-core 
 @pytest.fixture(scope="session")
 def warren_node(tmp_path_factory):
     """A Warren broker for the session whatever WARREN_TEST_BROKER says: the differential
-    runner's Warren side. A BrokerAddress."""
-    process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-differential"))).start()
+    runner's Warren side, behaving as the RabbitMQ line it is compared with
+    (WARREN_TEST_RABBITMQ_LINE, default 3.10). A BrokerAddress."""
+    line = os.environ.get("WARREN_TEST_RABBITMQ_LINE") or DEFAULT_LINE
+    process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-differential")),
+                            extra_args=("--rabbitmq", line)).start()
     yield process.address()
     process.kill()
 

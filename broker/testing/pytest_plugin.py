@@ -113,14 +113,16 @@ def warren(warren_broker: TestBroker | ExternalBroker, request: pytest.FixtureRe
                                     rabbitmq_line=line.args[0] if line else None)
     yield vhost
     try:
-        if vhost.has_test_hooks:
-            notes = vhost.upgrade_notes()
-            if notes:   # reaches the summary through the report (pytest-xdist too)
-                request.node.user_properties.append((UPGRADE_LINT, notes))
-            if _assert_clean_wanted(request):
-                vhost.assert_clean()
+        if vhost.has_test_hooks and _assert_clean_wanted(request):
+            vhost.assert_clean()
     finally:
-        vhost.remove()
+        try:
+            if vhost.has_test_hooks:
+                notes = vhost.upgrade_notes()
+                if notes:   # reaches the summary through the report (pytest-xdist too)
+                    request.node.user_properties.append((UPGRADE_LINT, notes))
+        finally:
+            vhost.remove()
 
 
 def _assert_clean_wanted(request: pytest.FixtureRequest) -> bool:

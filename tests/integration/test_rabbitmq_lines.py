@@ -105,3 +105,40 @@ def test_a_vhost_behaves_as_the_line_the_management_api_gives_it(warren_broker, 
     finally:
         first.remove()
         second.remove()
+
+
+SIXTEEN_MIB = 16 * 1024 * 1024
+
+
+def publish_one(target, size: int):
+    """Publish a message of `size` bytes; the channel's close, or None once it is
+    queued."""
+    connection = connect(target)
+    try:
+        channel = connection.channel()
+        channel.queue_declare("sized", durable=True)
+        channel.confirm_delivery()
+        try:
+            channel.basic_publish("", "sized", bytes(size))
+        except pika.exceptions.ChannelClosedByBroker as closed:
+            return closed.reply_code, closed.reply_text
+        return None
+    finally:
+        if connection.is_open:
+            connection.close()
+
+
+def test_the_largest_message_by_default_is_16_mib_since_4_0_and_128_mib_in_3_10(
+        warren_broker):
+    for line, refused in (("3.10", None), ("4.0", 406), ("4.3", 406)):
+        vhost = warren_broker.new_vhost("sized", rabbitmq_line=line)
+        try:
+            assert publish_one(vhost, SIXTEEN_MIB) is None
+            answer = publish_one(vhost, SIXTEEN_MIB + 1)
+            if refused is None:
+                assert answer is None
+            else:
+                assert answer == (406, "PRECONDITION_FAILED - message size 16777217 is "
+                                       "larger than configured max size 16777216")
+        finally:
+            vhost.remove()
