@@ -59,10 +59,6 @@ def test_x_max_priority_selects_the_queue_class():
      "invalid property 'exclusive-owner' for queue 'q' in vhost '/'"),
     ("", {"durable": True, "arguments": QUORUM_ARGUMENTS},
      "Cannot declare a server-named queue for type rabbit_quorum_queue"),
-    ("q", {"durable": True,
-           "arguments": {**QUORUM_ARGUMENTS, "x-dead-letter-strategy": "at-least-once"}},
-     "invalid arg 'x-dead-letter-strategy' for queue 'q' in vhost '/': Warren does not "
-     "support at-least-once dead-lettering; leave the argument out or use at-most-once"),
     ("c", {"arguments": {"x-delivery-limit": 1}},
      "invalid arg 'x-delivery-limit' for queue 'c' in vhost '/' of queue type "
      "rabbit_classic_queue"),
