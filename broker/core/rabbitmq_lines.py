@@ -213,10 +213,12 @@ class Profile:
                 f"    \"deprecated_features.permit.{feature} = true\"")
 
 
-def make_profile(line_name: str, permits: dict[str, bool]) -> Profile:
+def make_profile(line_name: str, permits: dict[str, object]) -> Profile:
     """The profile `warren serve` runs under: a known line, permits of features some
-    line has, each true or false (UnknownLine otherwise)."""
+    line has, each true or false (UnknownLine otherwise): the operator's values, of any
+    type until checked here."""
     line = line_named(line_name)
+    checked: dict[str, bool] = {}
     for feature, permitted in permits.items():
         if feature not in FEATURES:
             raise UnknownLine(f"deprecated_features.permit.{feature}: no such deprecated "
@@ -224,4 +226,5 @@ def make_profile(line_name: str, permits: dict[str, bool]) -> Profile:
         if not isinstance(permitted, bool):
             raise UnknownLine(f"deprecated_features.permit.{feature} must be true or "
                               f"false, got {permitted!r}")
-    return Profile(line, dict(permits))
+        checked[feature] = permitted
+    return Profile(line, checked)
