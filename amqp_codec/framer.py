@@ -42,6 +42,15 @@ class Framer:
         """The largest frame either way (0: no limit)."""
         return self._decoder.frame_max
 
+    @property
+    def max_body_size(self) -> int:
+        """The largest message body accepted; a larger one is dropped as it comes."""
+        return self._decoder.max_body_size
+
+    def limit_body_size(self, max_body_size: int) -> None:
+        """Accept message bodies up to `max_body_size` from the next publish on."""
+        self._decoder.max_body_size = max_body_size
+
     def tune(self, frame_max: int) -> None:
         """Connection.TuneOk agreed on `frame_max`: inbound frames above it are refused
         from the next byte decoded on, and outbound bodies are cut to fit it."""

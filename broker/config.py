@@ -10,6 +10,8 @@ Example file:
     log_level = "info"
     loopback_users = ["guest"]      # may log in only from 127.0.0.0/8 or ::1; [] for none
     load_definitions = "/etc/warren/definitions.json"   # RabbitMQ's JSON, applied at boot
+    rabbitmq = "4.3"                # the RabbitMQ line to behave as: "3.10", "4.0", "4.3"
+    deprecated_features.permit.global_qos = true   # RabbitMQ's keys; default: the line's
 
     [limits]
     channel_max = 2047
@@ -46,6 +48,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 
 from broker.core.broker import BrokerConfig
+from broker.core.rabbitmq_lines import DEFAULT_LINE, Profile, UnknownLine, make_profile
 
 
 @dataclass
@@ -118,6 +121,24 @@ class ServeSettings:
     management: ManagementSettings = field(default_factory=ManagementSettings)
     auth_mechanisms: list = field(default_factory=lambda: ["PLAIN", "AMQPLAIN"])
     load_definitions: str | None = None   # a definitions file applied at boot
+    rabbitmq: str = DEFAULT_LINE.name     # the RabbitMQ line it behaves as
+    # RabbitMQ's deprecated_features.permit.<feature> keys: {"permit": {feature: bool}}
+    deprecated_features: dict = field(default_factory=dict)
+
+    def profile(self) -> Profile:
+        """The RabbitMQ line and deprecated-feature permits it runs under (ConfigError
+        for an unknown line or feature)."""
+        permits = self.deprecated_features.get("permit", {}) \
+            if isinstance(self.deprecated_features, dict) else None
+        unknown = set(self.deprecated_features) - {"permit"} \
+            if isinstance(self.deprecated_features, dict) else {"?"}
+        if unknown or not isinstance(permits, dict):
+            raise ConfigError("'deprecated_features' takes only permit.<feature> = "
+                              f"true/false keys, got {self.deprecated_features!r}")
+        try:
+            return make_profile(str(self.rabbitmq), permits)
+        except UnknownLine as error:
+            raise ConfigError(str(error)) from None
 
 
 class ConfigError(Exception):
@@ -140,6 +161,7 @@ def load_settings(path: str | None, overrides: dict) -> ServeSettings:
         else:
             setattr(settings, name, value)
     _check_auth_mechanisms(settings.auth_mechanisms)
+    settings.profile()
     _check_tls(settings.tls)
     _check_management(settings.management)
     return settings

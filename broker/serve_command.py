@@ -13,6 +13,7 @@ import time
 from broker import __version__
 from broker.build import BuildMismatch, build_kind, check_expected_build
 from broker.config import ConfigError, load_settings, management_port
+from broker.core.rabbitmq_lines import DEFAULT_LINE, LINES
 from broker.server.listener import Server
 from broker.server.node import DefinitionsRefused, Node, run_until_stopped
 
@@ -71,6 +72,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     serve.add_argument("--load-definitions", metavar="FILE",
                        help="RabbitMQ definitions JSON to apply at boot, after the "
                             "metadata store is restored and before the listeners open")
+    serve.add_argument("--rabbitmq", choices=list(LINES), metavar="LINE",
+                       help="the RabbitMQ line to behave as: "
+                            f"{', '.join(LINES)} (default {DEFAULT_LINE.name}); "
+                            "see docs/compatibility.md")
     serve.add_argument("--config", help="TOML configuration file; flags override it")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                        help="default info (warning with --ephemeral)")
@@ -106,7 +111,7 @@ def _serve(args: argparse.Namespace, ephemeral_dir: str | None) -> int:
         "metadata_url": args.metadata_url, "log_level": args.log_level,
         "control_socket": args.control_socket, "tls_port": args.tls_port,
         "management_port": args.management_port,
-        "load_definitions": args.load_definitions}
+        "load_definitions": args.load_definitions, "rabbitmq": args.rabbitmq}
     if args.ephemeral:
         overrides.update(data_dir=args.data_dir or ephemeral_dir, port=_or(args.port, 0),
                          management_port=_or(args.management_port, "auto"),

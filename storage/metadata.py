@@ -73,6 +73,7 @@ class VhostRecord:
     description: str = ""
     tags: tuple[str, ...] = ()
     default_queue_type: str | None = None   # None: queues are declared as the client says
+    rabbitmq_line: str | None = None   # the RabbitMQ line it behaves as; None: the broker's
 
 
 @dataclass(frozen=True)
@@ -243,9 +244,10 @@ class MetadataStore:
         with self._engine.begin() as connection:
             rows = connection.execute(
                 select(vhosts.c.name, vhosts.c.description, vhosts.c.tags_json,
-                       vhosts.c.default_queue_type).order_by(vhosts.c.name))
+                       vhosts.c.default_queue_type, vhosts.c.rabbitmq_line)
+                .order_by(vhosts.c.name))
             return [VhostRecord(row.name, row.description, tuple(json.loads(row.tags_json)),
-                                row.default_queue_type) for row in rows]
+                                row.default_queue_type, row.rabbitmq_line) for row in rows]
 
     # --- users and permissions ----------------------------------------------------------
 
@@ -290,12 +292,14 @@ class MetadataStore:
                                    .values(**values))
 
     def save_vhost(self, name: str, description: str = "", tags: Iterable[str] = (),
-                   default_queue_type: str | None = None) -> None:
-        """Add the vhost, or replace its description, tags and default queue type."""
+                   default_queue_type: str | None = None,
+                   rabbitmq_line: str | None = None) -> None:
+        """Add the vhost, or replace its description, tags, default queue type and
+        RabbitMQ line."""
         if isinstance(tags, str):
             raise TypeError("tags must be an iterable of str, not one str")
         values = {"description": description, "tags_json": json.dumps(list(tags)),
-                  "default_queue_type": default_queue_type}
+                  "default_queue_type": default_queue_type, "rabbitmq_line": rabbitmq_line}
         with self._engine.begin() as connection:
             vhost_id = _vhost_id_or_none(connection, name)
             if vhost_id is None:

@@ -140,11 +140,19 @@ def _add_vhost_metadata(connection: Connection) -> None:
                                 f"{CreateColumn(column).compile(connection)}"))
 
 
+def _add_vhost_rabbitmq_line(connection: Connection) -> None:
+    """The RabbitMQ line a vhost behaves as (NULL: the broker's)."""
+    column = Column("rabbitmq_line", String(8), nullable=True)
+    connection.execute(text(f"ALTER TABLE vhosts ADD COLUMN "
+                            f"{CreateColumn(column).compile(connection)}"))
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _create_access_control,
     _create_durable_topology,
     _add_policies_and_limits,
     _add_vhost_metadata,
+    _add_vhost_rabbitmq_line,
 ]
 LATEST_VERSION = len(MIGRATIONS)
 

@@ -45,6 +45,7 @@ vhosts = Table(
     Column("description", Text, nullable=False, server_default=""),
     Column("tags_json", Text, nullable=False, server_default="[]"),  # JSON list of strings
     Column("default_queue_type", String(32), nullable=True),  # NULL: RabbitMQ's "undefined"
+    Column("rabbitmq_line", String(8), nullable=True),  # NULL: the broker's line
 )
 
 users = Table(

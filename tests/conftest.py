@@ -30,7 +30,8 @@ from tests.support.broker_admin import RabbitAdmin, WarrenAdmin
 from tests.support.broker_process import BrokerProcess
 from tests.support.client_flakes import flake_lines
 from tests.support.management_client import ManagementApi
-from tests.support.rabbitmq_node import RABBITMQ_SERVER, NodeError, RabbitInstance
+from tests.support.rabbitmq_node import (DEFAULT_LINE, LINES, RABBITMQ_SERVER, SYSTEM,
+                                        NodeError, RabbitInstance)
 from tests.support.postgres_support import postgres_server  # noqa: F401  (session fixture)
 
 settings.register_profile("warren", deadline=None)
@@ -202,8 +203,11 @@ RABBITMQ_START_TIMEOUT = 120.0   # a node starts in about 4 s on an idle 2-core 
 @pytest.fixture(scope="session")
 def warren_node(tmp_path_factory):
     """A Warren broker for the session whatever WARREN_TEST_BROKER says: the differential
-    runner's Warren side. A BrokerAddress."""
-    process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-differential"))).start()
+    runner's Warren side, behaving as the RabbitMQ line it is compared with
+    (WARREN_TEST_RABBITMQ_LINE, default 3.10). A BrokerAddress."""
+    line = os.environ.get("WARREN_TEST_RABBITMQ_LINE") or DEFAULT_LINE
+    process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-differential")),
+                            extra_args=("--rabbitmq", line)).start()
     yield process.address()
     process.kill()
 
@@ -212,18 +216,24 @@ def warren_node(tmp_path_factory):
 def rabbitmq_node():
     """RabbitMQ for the session: WARREN_TEST_BROKER's broker if set, else a throw-away node
     of Debian's rabbitmq-server (own node name, loopback ports, data and cookie), stopped at
-    the end. Fails (never skips) when the package is missing. A BrokerAddress."""
+    the end, of the RabbitMQ line WARREN_TEST_RABBITMQ_LINE names (3.10, 4.0 or 4.3;
+    default 3.10: the 4.x lines' roots are made on first use, tests/support/rabbitmq_node.py).
+    Fails (never skips) when the node cannot be had. A BrokerAddress."""
     external = _external_broker()
     if external is not None:
         yield external
         return
-    if not os.access(RABBITMQ_SERVER, os.X_OK):
+    line = os.environ.get("WARREN_TEST_RABBITMQ_LINE") or DEFAULT_LINE
+    if line not in LINES:
+        pytest.fail(f"WARREN_TEST_RABBITMQ_LINE={line}: the RabbitMQ lines are "
+                    f"{', '.join(LINES)}", pytrace=False)
+    if LINES[line].suite == SYSTEM and not os.access(RABBITMQ_SERVER, os.X_OK):
         pytest.fail(f"{RABBITMQ_SERVER} not found: the differential tests compare Warren with "
                     "RabbitMQ 3.10; install Debian's rabbitmq-server (scripts/test.sh does) "
                     "or set WARREN_TEST_BROKER=host:port to use a running RabbitMQ",
                     pytrace=False)
     node = RabbitInstance(RABBITMQ_START_TIMEOUT, node_prefix="warren-test",
-                          management=True)
+                          management=True, line=line)
     try:
         node.start()
     except NodeError as error:

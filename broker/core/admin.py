@@ -31,6 +31,7 @@ from .limits import USER_LIMITS, VHOST_LIMITS
 from .passwords import SHA256_ALGORITHM, hash_password
 from .policy import OPERATOR_POLICY, POLICY, Policy, PolicyError, make_policy
 from .queue_types import QUEUE_TYPES
+from .rabbitmq_lines import LINES
 from .vhost import VhostMetadata
 from .ports import (DeletePermissions, DeletePolicy, DeleteTopicPermissions, DeleteUser,
                     DeleteVhost, SavePermissions, SavePolicy, SaveTopicPermissions,
@@ -125,30 +126,34 @@ class Administration:
     # -- vhosts --------------------------------------------------------------------
 
     def add_vhost(self, name: str, description: object = "", tags=(),
-                  default_queue_type: object = None) -> None:
+                  default_queue_type: object = None, rabbitmq_line: object = None) -> None:
         """A new vhost; tags as in add_user; default_queue_type is the type of the queues
-        declared durable without x-queue-type (None: classic, as the client asks). The
+        declared durable without x-queue-type (None: classic, as the client asks);
+        rabbitmq_line the RabbitMQ line it behaves as (None: the broker's). The
         metadata is an operator's JSON: values of the wrong type are an AdminError."""
         if not name:
             raise AdminError("a vhost needs a non-empty name")
         if name in self.broker.vhosts:
             raise AdminError(f"vhost '{name}' already exists")
-        metadata = checked_vhost_metadata(description, tags, default_queue_type)
-        self.broker.add_vhost(name).metadata = metadata
+        metadata = checked_vhost_metadata(description, tags, default_queue_type,
+                                          rabbitmq_line)
+        self.broker.add_vhost(name).describe(metadata)
         self._record_vhost(name, metadata)
 
     def update_vhost(self, name: str, description: object = "", tags=(),
-                     default_queue_type: object = None) -> None:
-        """Replace an existing vhost's description, tags and default queue type (the
-        queues it has keep their types)."""
+                     default_queue_type: object = None, rabbitmq_line: object = None) -> None:
+        """Replace an existing vhost's description, tags, default queue type and line
+        (the queues it has keep their types)."""
         vhost = self._vhost(name)
-        vhost.metadata = checked_vhost_metadata(description, tags, default_queue_type)
+        vhost.describe(checked_vhost_metadata(description, tags, default_queue_type,
+                                              rabbitmq_line))
         self._record_vhost(name, vhost.metadata)
 
     def _record_vhost(self, name: str, metadata: VhostMetadata) -> None:
         self._record(SaveVhost(name=name, description=metadata.description,
                                tags=metadata.tags,
-                               default_queue_type=metadata.default_queue_type))
+                               default_queue_type=metadata.default_queue_type,
+                               rabbitmq_line=metadata.rabbitmq_line))
 
     def delete_vhost(self, name: str) -> None:
         """Delete the vhost with its queues (and their messages), exchanges, bindings and
@@ -159,6 +164,7 @@ class Administration:
         for queue in list(vhost.queues.values()):
             vhost.delete_queue(queue)
         del self.broker.vhosts[name]
+        self.broker.lint.forget_vhost(name)
         self.broker.access.forget_vhost(name)
         self.broker.limits.set_vhost_limits(name, {})
         self._record(DeleteVhost(name=name))
@@ -429,10 +435,13 @@ def _hashed(password: str | None, password_hash: str | None) -> tuple[str, str]:
     return "", ""
 
 
-def checked_vhost_metadata(description: object, tags: object,
-                           default_queue_type: object) -> VhostMetadata:
+def checked_vhost_metadata(description: object, tags: object, default_queue_type: object,
+                           rabbitmq_line: object = None) -> VhostMetadata:
     """A vhost's metadata as an operator gives it (tags as in add_user); RabbitMQ shows
     "undefined" for no default queue type, taken back here as none."""
+    if rabbitmq_line is not None and rabbitmq_line not in LINES:
+        raise AdminError(f"a vhost's rabbitmq_line is one of {', '.join(LINES)}, "
+                         f"not {rabbitmq_line!r}")
     if default_queue_type == "undefined":
         default_queue_type = None
     if not isinstance(description, str):
@@ -442,7 +451,8 @@ def checked_vhost_metadata(description: object, tags: object,
         raise AdminError(f"invalid_queue_type: the default queue type "
                          f"{default_queue_type!r} is not one of "
                          f"{', '.join(QUEUE_TYPES)}")
-    return VhostMetadata(description, _tags(tags), default_queue_type)
+    return VhostMetadata(description, _tags(tags), default_queue_type,
+                         rabbitmq_line if isinstance(rabbitmq_line, str) else None)
 
 
 def _tags(tags) -> tuple[str, ...]:

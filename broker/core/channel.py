@@ -23,6 +23,7 @@ from .message import CHECKED_HIGH_BITS, USER_ID_BIT, Message, PublishedMessage, 
 from .message_stats import MessageCounts
 from .observation import ACK, REJECT
 from .publish_checks import checked, publish_target
+from .rabbitmq_lines import GLOBAL_QOS
 from .queue_base import Consumer, ConsumerChannel, DeliveredOffset, QueueBase
 from .transactions import Transaction, undo_settlements
 from .vhost import VirtualHost
@@ -194,7 +195,7 @@ class Channel(ConsumerChannel["Connection"]):
         if command.body is None:   # the decoder dropped a body above max_message_size
             raise precondition_failed(
                 f"message size {command.body_size} is larger than configured max size "
-                f"{self.connection.broker.config.max_message_size}")
+                f"{self.connection.framer.max_body_size}")
         self.published += 1
         access = self.access
         exchange = access.publish_targets.get(command.exchange)
@@ -319,6 +320,8 @@ class Channel(ConsumerChannel["Connection"]):
         if prefetch_size:
             raise ConnectionFailure(ReplyCode.NOT_IMPLEMENTED,
                                     f"prefetch_size!=0 ({prefetch_size})", *BASIC_QOS)
+        if global_ and not self.vhost.permits(GLOBAL_QOS):
+            global_ = False   # RabbitMQ 4.3: a per-consumer limit, as global=false
         if global_:
             self.global_prefetch = prefetch_count
             self.uncounted_unacked = 0   # from now on every unacked delivery counts

@@ -24,7 +24,6 @@ from pamqp import commands
 from amqp_codec import (PROTOCOL_HEADER, Framer, InboundHeartbeat, InboundPublish,
                         MalformedProperties, ProtocolError, ProtocolHeaderMismatch, Publish,
                         fit_reply_text)
-from amqp_codec.constants import FRAME_MIN_SIZE
 from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import BASIC_PUBLISH, CHANNEL_OPEN, MethodId
 
@@ -34,7 +33,7 @@ from .channel import Channel
 from .channel_table import ChannelTable
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
-from .handshake import ConnectionState, Handshake, Opened
+from .handshake import HANDSHAKE_FRAME_MAX, ConnectionState, Handshake, Opened
 from .held_output import HeldOutput
 from .message import PublishedMessage
 from .ports import Transport
@@ -90,10 +89,12 @@ class Connection(ClientConnection):
         self.capabilities: dict = {}
         self.channel_max = broker.config.channel_max
         self.heartbeat = 0
-        # Until Connection.TuneOk, frames of up to frame-min-size (4096 octets) only, as
-        # AMQP 0-9-1 says and RabbitMQ enforces (a larger Start-Ok is a frame error).
-        self.framer = Framer(broker.config.frame_max, broker.config.max_message_size,
-                             PublishedMessage, handshake_frame_max=FRAME_MIN_SIZE)
+        # Until Connection.TuneOk, frames of up to 8192 octets only, as RabbitMQ 4.1
+        # and later enforce (a larger Start-Ok is a frame error): a Start-Ok with a
+        # large client certificate or many client properties fits.
+        self.framer = Framer(broker.config.frame_max,
+                             broker.config.message_size_limit(broker.profile),
+                             PublishedMessage, handshake_frame_max=HANDSHAKE_FRAME_MAX)
         self.channel_table = ChannelTable(self)
         self.channels = self.channel_table.open   # looked up per frame, without a hop
         self.exclusive_queues: dict[str, QueueBase] = {}
@@ -265,6 +266,9 @@ class Connection(ClientConnection):
         self.channel_max = opened.channel_max
         self.heartbeat = opened.heartbeat
         self.vhost = opened.vhost
+        if opened.vhost.profile is not self.broker.profile:   # the vhost's own line
+            self.framer.limit_body_size(
+                self.broker.config.message_size_limit(opened.vhost.profile))
         self.state = _OPEN
         self.broker.connection_opened(self)
         self.send_method(0, commands.Connection.OpenOk())

@@ -32,6 +32,7 @@ from .message import Message, QueueEntry, SenderRoutedMessage
 from .sender_routing import CC, cc_routing_keys
 
 if TYPE_CHECKING:
+    from .at_least_once import AtLeastOnce
     from .exchange import Exchange
     from .queue import Queue
 
@@ -47,12 +48,19 @@ class DeadLettering:
     do those behind them, until the store read them back (`queue._paged` keeps the
     waiting ones, so that the reads' answer finds them)."""
 
-    __slots__ = ("queue", "exchange", "routing_key")
+    __slots__ = ("queue", "exchange", "routing_key", "keeper")
 
     def __init__(self, queue: "Queue", exchange: str | None, routing_key: str | None):
         self.queue = queue
         self.exchange = exchange          # the exchange's name, or None
         self.routing_key = routing_key
+        # A quorum queue's x-dead-letter-strategy at-least-once (at_least_once.py):
+        # dead-lettered messages stay in its store until their targets hold them.
+        self.keeper: "AtLeastOnce | None" = None
+
+    def _kept_until_held(self) -> bool:
+        keeper = self.keeper
+        return keeper is not None and self.exchange is not None and keeper.applies()
 
     def target(self) -> "Exchange | None":
         name = self.exchange
@@ -64,7 +72,7 @@ class DeadLettering:
         queue = self.queue
         paged_out = [entry for entry in entries if entry.message.body is None]
         unread = [entry for entry in paged_out if not queue._leaves_ready(entry)]
-        if self.target() is None or not entries:
+        if (self.target() is None and not self._kept_until_held()) or not entries:
             for entry in entries:
                 queue.held_bytes -= held_size(entry)
                 queue.store.settle(entry)
@@ -88,6 +96,7 @@ class DeadLettering:
         waiting = paged.dead_letters
         reads = paged.dead_letter_reads
         exchange = None
+        keeper = self.keeper if self._kept_until_held() else None
         while waiting:
             entry, reason, now = waiting[0]
             if entry.message.body is None and entry.seq in reads:
@@ -97,6 +106,9 @@ class DeadLettering:
             if entry.message.body is None:
                 log.error("event=dead_letter_unreadable vhost=%r queue=%r seq=%d",
                           queue.vhost.name, queue.name, entry.seq)
+                continue
+            if keeper is not None:
+                keeper.send(entry, reason, now)
                 continue
             queue.store.settle(entry)
             if exchange is None:
@@ -113,24 +125,30 @@ class DeadLettering:
                                   datetime.datetime.now(datetime.timezone.utc))
 
     def republish(self, exchange: "Exchange", message: Message, reason: str,
-                  now: datetime.datetime) -> None:
-        """Dead-letter one message. When that fails, the message is dropped, as if the
-        queue had no dead-letter exchange, and the failure is logged: the queue and
-        whoever triggered the dead-lettering carry on."""
+                  now: datetime.datetime) -> int | None:
+        """Dead-letter one message: the number of queues it reached, or None when it is
+        not to be dead-lettered (a cycle, headers that cannot be rewritten). When that
+        fails, the message is dropped, as if the queue had no dead-letter exchange, and
+        the failure is logged: the queue and whoever triggered the dead-lettering carry
+        on."""
         queue = self.queue
         vhost = queue.vhost
         try:
             dead = dead_letter_message(message, queue.name, reason, exchange.name,
                                        self.routing_key, now)
-            if dead is not None:
-                observer = vhost.observer
-                if observer is not None:
-                    observer.dead_lettered(queue, reason, dead)
-                for destination in vhost.route(exchange, dead):
-                    destination.enqueue(dead)
+            if dead is None:
+                return None
+            observer = vhost.observer
+            if observer is not None:
+                observer.dead_lettered(queue, reason, dead)
+            destinations = vhost.route(exchange, dead)
+            for destination in destinations:
+                destination.enqueue(dead)
+            return len(destinations)
         except Exception as error:
             log.error("event=dead_letter_failed vhost=%r queue=%r reason=%s", vhost.name,
                       queue.name, reason, exc_info=error)
+            return None
 
 
 def dead_letter_message(message: Message, queue_name: str, reason: str, exchange: str,

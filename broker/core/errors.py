@@ -16,7 +16,11 @@ class AMQPError(Exception):
 
     @property
     def reply_text(self) -> str:
-        """The text sent in Channel.Close / Connection.Close, worded as RabbitMQ does."""
+        """The text sent in Channel.Close / Connection.Close, worded as RabbitMQ does:
+        the code's name and the text, or the name alone without a text (RabbitMQ's
+        answer when its own code fails, e.g. an exchange type's)."""
+        if not self.text:
+            return self.reply_code.name
         return f"{self.reply_code.name} - {self.text}"
 
 

@@ -6,8 +6,9 @@ The handshake ends at one point, `Connection.opened(Opened(...))`: everything th
 of the connection needs from it (the vhost, the user, the tuned limits, the client's
 properties) is in that record. Until then the connection's state is one of the
 handshake's (STARTING, TUNING, OPENING) and channel 0 goes to its `Handshake`. Frames
-above frame-min-size (4096 octets) are refused until Tune-Ok by the connection's framer,
-which Tune-Ok tunes to the agreed frame_max.
+above 8192 octets (RabbitMQ 4.1's frame-min-size) are refused until Tune-Ok by the
+connection's framer, which Tune-Ok tunes to the agreed frame_max; the smallest frame_max
+Tune-Ok may give is the broker's RabbitMQ line's (4096 octets up to 4.0, 8192 since 4.1).
 """
 
 import logging
@@ -16,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
-from amqp_codec.constants import FRAME_MIN_SIZE
 from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import CONNECTION_OPEN, CONNECTION_TUNE_OK
 
@@ -35,6 +35,9 @@ log = logging.getLogger("warren.connection")
 _LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For details see "
                   "the broker logfile.")
 
+
+# The largest frame read before Tune-Ok, in every line (RabbitMQ 4.1 raised it to 8192).
+HANDSHAKE_FRAME_MAX = 8192
 
 class ConnectionState(Enum):
     """Where a connection is; the values are RabbitMQ's names for the states."""
@@ -195,10 +198,12 @@ class Handshake:
         connection = self.connection
         config = connection.broker.config
         frame_max = method.frame_max   # RabbitMQ refuses 0 here, as Warren does
-        if frame_max < FRAME_MIN_SIZE or frame_max > config.frame_max:
+        # frame-min-size: 4096 octets in AMQP 0-9-1 and up to RabbitMQ 4.0, 8192 since 4.1
+        frame_min = connection.broker.profile.line.frame_min_size
+        if frame_max < frame_min or frame_max > config.frame_max:
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED,
-                f"frame_max={method.frame_max} outside {FRAME_MIN_SIZE}..{config.frame_max}",
+                f"frame_max={method.frame_max} outside {frame_min}..{config.frame_max}",
                 *CONNECTION_TUNE_OK)
         channel_max = method.channel_max
         if not 0 < channel_max <= config.channel_max:

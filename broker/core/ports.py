@@ -102,12 +102,14 @@ class DeleteUser(JournalEntry):
 
 @dataclass(frozen=True)
 class SaveVhost(JournalEntry):
-    """Adds the vhost or replaces its description, tags and default queue type."""
+    """Adds the vhost or replaces its description, tags, default queue type and
+    RabbitMQ line."""
 
     name: str
     description: str = ""
     tags: tuple[str, ...] = ()
     default_queue_type: str | None = None
+    rabbitmq_line: str | None = None
 
 
 @dataclass(frozen=True)

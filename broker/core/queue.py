@@ -387,10 +387,10 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         exchange: DeadLettering.discard)."""
         self.dead_lettering.discard(entries, reason)
 
-    def _republish(self, exchange, message: Message, reason: str, now) -> None:
+    def _republish(self, exchange, message: Message, reason: str, now) -> int | None:
         """Dead-letter one message (a quorum queue takes its delivery count off
-        first)."""
-        self.dead_lettering.republish(exchange, message, reason, now)
+        first): the number of queues it reached (DeadLettering.republish)."""
+        return self.dead_lettering.republish(exchange, message, reason, now)
 
     def requeue(self, entries: list[QueueEntry]) -> None:
         """Put unacked messages back, redelivered, where they were in the queue."""

@@ -17,7 +17,9 @@ from typing import Callable, ClassVar, Generic, Mapping, Protocol, Sequence, Typ
 from .exchange import Exchange
 from .message import Message, QueueEntry
 from .ports import Transport
+from .rabbitmq_lines import Profile
 from .scheduler import Scheduler
+from .upgrade_lint import UpgradeLint
 
 # What a delivery awaiting its ack refers to, handed back to the queue on settle, discard
 # or requeue: a QueueEntry (classic) or a DeliveredOffset (stream).
@@ -120,10 +122,27 @@ class DeadLetterObserver(Protocol):
                       message: Message) -> None: ...
 
 
+class DurableWaiter(Protocol):
+    """Told after each commit how many writes are durable (Persistence.wait_durable)."""
+
+    def writes_durable(self, durable: int) -> bool: ...
+
+    def writes_failed(self, writes: int, reason: str) -> bool: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+
 class CommitRequests(Protocol):
-    """Of a vhost's persistence (persistence.py), what a stream queue asks of it."""
+    """Of a vhost's persistence (persistence.py), what queues ask of it: a commit soon
+    (stream queues), or to be told when the writes made so far are durable (a quorum
+    queue's at-least-once dead-lettering)."""
+
+    @property
+    def writes(self) -> int: ...
 
     def request_commit(self) -> None: ...
+
+    def wait_durable(self, waiter: DurableWaiter) -> None: ...
 
 
 class QueueHost(Protocol):
@@ -144,6 +163,14 @@ class QueueHost(Protocol):
 
     @property
     def observer(self) -> DeadLetterObserver | None: ...
+
+    @property
+    def profile(self) -> Profile:
+        """The RabbitMQ line the vhost behaves as (rabbitmq_lines.py)."""
+
+    @property
+    def lint(self) -> UpgradeLint:
+        """Where what the vhost did that another line treats otherwise is noted."""
 
     def route(self, exchange: Exchange, message: Message,
               holds: list | None = None) -> Sequence["QueueBase"]:

@@ -23,11 +23,12 @@ with another class.
 """
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from amqp_codec.field_table import text_value
+from amqp_codec.reply_codes import ReplyCode
 
-from .errors import precondition_failed
+from .errors import ConnectionFailure, precondition_failed
 from .message_store import MEMORY_STORE
 from .persistence import Persistence
 from .priority_queue import PriorityQueue, max_priority
@@ -35,8 +36,18 @@ from .queue import Queue
 from .queue_arguments import queue_type_of, validate_queue_arguments
 from .queue_base import QueueBase
 from .quorum_queue import QuorumQueue
+from .rabbitmq_lines import QUEUE_MASTER_LOCATOR, TRANSIENT_NONEXCL_QUEUES, Profile
 from .stream_arguments import StreamRetention, validate_stream_arguments
 from .stream_queue import StreamQueue
+
+
+class DeprecatedFeatures(Protocol):
+    """Where a declaration asks whether a deprecated feature may be used: the vhost,
+    which notes the use for the upgrade lint."""
+
+    profile: Profile
+
+    def permits(self, feature: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,7 @@ class QueueDeclaration:
     exclusive: bool
     auto_delete: bool
     arguments: dict
+    features: DeprecatedFeatures
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,9 @@ class QueueKind:
     # Whether a channel-wide prefetch limit (Basic.Qos global=true) applies to its
     # consumers; a kind that does not refuses a consumer on a limited channel.
     honours_global_qos: bool
+    # The deprecated features a declaration of this kind may use, each with the test
+    # of whether it does, checked last (RabbitMQ checks them when it creates the queue).
+    deprecated_uses: tuple[tuple[str, Callable[[QueueDeclaration], bool]], ...] = ()
 
     def validate_declaration(self, declaration: QueueDeclaration) -> None:
         """406 for a new queue of this kind that RabbitMQ would not create, in its order
@@ -97,6 +112,11 @@ class QueueKind:
                 f"invalid arg 'x-queue-type' for queue '{declaration.queue}' in vhost "
                 f"'{declaration.vhost}': Warren implements classic, quorum (one replica) "
                 f"and stream queues, not '{queue_type}'")
+        features = declaration.features
+        for feature, uses in self.deprecated_uses:
+            if uses(declaration) and not features.permits(feature):
+                raise ConnectionFailure(ReplyCode.INTERNAL_ERROR,
+                                        features.profile.denial_text(feature))
 
 
 # -- the checks a declaration goes through ---------------------------------------------
@@ -118,17 +138,6 @@ def refuse_other_kinds_arguments(kind: QueueKind, declaration: QueueDeclaration)
     (x-max-age on a classic queue, x-max-priority on a quorum queue...)."""
     _refuse_others(declaration.arguments, KNOWN_ARGUMENTS, kind.queue_arguments,
                    kind.name, declaration.queue, declaration.vhost)
-
-
-def refuse_at_least_once_dead_lettering(kind: QueueKind,
-                                        declaration: QueueDeclaration) -> None:
-    """Warren's quorum queues dead-letter at most once: 406 rather than accept
-    x-dead-letter-strategy at-least-once and not keep the promise."""
-    if text_value(declaration.arguments.get("x-dead-letter-strategy")) == "at-least-once":
-        raise precondition_failed(
-            f"invalid arg 'x-dead-letter-strategy' for queue '{declaration.queue}' in "
-            f"vhost '{declaration.vhost}': Warren does not support at-least-once "
-            "dead-lettering; leave the argument out or use at-most-once")
 
 
 def check_stream_argument_values(kind: QueueKind, declaration: QueueDeclaration) -> None:
@@ -153,6 +162,14 @@ def _refuse_others(arguments: dict, known: frozenset, taken: tuple, queue_type: 
             raise precondition_failed(
                 f"invalid arg '{name}' for queue '{queue}' in vhost '{vhost}' of queue "
                 f"type rabbit_{queue_type}_queue")
+
+
+def is_transient_non_exclusive(declaration: QueueDeclaration) -> bool:
+    return not declaration.durable and not declaration.exclusive
+
+
+def has_master_locator(declaration: QueueDeclaration) -> bool:
+    return "x-queue-master-locator" in declaration.arguments
 
 
 # -- the stores ------------------------------------------------------------------------
@@ -183,7 +200,9 @@ CLASSIC = QueueKind(
     unsupported_policy_keys=frozenset([
         "max-age", "stream-max-segment-size-bytes", "queue-leader-locator",
         "initial-cluster-size", "delivery-limit", "dead-letter-strategy"]),
-    honours_global_qos=True)
+    honours_global_qos=True,
+    deprecated_uses=((TRANSIENT_NONEXCL_QUEUES, is_transient_non_exclusive),
+                     (QUEUE_MASTER_LOCATOR, has_master_locator)))
 
 # A classic queue with an x-max-priority of 1 or more: another class (whose code a plain
 # classic queue does not run), the same rules.
@@ -192,8 +211,7 @@ PRIORITY = replace(CLASSIC, cls=PriorityQueue)
 QUORUM = QueueKind(
     name="quorum", cls=QuorumQueue, make_store=queue_file_or_memory, server_named=False,
     refused_properties=("auto-delete", "exclusive-owner", "non-durable"),
-    declaration_checks=(refuse_other_kinds_arguments, refuse_at_least_once_dead_lettering,
-                        refuse_properties),
+    declaration_checks=(refuse_other_kinds_arguments, refuse_properties),
     queue_arguments=("x-expires", "x-message-ttl", "x-dead-letter-exchange",
                      "x-dead-letter-routing-key", "x-dead-letter-strategy", "x-max-length",
                      "x-max-length-bytes", "x-max-in-memory-length",

@@ -1,4 +1,5 @@
-"""Quorum queues (`x-queue-type: quorum`) on one node, as RabbitMQ 3.10 has them.
+"""Quorum queues (`x-queue-type: quorum`) on one node, as RabbitMQ 3.10 has them (and
+4.0, with its default delivery limit).
 
 Warren keeps one replica: a quorum queue is a classic queue (queue.py) that also
 - refuses, when declared, what RabbitMQ's quorum queues refuse (server-named,
@@ -8,7 +9,8 @@ Warren keeps one replica: a quorum queue is a classic queue (queue.py) that also
   connection closed with it unacked) in the `x-delivery-count` header, 0 at first;
 - dead-letters (reason `delivery_limit`) or drops a message coming back more times
   than the delivery limit: the lower of `x-delivery-limit` and the policy and operator
-  policy key `delivery-limit`.
+  policy key `delivery-limit`; since RabbitMQ 4.0, 20 when neither sets one
+  (`delivery_limit`).
 
 The count lives in the message's headers, written when the message is queued and when
 it comes back, so deliveries cost nothing more and classic queues are untouched. A
@@ -20,26 +22,51 @@ survives a restart (RabbitMQ keeps it in its Raft log).
 import struct
 
 from amqp_codec import MalformedProperties, headers_entries, replace_properties
+from amqp_codec.field_table import text_value
 
+from .at_least_once import AtLeastOnce
 from .errors import resource_locked
 from .message import Message, QueueEntry
 from .message_store import MEMORY_STORE
 from .queue import Queue
+from .rabbitmq_lines import QUORUM_DEFAULT_DELIVERY_LIMIT
+from .upgrade_lint import QUORUM_DELIVERY_LIMIT
 
+DEAD_LETTER_STRATEGY = "x-dead-letter-strategy"
 DELIVERY_COUNT = "x-delivery-count"
 DELIVERY_LIMIT = "x-delivery-limit"
 _COUNT_KEY = bytes([len(DELIVERY_COUNT)]) + DELIVERY_COUNT.encode()
 
 
-def delivery_limit(arguments: dict, definition: dict):
-    """The lower of the x-delivery-limit argument and the policy's delivery-limit
-    (already the lower of policy and operator policy); None for no limit. As in
-    RabbitMQ, an argument that is not a number sets no limit (Erlang orders every
-    number below other terms), and a negative one lets no message come back."""
-    limits = [value for value in (arguments.get(DELIVERY_LIMIT),
-                                  definition.get("delivery-limit"))
-              if isinstance(value, (int, float)) and not isinstance(value, bool)]
-    return min(limits) if limits else None
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def delivery_limit(arguments: dict, definition: dict, line_default: int | None = None):
+    """A quorum queue's delivery limit from its x-delivery-limit argument and the
+    policy's delivery-limit (already the lower of policy and operator policy); None for
+    no limit.
+
+    RabbitMQ 3.10 (`line_default` None): the lower of the two; an argument that is not
+    a number sets no limit (Erlang orders every number below other terms), and a
+    negative one lets no message come back. RabbitMQ 4.0 and later (`line_default` 20):
+    the line's default when neither is set or the one that applies is not an integer;
+    of two, the lower, or the higher when one is negative; a negative limit is none."""
+    argument = arguments.get(DELIVERY_LIMIT)
+    policy = definition.get("delivery-limit")
+    if line_default is None:
+        limits: list = [value for value in (argument, policy) if _is_number(value)]
+        return min(limits) if limits else None
+    limit: object
+    if argument is None or policy is None:
+        limit = policy if argument is None else argument
+    elif _is_number(argument) and _is_number(policy):
+        limit = max(argument, policy) if min(argument, policy) < 0 else min(argument, policy)
+    else:   # Erlang's min of a number and another term is the number
+        limit = argument if _is_number(argument) else policy
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return line_default
+    return None if limit < 0 else limit
 
 
 def delivery_count(message: Message) -> int:
@@ -72,14 +99,21 @@ class QuorumQueue(Queue):
                  store=MEMORY_STORE):
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
                          store)
-        self.delivery_limit = delivery_limit(self.arguments, {})
+        self.delivery_limit = delivery_limit(self.arguments, {}, self._line_default())
+        if text_value(self.arguments.get(DEAD_LETTER_STRATEGY)) == "at-least-once":
+            self.dead_lettering.keeper = AtLeastOnce(self)
 
     def enqueue(self, message: Message, publisher=None) -> bool:
         return super().enqueue(with_delivery_count(message, 0), publisher)
 
     def apply_policy(self, definition: dict) -> None:
         super().apply_policy(definition)
-        self.delivery_limit = delivery_limit(self.arguments, definition)
+        self.delivery_limit = delivery_limit(self.arguments, definition,
+                                             self._line_default())
+
+    def _line_default(self) -> int | None:
+        """The delivery limit of a quorum queue that sets none, in the vhost's line."""
+        return self.vhost.profile.line.quorum_delivery_limit
 
     def requeue(self, entries: list) -> None:
         """Messages come back: each one's count goes up; those over the delivery limit
@@ -94,11 +128,24 @@ class QuorumQueue(Queue):
             if limit is not None and count > limit:
                 over.append(entry)
             else:
+                if count > QUORUM_DEFAULT_DELIVERY_LIMIT and limit is None:
+                    self._note_kept_past_later_limit()
                 back.append(self._returned(entry, count))
         if over:
             self.discard(over, "delivery_limit")
         if back:
             super().requeue(back)
+
+    def _note_kept_past_later_limit(self) -> None:
+        """Under RabbitMQ 3.10, a message came back more often than 4.x allows by
+        default: the upgrade lint says so."""
+        vhost = self.vhost
+        if vhost.profile.line.quorum_delivery_limit is None:
+            vhost.lint.note(vhost.name, QUORUM_DELIVERY_LIMIT, (
+                f"a message of quorum queue '{self.name}' came back more than "
+                f"{QUORUM_DEFAULT_DELIVERY_LIMIT} times; RabbitMQ 4.0 and later drop (or "
+                f"dead-letter) it after its {QUORUM_DEFAULT_DELIVERY_LIMIT}th return unless "
+                "x-delivery-limit says otherwise"))
 
     def _returned(self, entry: QueueEntry, count: int) -> QueueEntry:
         """The entry of a message coming back with delivery count `count`: the next
@@ -126,7 +173,14 @@ class QuorumQueue(Queue):
                 "queues with single active consumer")
         return super().take()
 
-    def _republish(self, exchange, message: Message, reason: str, now) -> None:
+    def _republish(self, exchange, message: Message, reason: str, now) -> int | None:
         """Dead-lettered messages leave without the count (RabbitMQ adds it to
         deliveries only)."""
-        super()._republish(exchange, with_delivery_count(message, None), reason, now)
+        return super()._republish(exchange, with_delivery_count(message, None), reason,
+                                  now)
+
+    def drop_messages(self) -> int:
+        keeper = self.dead_lettering.keeper
+        if keeper is not None:
+            keeper.dropped()
+        return super().drop_messages()

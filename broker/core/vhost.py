@@ -11,6 +11,7 @@ from .errors import (ConnectionFailure, access_refused, not_found, precondition_
                      resource_locked)
 from .exchange import ALTERNATE_EXCHANGE, EXCHANGE_TYPES, Exchange, field_type_name
 from .delayed_exchange import DELAYED_KIND, DelayedExchange, delay_ms
+from .hash_exchanges import HASH_EXCHANGE_TYPES
 from .limits import Limits
 from .message import Message
 from .message_stats import MessageCounts
@@ -21,6 +22,8 @@ from .queue import Queue
 from .queue_base import ClientConnection, QueueBase
 from .queue_arguments import check_arguments_equivalent
 from .queue_types import QueueDeclaration, kind_of
+from .rabbitmq_lines import Profile, line_named
+from .upgrade_lint import UpgradeLint
 from .persistence import Persistence
 from .ports import (DeleteBinding, DeleteExchange, DeleteQueue, SaveBinding,
                     SaveExchange, SaveQueue)
@@ -39,8 +42,9 @@ DEFAULT_EXCHANGES = (
     ("amq.headers", "headers"),
     ("amq.match", "headers"),
 )
-_KEYED_KINDS = ("direct", "topic")
-EXCHANGE_CLASSES = {**EXCHANGE_TYPES, DELAYED_KIND: DelayedExchange}   # declarable types   # the exchange types that route by routing key
+_KEYED_KINDS = ("direct", "topic")   # the exchange types that route by routing key
+# The declarable exchange types (EXCHANGE_TYPES are those an x-delayed-message can be)
+EXCHANGE_CLASSES = {**EXCHANGE_TYPES, DELAYED_KIND: DelayedExchange, **HASH_EXCHANGE_TYPES}
 
 
 @dataclass(frozen=True)
@@ -50,14 +54,21 @@ class VhostMetadata:
     description: str = ""
     tags: tuple[str, ...] = ()
     default_queue_type: str | None = None
+    # The RabbitMQ line the vhost behaves as (rabbitmq_lines.py); None: the broker's.
+    rabbitmq_line: str | None = None
 
 
 class VirtualHost:
     """Exchanges and queues of one vhost, with the checks RabbitMQ applies to them."""
 
     def __init__(self, name: str, scheduler: Scheduler,
-                 persistence: Persistence | None = None, limits: Limits | None = None):
+                 persistence: Persistence | None = None, limits: Limits | None = None,
+                 profile: Profile | None = None, lint: UpgradeLint | None = None):
         self.name = name
+        self.lint = lint or UpgradeLint()   # the broker's: what the vhost did, noted
+        # The broker's profile, and the vhost's: the broker's, or its line's (describe).
+        self.broker_profile = profile or Profile()
+        self.profile = self.broker_profile
         self.scheduler = scheduler
         self.persistence = persistence or Persistence()
         self.limits = limits or Limits()   # the broker's: max-queues is checked here
@@ -72,6 +83,23 @@ class VirtualHost:
         for exchange_name, kind in DEFAULT_EXCHANGES:
             self.exchanges[exchange_name] = EXCHANGE_TYPES[kind](exchange_name, durable=True)
         self.exchanges[""] = self.default_exchange
+
+    def permits(self, feature: str) -> bool:
+        """Whether the vhost's profile permits the deprecated feature a client is about
+        to use; the use is noted for the upgrade lint either way."""
+        permitted = self.profile.permits_feature(feature)
+        self.lint.used(self.name, feature)
+        note = self.profile.usage_note(feature, permitted)
+        if note is not None:
+            self.lint.note(self.name, feature, note)
+        return permitted
+
+    def describe(self, metadata: VhostMetadata) -> None:
+        """Set what an operator says about the vhost, its RabbitMQ line with it."""
+        self.metadata = metadata
+        line = metadata.rabbitmq_line
+        self.profile = (self.broker_profile.with_line(line_named(line)) if line
+                        else self.broker_profile)
 
     # -- lookups -------------------------------------------------------------------
 
@@ -109,7 +137,10 @@ class VirtualHost:
                 raise _default_exchange_refused()
             return self.exchange(name)
         exchange_class = EXCHANGE_CLASSES.get(kind)
-        if exchange_class is None:
+        line = self.profile.line
+        if exchange_class is None or kind in line.missing_exchange_types:
+            if line.unknown_exchange_type_closes_channel:   # RabbitMQ 4.0 and later
+                raise precondition_failed(f"unknown exchange type '{kind}'")
             raise ConnectionFailure(ReplyCode.COMMAND_INVALID,
                                     f"unknown exchange type '{kind}'")
         if name == "":
@@ -274,7 +305,7 @@ class VirtualHost:
         kind = kind_of(arguments)
         kind.validate_declaration(QueueDeclaration(
             name, self.name, name_chosen_by_server, durable, exclusive, auto_delete,
-            arguments))
+            arguments, self))
         persisted = durable and not exclusive
         store = kind.make_store(self.persistence, self.name, name, arguments, persisted)
         queue = kind.cls(self, name, durable, connection if exclusive else None,

@@ -62,6 +62,7 @@ def status(run: Invocation) -> None:
         "product_name": overview.get("product_name"),
         "product_version": overview.get("product_version"),
         "rabbitmq_version": overview.get("rabbitmq_version"),
+        "warren_version": overview.get("warren_version"),
         "cluster_name": overview.get("cluster_name"),
         "management_url": run.client.url,
         "totals": overview.get("object_totals", {}),
@@ -75,6 +76,8 @@ def status(run: Invocation) -> None:
     print(f"Node name: {facts['node_name']}")
     print(f"Product: {facts['product_name']} {facts['product_version']}")
     print(f"RabbitMQ version: {facts['rabbitmq_version']}")
+    if facts["warren_version"]:
+        print(f"Warren version: {facts['warren_version']}")
     print(f"Cluster name: {facts['cluster_name']}")
     print(f"Management API: {facts['management_url']}")
     print("Totals: " + ", ".join(f"{count} {name}" for name, count in facts["totals"].items()))

@@ -146,7 +146,7 @@ class DurableStorage:
                 metadata.delete_user(entry.name)
             case SaveVhost():
                 metadata.save_vhost(entry.name, entry.description, entry.tags,
-                                    entry.default_queue_type)
+                                    entry.default_queue_type, entry.rabbitmq_line)
             case DeleteVhost():
                 metadata.delete_vhost(entry.name)
             case SavePermissions():
@@ -204,8 +204,9 @@ class DurableStorage:
         policies = self.metadata.list_policies()
         for vhost_record in self.metadata.list_vhosts():
             vhost = broker.add_vhost(vhost_record.name)
-            vhost.metadata = VhostMetadata(vhost_record.description, vhost_record.tags,
-                                           vhost_record.default_queue_type)
+            vhost.describe(VhostMetadata(vhost_record.description, vhost_record.tags,
+                                         vhost_record.default_queue_type,
+                                         vhost_record.rabbitmq_line))
             self._restore_policies(vhost, policies)
             for exchange in self.metadata.list_exchanges(vhost.name):
                 restored = vhost.restore_exchange(exchange.name, exchange.type,

@@ -55,7 +55,8 @@ class Node:
         log.debug("event=commit_sync mode=%s",
                   self.kernel_sync.kind if self.kernel_sync else "worker_thread")
         self.broker = Broker(settings.limits, persistence=self.storage.persistence,
-                             version=__version__, loopback_users=settings.loopback_users)
+                             version=__version__, loopback_users=settings.loopback_users,
+                             profile=settings.profile())
         if self.virtual_clock is not None:
             self.broker.scheduler.clock = self.virtual_clock.current_time
             self.broker.scheduler.wall_clock = self.virtual_clock.wall_time

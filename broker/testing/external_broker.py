@@ -15,7 +15,7 @@ import urllib.request
 import uuid
 from typing import Any
 
-from .test_vhost import TestVhost, amqp_url, quoted
+from .test_vhost import NotOnThisBroker, TestVhost, amqp_url, quoted
 
 MANAGEMENT_PORT = 15672      # RabbitMQ's management plugin's default port
 HTTP_TIMEOUT = 30.0          # seconds for one management API request
@@ -46,6 +46,8 @@ class ExternalBroker:
         self.management_url = (management_url
                                or f"http://{self.host}:{MANAGEMENT_PORT}").rstrip("/")
         self.product = "an external broker"
+        self.version = ""
+        self.is_warren = False
 
     @property
     def url(self) -> str:
@@ -79,14 +81,26 @@ class ExternalBroker:
         name = overview.get("product_name") or "RabbitMQ"
         version = overview.get("product_version") or overview.get("rabbitmq_version")
         self.product = f"{name} {version}" if version else name
+        self.version = str(version or "")
+        # Warren (which says it is the RabbitMQ line it emulates) can give each vhost
+        # its own line; RabbitMQ is one line.
+        self.is_warren = "warren_version" in overview
         return self
 
     def stop(self) -> None:
         """Nothing to do: the broker is not ours."""
 
-    def new_vhost(self, prefix: str = "test") -> TestVhost:
+    def new_vhost(self, prefix: str = "test", rabbitmq_line: str | None = None) -> TestVhost:
         """A new vhost with a new user that may do anything in it and nothing
-        elsewhere; `TestVhost.remove()` deletes both."""
+        elsewhere; `TestVhost.remove()` deletes both. A test that needs another RabbitMQ
+        line (`rabbitmq_line`) than this broker's is NotOnThisBroker."""
+        vhost_body: dict[str, str] = {}
+        if rabbitmq_line is not None:
+            if self.is_warren:
+                vhost_body["rabbitmq_line"] = rabbitmq_line
+            elif not self.version.startswith(rabbitmq_line + "."):
+                raise NotOnThisBroker(f"the test needs RabbitMQ {rabbitmq_line}; the "
+                                      f"broker under test is {self.product}")
         suffix = uuid.uuid4().hex[:12]
         vhost, user = f"{prefix}-{suffix}", f"{prefix}-user-{suffix}"
         password = uuid.uuid4().hex
@@ -96,7 +110,7 @@ class ExternalBroker:
             self._delete(f"/api/users/{quoted(user)}")
 
         try:
-            self._request("PUT", f"/api/vhosts/{quoted(vhost)}", {})
+            self._request("PUT", f"/api/vhosts/{quoted(vhost)}", vhost_body)
             self._request("PUT", f"/api/users/{quoted(user)}",
                           {"password": password, "tags": TEST_USER_TAGS})
             self._request("PUT", f"/api/permissions/{quoted(vhost)}/{quoted(user)}",

@@ -10,6 +10,13 @@ Fixtures:
   pytest's temporary directory; one per pytest-xdist worker.
 - `warren` (function): a TestVhost, removed with everything in it at teardown.
 
+RabbitMQ lines: `--warren-rabbitmq=3.10|4.0|4.3` (ini `warren_rabbitmq`) is the line the
+session's broker behaves as (default Warren's, 4.3); the marker `warren_rabbitmq(line)`
+gives one test's vhost its own line, so the same test can run under each line side by
+side. The terminal summary has a section "Warren upgrade lint" naming each test whose
+vhost did something another line refuses or treats otherwise (global qos under 3.10, a
+denied deprecated feature under 4.3...), with what that line does.
+
 Options: `--warren-mode=thread|subprocess` (ini `warren_mode`); `--warren-assert-clean`
 (ini `warren_assert_clean = true`, or the marker `warren_assert_clean` per test): the
 `warren` fixture calls `assert_clean()` at teardown. Differential mode:
@@ -38,6 +45,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "unacked deliveries, ready messages, channels or connections")
     parser.addini("warren_assert_clean", "true: as --warren-assert-clean", type="bool",
                   default=False)
+    group.addoption("--warren-rabbitmq", default=None, metavar="LINE",
+                    help="the RabbitMQ line the session's Warren broker behaves as: "
+                         "3.10, 4.0 or 4.3 (default Warren's, 4.3)")
+    parser.addini("warren_rabbitmq", "the RabbitMQ line (as --warren-rabbitmq)",
+                  default=None)
     group.addoption("--amqp-broker", default=None, metavar="URL",
                     help="differential mode: run against the broker at "
                          "amqp://user:password@host:port/ (an administrator) instead "
@@ -54,6 +66,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "warren_vhost_prefix(prefix): name the `warren` fixture's vhost and "
                    "user with this prefix")
+    config.addinivalue_line(
+        "markers", "warren_rabbitmq(line): the `warren` fixture's vhost behaves as this "
+                   "RabbitMQ line (3.10, 4.0, 4.3)")
     config.addinivalue_line(
         "markers", "warren_assert_clean: after the test, fail its teardown if it left "
                    "anything in its `warren` vhost (warren.assert_clean())")
@@ -81,7 +96,9 @@ def warren_broker(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest
         yield external
         return
     mode = pytestconfig.getoption("--warren-mode") or pytestconfig.getini("warren_mode")
-    broker = TestBroker(data_dir=str(tmp_path_factory.mktemp("warren-broker")), mode=mode)
+    line = pytestconfig.getoption("--warren-rabbitmq") or pytestconfig.getini("warren_rabbitmq")
+    broker = TestBroker(data_dir=str(tmp_path_factory.mktemp("warren-broker")), mode=mode,
+                        rabbitmq_line=line)
     broker.start()
     yield broker
     broker.stop()
@@ -91,13 +108,21 @@ def warren_broker(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest
 def warren(warren_broker: TestBroker | ExternalBroker, request: pytest.FixtureRequest):
     """A fresh vhost and user for this test (a TestVhost); removed at teardown."""
     marker = request.node.get_closest_marker("warren_vhost_prefix")
-    vhost = warren_broker.new_vhost(marker.args[0] if marker else "test")
+    line = request.node.get_closest_marker("warren_rabbitmq")
+    vhost = warren_broker.new_vhost(marker.args[0] if marker else "test",
+                                    rabbitmq_line=line.args[0] if line else None)
     yield vhost
     try:
         if vhost.has_test_hooks and _assert_clean_wanted(request):
             vhost.assert_clean()
     finally:
-        vhost.remove()
+        try:
+            if vhost.has_test_hooks:
+                notes = vhost.upgrade_notes()
+                if notes:   # reaches the summary through the report (pytest-xdist too)
+                    request.node.user_properties.append((UPGRADE_LINT, notes))
+        finally:
+            vhost.remove()
 
 
 def _assert_clean_wanted(request: pytest.FixtureRequest) -> bool:
@@ -107,6 +132,32 @@ def _assert_clean_wanted(request: pytest.FixtureRequest) -> bool:
     return bool(request.node.get_closest_marker("warren_assert_clean")
                 or config.getoption("--warren-assert-clean")
                 or config.getini("warren_assert_clean"))
+
+
+UPGRADE_LINT = "warren_upgrade_lint"
+
+
+# The notes of each test by node id, gathered from the reports (the controller's, under
+# pytest-xdist) for the terminal summary.
+_LINT_BY_TEST: dict[str, list] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, notes in report.user_properties:
+        if name == UPGRADE_LINT and report.when == "teardown" and isinstance(notes, list):
+            _LINT_BY_TEST[report.nodeid] = notes
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The section "Warren upgrade lint": per test, what its vhost did that another
+    RabbitMQ line refuses or treats otherwise."""
+    if not _LINT_BY_TEST:
+        return
+    terminalreporter.write_sep("=", "Warren upgrade lint")
+    for nodeid, notes in sorted(_LINT_BY_TEST.items()):
+        terminalreporter.write_line(nodeid)
+        for topic, text in notes:
+            terminalreporter.write_line(f"    {topic}: {text}")
 
 
 @pytest.hookimpl(wrapper=True)

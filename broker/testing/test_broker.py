@@ -52,10 +52,12 @@ class TestBroker:
     __test__ = False   # not a test class, whatever pytest thinks of its name
 
     def __init__(self, data_dir: str | None = None, mode: str = THREAD,
-                 host: str = "127.0.0.1", management: bool = True):
+                 host: str = "127.0.0.1", management: bool = True,
+                 rabbitmq_line: str | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.mode = mode
+        self.rabbitmq_line = rabbitmq_line   # None: Warren's default line
         self.host = host
         self.management = management
         self._own_data_dir = data_dir is None
@@ -76,7 +78,8 @@ class TestBroker:
         self._runner = runner_type(self.host, self.data_dir, self.control_socket,
                                    self.management,
                                    previous.port if previous else 0,
-                                   previous.management_port if previous else None)
+                                   previous.management_port if previous else None,
+                                   self.rabbitmq_line)
         try:
             self._listening = self._runner.start()
         except Exception:   # a failed start cleans up; an interrupted one is for stop()
@@ -150,13 +153,15 @@ class TestBroker:
     def control(self) -> ControlClient:
         return ControlClient(self.listening.control_socket)
 
-    def new_vhost(self, prefix: str = "test") -> TestVhost:
+    def new_vhost(self, prefix: str = "test", rabbitmq_line: str | None = None) -> TestVhost:
         """A new vhost with a new user that may do anything in it and nothing
-        elsewhere; `TestVhost.remove()` deletes both."""
+        elsewhere; `TestVhost.remove()` deletes both. The vhost behaves as
+        `rabbitmq_line` ("3.10", "4.0", "4.3"; default the broker's line)."""
         suffix = uuid.uuid4().hex[:12]
         vhost, user = f"{prefix}-{suffix}", f"{prefix}-user-{suffix}"
         password = uuid.uuid4().hex
-        self.control.call("test.create_sandbox", vhost=vhost, user=user, password=password)
+        self.control.call("test.create_sandbox", vhost=vhost, user=user, password=password,
+                          rabbitmq_line=rabbitmq_line)
         return TestVhost.on_test_broker(self, vhost, user, password)
 
 
@@ -164,11 +169,13 @@ class _ThreadRunner:
     """The server on a thread of this process."""
 
     def __init__(self, host: str, data_dir: str, control_socket: str, management: bool,
-                 port: int, management_port: int | None):
+                 port: int, management_port: int | None, rabbitmq_line: str | None):
         from broker.server.node import Node   # the server's imports only when used
 
         settings = ServeSettings(host=host, port=port, data_dir=data_dir,
                                  control_socket=control_socket)
+        if rabbitmq_line is not None:
+            settings.rabbitmq = rabbitmq_line
         settings.management.port = ((management_port or "auto") if management else 0)
         self.node = Node(settings, testing=True)
         self._started = threading.Event()
@@ -209,12 +216,14 @@ class _ProcessRunner:
     """`warren serve --ephemeral --testing` on our data directory."""
 
     def __init__(self, host: str, data_dir: str, control_socket: str, management: bool,
-                 port: int, management_port: int | None):
+                 port: int, management_port: int | None, rabbitmq_line: str | None):
         self.command = [sys.executable, "-m", "broker", "serve", "--ephemeral", "--testing",
                         "--host", host, "--port", str(port), "--data-dir", data_dir,
                         "--control-socket", control_socket,
                         "--management-port",
                         str(management_port or "auto") if management else "0"]
+        if rabbitmq_line is not None:
+            self.command += ["--rabbitmq", rabbitmq_line]
         self.process: subprocess.Popen | None = None
 
     def start(self) -> Listening:

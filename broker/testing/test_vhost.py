@@ -97,6 +97,11 @@ class TestVhost(Inspection, Waits, Faults, VirtualTime, Cleanliness):
                 f"{self.broker_name}")
         return self._control
 
+    def upgrade_notes(self) -> list[tuple[str, str]]:
+        """What this vhost did that another RabbitMQ line refuses or treats otherwise,
+        or that a denied deprecated feature changed: (topic, text) each (Warren only)."""
+        return [(topic, text) for topic, text in self.call("upgrade_notes")]
+
     def remove(self) -> None:
         """Delete the vhost (its queues, exchanges, messages; its connections are
         closed) and the user, in one step. Idempotent."""

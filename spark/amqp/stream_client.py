@@ -73,10 +73,11 @@ def _text(value) -> str:
     return "" if value is None else str(value)
 
 
-def server_product(amqp: AmqpConnection) -> str:
-    """The broker's ``product`` server property (``Warren``, ``RabbitMQ``)."""
+def is_warren(amqp: AmqpConnection) -> bool:
+    """Whether the broker is Warren: its ``product`` is RabbitMQ's (it emulates a
+    RabbitMQ line), its ``platform`` begins with ``Warren``."""
     properties = amqp.connection._impl.server_properties or {}
-    return _text(properties.get("product"))
+    return _text(properties.get("platform")).startswith("Warren ")
 
 
 class _CloseAdapter:
@@ -250,7 +251,7 @@ class StreamProbe:
             amqp.close()
         amqp = AmqpConnection(self.url, self.purpose, pump_interval=KEEPALIVE_INTERVAL)
         amqp.open()
-        self.is_warren = server_product(amqp) == "Warren"
+        self.is_warren = is_warren(amqp)
         self._amqp = amqp
         return amqp
 

@@ -27,14 +27,10 @@ from tests.support.go_support import build_client_tests
 
 RUN_TIMEOUT = 300.0   # about 15 s against Warren, 85 s against RabbitMQ 3.10.8
 
-# Left out, with why. Each of these closes its connection only when the server's product
-# is "RabbitMQ" (and checks RabbitMQ-only behaviour then); on Warren the connection stays
-# open, and the suite's goroutine leak check (goleak, run after all tests) fails.
-LEFT_OUT = {
-    "TestIntegrationRecoverNotImplemented": "product-gated: Basic.Recover requeue=false",
-    "TestRabbitMQQueueNackMultipleRequeue": "product-gated",
-    "TestRabbitMQQueueTTLGet": "product-gated",
-}
+# The tests that check RabbitMQ-only behaviour only when the server's product is
+# "RabbitMQ": Warren says it is (the RabbitMQ release of its line), so they run too.
+PRODUCT_GATED = ("TestIntegrationRecoverNotImplemented", "TestRabbitMQQueueNackMultipleRequeue",
+                 "TestRabbitMQQueueTTLGet")
 
 # Tests that fail now and then through a race inside amqp091-go (tests/support/client_flakes.py).
 KNOWN_CLIENT_RACES = {
@@ -57,12 +53,16 @@ def client_tests(tmp_path_factory):
     return build_client_tests(tmp_path_factory.mktemp("go-client-tests"))
 
 
-def test_amqp091_go_integration_suite_passes(client_tests, warren, warren_broker, request):
+@pytest.mark.parametrize("line", [
+    pytest.param(line, marks=pytest.mark.warren_rabbitmq(line)) for line in ("3.10", "4.3")])
+def test_amqp091_go_integration_suite_passes(client_tests, warren, warren_broker, request,
+                                             line):
+    """The whole suite, its RabbitMQ-only checks included, on a vhost of each line (against
+    RabbitMQ, the one of the node's line)."""
     listing = subprocess.run([str(client_tests), "-test.list", "^Test"], capture_output=True,
                              text=True, timeout=RUN_TIMEOUT, check=True).stdout
-    listed = re.findall(r"^Test\w+$", listing, re.MULTILINE)   # (it prints a notice too)
-    selected = [name for name in listed if name not in LEFT_OUT]
-    assert len(selected) > 100 and set(LEFT_OUT) <= set(listed)
+    selected = re.findall(r"^Test\w+$", listing, re.MULTILINE)   # (it prints a notice too)
+    assert len(selected) > 100 and set(PRODUCT_GATED) <= set(selected)
     assert set(KNOWN_CLIENT_RACES) <= set(selected)
 
     def run(names: list[str]) -> GoTestRun:

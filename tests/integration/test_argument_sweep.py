@@ -1,10 +1,8 @@
 """Every queue.declare argument RabbitMQ 3.10 knows, on each queue type, against Warren
 and (WARREN_TEST_BROKER) RabbitMQ: a new queue either takes it or is refused with
 RabbitMQ's 406 and text; a redeclaration compares only the arguments of the queue's
-type, with RabbitMQ's "inequivalent arg" texts, and ignores the others. Where Warren
-refuses what RabbitMQ accepts (x-dead-letter-strategy at-least-once, which Warren does
-not implement), the case is Warren-only and says why. docs/compatibility.md has the
-table these cases check.
+type, with RabbitMQ's "inequivalent arg" texts, and ignores the others.
+docs/compatibility.md has the table these cases check.
 """
 
 import pika
@@ -168,13 +166,12 @@ def test_an_argument_of_another_type_is_refused_before_its_value_is_checked(
         f"rabbit_{queue_type}_queue")
 
 
-@pytest.mark.warren_only("Warren does not implement at-least-once dead-lettering, so it "
-                         "refuses the argument RabbitMQ 3.10 accepts on quorum queues")
-def test_at_least_once_dead_lettering_is_refused_and_says_what_to_do(declare):
-    assert declare("quorum", {"x-dead-letter-strategy": "at-least-once"}) == refused(
-        "invalid arg 'x-dead-letter-strategy' for queue '{q}' in vhost '{v}': Warren "
-        "does not support at-least-once dead-lettering; leave the argument out or use "
-        "at-most-once")
+@pytest.mark.parametrize("overflow", ["reject-publish", "drop-head"])
+def test_at_least_once_dead_lettering_is_taken_by_quorum_queues(declare, overflow):
+    """With x-overflow reject-publish it applies; with drop-head RabbitMQ takes it and
+    dead-letters at most once (tests/unit/test_at_least_once.py)."""
+    assert declare("quorum", {"x-dead-letter-strategy": "at-least-once",
+                              "x-overflow": overflow}) is None
 
 
 # -- redeclaration -----------------------------------------------------------------------

@@ -93,4 +93,6 @@ def test_the_broker_advertises_its_package_version(broker_factory):
         properties = connection._impl.server_properties
     finally:
         connection.close()
-    assert (properties["product"], properties["version"]) == ("Warren", __version__)
+    # the product and version of the RabbitMQ release of the line; Warren's in platform
+    assert (properties["product"], properties["version"]) == ("RabbitMQ", "4.3.6")
+    assert properties["platform"].startswith(f"Warren {__version__} on Python ")

@@ -2,7 +2,12 @@
 integration tests against RabbitMQ with: COMMAND gets the throw-away node's address, name
 and cookie, and its management API (RabbitAdmin reaches the node through it), the command's
 exit status is the script's, and the node is gone afterwards, also when the script is
-stopped with SIGTERM while the command runs."""
+stopped with SIGTERM while the command runs.
+
+A node of each RabbitMQ line (3.10, 4.0, 4.3) is the pinned version of RabbitMQ, by its
+handshake and its management API; the 4.x lines' roots are made here on first use (a few
+minutes on a fresh machine, then cached). A root that cannot be had, or is of another
+version, gives an error that says why."""
 
 import json
 import os
@@ -15,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import rabbitmq_node
+from tests.support.management_client import ManagementApi
 
 RUN = [sys.executable, str(Path(__file__).parents[1] / "support" / "rabbitmq_node.py"), "run", "--"]
 DEADLINE = 180.0   # a node start (about 5 s idle, much more on a loaded machine) and a stop
@@ -120,3 +126,84 @@ def test_a_stop_signal_while_the_command_starts_still_kills_the_command(
         rabbitmq_node.run_command(["sleep", "60"], dict(os.environ), stops)
     assert stopped.value.signum == signal.SIGTERM
     assert started[0].wait(5) == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("line", list(rabbitmq_node.LINES))
+def test_a_node_of_each_line_is_its_pinned_rabbitmq(line):
+    pinned = rabbitmq_node.LINES[line].version
+    node = rabbitmq_node.RabbitInstance(DEADLINE, node_prefix="line-check", management=True,
+                                        line=line)
+    try:
+        node.start()
+        assert (node.server["product"], node.server["version"]) == ("RabbitMQ", pinned)
+        overview = ManagementApi(node.management_url).json("/api/overview")
+        assert overview["rabbitmq_version"] == pinned
+        environment = node.environment()
+        assert environment["WARREN_TEST_RABBITMQ_LINE"] == line
+        assert environment["WARREN_TEST_RABBITMQ_VERSION"] == pinned
+        directory = node.base
+    finally:
+        node.stop()
+    assert not accepts_connections(f"127.0.0.1:{node.port}")
+    assert not directory.exists()
+
+
+@pytest.fixture
+def roots(tmp_path, monkeypatch) -> Path:
+    """An empty roots cache, and this process taken for root (what a chroot needs)."""
+    monkeypatch.setenv(rabbitmq_node.ROOTS_VARIABLE, str(tmp_path))
+    monkeypatch.setattr(rabbitmq_node.os, "geteuid", lambda: 0)
+    return tmp_path
+
+
+STATUS_OF_4_3_7 = ("Package: rabbitmq-server\nStatus: install ok installed\n"
+                   "Version: 4.3.7-1\n\n")   # a dpkg status file's entry
+
+
+def test_a_cached_root_of_another_version_is_refused_saying_which(roots):
+    status = roots / "4.3.6/var/lib/dpkg/status"
+    status.parent.mkdir(parents=True)
+    status.write_text(STATUS_OF_4_3_7)
+    with pytest.raises(rabbitmq_node.NodeError) as refused:
+        rabbitmq_node.ready_root("4.3")
+    assert "pinned to rabbitmq-server 4.3.6 but the cached root" in str(refused.value)
+    assert "has 4.3.7" in str(refused.value)
+
+
+@pytest.fixture
+def debootstrap(tmp_path_factory, monkeypatch):
+    """Puts a debootstrap of the test's own (a shell script's body) first on PATH; its
+    arguments are those of the real one: options, suite, target directory, mirror."""
+    def install(body: str) -> None:
+        programs = tmp_path_factory.mktemp("programs")
+        program = programs / "debootstrap"
+        program.write_text(f"#!/bin/sh\n{body}\n")
+        program.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{programs}:{os.environ['PATH']}")
+    return install
+
+
+def test_a_failed_debootstrap_says_why_and_leaves_no_root(roots, debootstrap):
+    debootstrap("echo 'E: Failed getting release file' >&2; exit 1")
+    interrupted = roots / ".4.3.6.partial-interrupted/usr/lib/rabbitmq"
+    interrupted.mkdir(parents=True)   # what a killed debootstrap leaves
+    with pytest.raises(rabbitmq_node.NodeError) as failed:
+        rabbitmq_node.ready_root("4.3")
+    assert "debootstrap of Debian sid for RabbitMQ 4.3.6 failed" in str(failed.value)
+    assert "E: Failed getting release file" in str(failed.value)
+    assert not any(path.is_dir() for path in roots.iterdir())   # no root, no half root
+
+
+def test_a_suite_that_moved_on_is_refused_saying_which_version_it_has(roots, debootstrap):
+    debootstrap(f'mkdir -p "$4/var/lib/dpkg"\n'
+                f'printf "{STATUS_OF_4_3_7}" > "$4/var/lib/dpkg/status"')
+    with pytest.raises(rabbitmq_node.NodeError) as refused:
+        rabbitmq_node.ready_root("4.3")
+    assert "pinned to rabbitmq-server 4.3.6 but Debian sid now has 4.3.7" in str(refused.value)
+    assert not any(path.is_dir() for path in roots.iterdir())
+
+
+def test_a_root_needs_root(roots, monkeypatch):
+    monkeypatch.setattr(rabbitmq_node.os, "geteuid", lambda: 1000)
+    with pytest.raises(rabbitmq_node.NodeError, match="needs root"):
+        rabbitmq_node.ready_root("4.0")

@@ -13,15 +13,19 @@ BROKER_ENV = "WARREN_CELERY_BROKER"
 QUEUE_ENV = "WARREN_CELERY_QUEUE"
 CONTROL_EXCHANGE_ENV = "WARREN_CELERY_CONTROL_EXCHANGE"
 EVENT_EXCHANGE_ENV = "WARREN_CELERY_EVENT_EXCHANGE"
+QUEUE_TYPE_ENV = "WARREN_CELERY_QUEUE_TYPE"
 
 
 def make_app(broker_url: str, queue: str, control_exchange: str,
-             event_exchange: str) -> Celery:
+             event_exchange: str, queue_type: str = "classic") -> Celery:
     """A Celery app on `broker_url` with the rpc:// result backend (results travel back
     as messages to a reply queue of the calling client) whose tasks go to `queue`.
 
     The remote-control and event exchanges are named per test run, so workers of other
-    runs on the same broker never answer this run's broadcasts."""
+    runs on the same broker never answer this run's broadcasts. With `queue_type`
+    "quorum" the task queue is a quorum queue behind a topic exchange: Celery 5.5+ then
+    sends countdown and ETA tasks through its native delayed delivery (quorum delay
+    queues with at-least-once dead-lettering, kombu/transport/native_delayed_delivery.py)."""
     app = Celery("warren_celery_test", broker=broker_url, backend="rpc://")
     app.conf.update(
         task_default_queue=queue,
@@ -39,6 +43,10 @@ def make_app(broker_url: str, queue: str, control_exchange: str,
         worker_send_task_events=True,
         task_send_sent_event=True,
     )
+    if queue_type == "quorum":
+        app.conf.update(task_default_queue_type="quorum",
+                        task_default_exchange_type="topic",
+                        broker_native_delayed_delivery_queue_type="quorum")
     register_tasks(app)
     return app
 
@@ -78,4 +86,5 @@ app = make_app(
     os.environ.get(QUEUE_ENV, "warren-test"),
     os.environ.get(CONTROL_EXCHANGE_ENV, "warren-test-control"),
     os.environ.get(EVENT_EXCHANGE_ENV, "warren-test-events"),
+    os.environ.get(QUEUE_TYPE_ENV, "classic"),
 )

@@ -3,6 +3,7 @@ memory_high_watermark_absolute from the file."""
 
 import pytest
 
+from broker.core.rabbitmq_lines import make_profile
 from broker.config import ConfigError, load_settings
 
 
@@ -14,7 +15,9 @@ def settings_from(tmp_path, text: str):
 
 def test_defaults_are_rabbitmqs(tmp_path):
     settings = settings_from(tmp_path, "")
-    assert settings.limits.max_message_size == 128 * 1024 * 1024
+    # the largest message: the RabbitMQ line's (16 MiB in 4.x, 128 MiB in 3.10)
+    assert settings.limits.message_size_limit(settings.profile()) == 16 * 1024 * 1024
+    assert settings.limits.message_size_limit(make_profile("3.10", {})) == 128 * 1024 * 1024
     limits = settings.limits
     assert (limits.channel_max, limits.frame_max, limits.handshake_timeout) == (
         2047, 131072, 10.0)

@@ -2,6 +2,9 @@
 
 from pamqp import commands
 
+from broker.core.broker import Broker
+from broker.core.rabbitmq_lines import LINE_3_10, Profile
+
 from core_harness import Client, close_code, deliveries, kinds
 
 
@@ -38,7 +41,8 @@ def test_prefetch_limits_unacked_deliveries_and_ack_releases_more():
 
 
 def test_global_prefetch_is_shared_by_the_channels_consumers():
-    client = Client()
+    """As RabbitMQ 3.10 (and 4.0) apply it; 4.3 denies global qos (test_rabbitmq_lines)."""
+    client = Client(Broker(profile=Profile(LINE_3_10)))
     client.open_channel()
     for name in ("a", "b"):
         client.declare_queue(1, name)

@@ -20,12 +20,12 @@ class StreamBroker:
     """A broker whose streams live in tmp_path, and a `commit` that does what the
     server's group committer does."""
 
-    def __init__(self, tmp_path, clock=None):
+    def __init__(self, tmp_path, clock=None, profile=None):
         self.persistence = Persistence()
         self.persistence.stream_factory = self._new_store
         self.commit_requests = 0
         self.persistence.on_commit_request = self._requested
-        self.broker = Broker(persistence=self.persistence)
+        self.broker = Broker(persistence=self.persistence, profile=profile)
         self.tmp_path = tmp_path
         self.clock = clock
         self.stores = []

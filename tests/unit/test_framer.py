@@ -14,6 +14,7 @@ from amqp_codec import PROTOCOL_HEADER, Framer, InboundMethod, InboundPublish, P
 from amqp_codec.encoder import encode_deliver, encode_get_ok, encode_return
 from broker.core.broker import Broker, BrokerConfig
 from broker.core.connection import Connection
+from broker.core.rabbitmq_lines import LINE_3_10, LINE_4_3, Profile
 from broker.server.alarms import held_memory
 from core_harness import RecordingTransport
 from test_decoder import body, content_header, publish, raw_frame
@@ -33,8 +34,9 @@ def _frame_sizes(data: bytes) -> list[int]:
 
 
 def _tuned_connection(frame_max: int, server_frame_max: int = 131072) -> Connection:
-    """A connection negotiated up to Connection.Open with the client's frame_max."""
-    broker = Broker(BrokerConfig(frame_max=server_frame_max))
+    """A connection negotiated up to Connection.Open with the client's frame_max (on a
+    broker of the 3.10 line, which takes a frame_max as low as 4096)."""
+    broker = Broker(BrokerConfig(frame_max=server_frame_max), profile=Profile(LINE_3_10))
     connection = Connection(broker, RecordingTransport(), "test", "127.0.0.1")
     connection.framer.feed(PROTOCOL_HEADER)
     connection.handshake.start()
@@ -54,16 +56,19 @@ def _start_ok(padding: int) -> bytes:
         response="\0guest\0guest"), 0)
 
 
-def test_before_tune_ok_frames_above_4096_octets_are_refused():
-    """AMQP 0-9-1 (and RabbitMQ): until the client's Connection.TuneOk, no frame may
-    exceed frame-min-size, 4096 octets: a Start-Ok with a large client-properties table
-    is a frame error."""
-    connection = Connection(Broker(BrokerConfig(frame_max=20_000)), RecordingTransport())
+@pytest.mark.parametrize("line", [LINE_3_10, LINE_4_3])
+def test_before_tune_ok_frames_above_8192_octets_are_refused(line):
+    """RabbitMQ 4.1 and later: until the client's Connection.TuneOk, no frame may
+    exceed 8192 octets (a 6 KB Start-Ok is read, as measured on 4.3.6); a Start-Ok with
+    a larger client-properties table is a frame error. Every line reads 8192 here, 3.10
+    too (its node refuses frames above 4096: Warren is lenient on purpose)."""
+    connection = Connection(Broker(BrokerConfig(frame_max=20_000), profile=Profile(line)),
+                            RecordingTransport())
     framer = connection.framer
-    [item] = framer.feed(PROTOCOL_HEADER + _start_ok(3_500))
-    assert item.method.client_properties["padding"] == "x" * 3_500
+    [item] = framer.feed(PROTOCOL_HEADER + _start_ok(6_000))
+    assert item.method.client_properties["padding"] == "x" * 6_000
     with pytest.raises(ProtocolError) as refused:
-        framer.feed(_start_ok(5_000))
+        framer.feed(_start_ok(9_000))
     assert refused.value.reply_code == 501
     assert "frame_too_large" in refused.value.text
 

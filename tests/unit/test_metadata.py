@@ -422,7 +422,7 @@ class TestMetadataStore:
         finally:
             engine.dispose()
         with target.open() as store:
-            assert store.schema_version() == migrations.LATEST_VERSION == 4
+            assert store.schema_version() == migrations.LATEST_VERSION == 5
             assert store.list_vhosts() == [VhostRecord("old")]  # not seeded: not fresh
             assert store.list_users() == [UserRecord("old-user", ("management",))]
             assert logs_in(store, "old-user", "pw")
@@ -438,12 +438,27 @@ class TestMetadataStore:
         finally:
             engine.dispose()
         with target.open() as store:
-            assert store.schema_version() == 4
+            assert store.schema_version() == 5
             assert store.list_vhosts() == [VhostRecord("old", "", (), None)]
             store.save_vhost("old", "described", ("t1", "t2"), "quorum")
         with target.open() as store:
             assert store.list_vhosts() == [VhostRecord("old", "described", ("t1", "t2"),
                                                        "quorum")]
+
+    def test_version_4_vhosts_get_the_brokers_line_and_can_be_given_one(self, target):
+        engine = create_metadata_engine(target.url, target.data_dir)
+        try:
+            migrations.upgrade(engine, target=4)
+            with engine.begin() as connection:
+                connection.execute(text("INSERT INTO vhosts (name, default_queue_type) "
+                                        "VALUES ('old', 'quorum')"))
+        finally:
+            engine.dispose()
+        with target.open() as store:
+            assert store.list_vhosts() == [VhostRecord("old", "", (), "quorum", None)]
+            store.save_vhost("old", "", (), "quorum", "3.10")
+        with target.open() as store:
+            assert store.list_vhosts() == [VhostRecord("old", "", (), "quorum", "3.10")]
 
     def test_save_vhost_adds_or_replaces_its_metadata(self, store):
         store.save_vhost("v", "first", ("a",), "stream")
@@ -485,7 +500,8 @@ class TestMetadataStore:
             (1, "Vhosts, users with salted password hashes, per-vhost permissions."),
             (2, "Durable exchanges, durable queues with stable ids, bindings."),
             (3, "Topic permissions, policies and operator policies, vhost and user limits."),
-            (4, "Vhost description, tags and default queue type.")]
+            (4, "Vhost description, tags and default queue type."),
+            (5, "The RabbitMQ line a vhost behaves as (NULL: the broker's).")]
 
     def test_database_from_a_newer_warren_is_refused(self, target):
         with target.open():

@@ -7,6 +7,7 @@ from pamqp import commands
 
 from broker.core.priority_queue import PriorityQueue, max_priority
 from broker.core.queue import Queue
+from broker.core.rabbitmq_lines import LINE_3_10, LINE_4_3, Profile
 from broker.core.queue_types import (CLASSIC, PRIORITY, QUEUE_TYPES, QUORUM, STREAM,
                                      kind_of)
 from core_harness import Client, close_code
@@ -58,10 +59,6 @@ def test_x_max_priority_selects_the_queue_class():
      "invalid property 'exclusive-owner' for queue 'q' in vhost '/'"),
     ("", {"durable": True, "arguments": QUORUM_ARGUMENTS},
      "Cannot declare a server-named queue for type rabbit_quorum_queue"),
-    ("q", {"durable": True,
-           "arguments": {**QUORUM_ARGUMENTS, "x-dead-letter-strategy": "at-least-once"}},
-     "invalid arg 'x-dead-letter-strategy' for queue 'q' in vhost '/': Warren does not "
-     "support at-least-once dead-lettering; leave the argument out or use at-most-once"),
     ("c", {"arguments": {"x-delivery-limit": 1}},
      "invalid arg 'x-delivery-limit' for queue 'c' in vhost '/' of queue type "
      "rabbit_classic_queue"),
@@ -132,9 +129,13 @@ def test_global_qos_is_honoured_by_classic_queues_only():
 @pytest.mark.parametrize("declare, refused", [
     ({}, False), ({"x-max-priority": 2}, False), (QUORUM_ARGUMENTS, True),
     (STREAM_ARGUMENTS, True)])
+@pytest.mark.parametrize("line", [LINE_3_10, LINE_4_3])
 def test_a_consumer_on_a_globally_limited_channel_is_refused_by_other_kinds(
-        tmp_path, declare, refused):
-    client = StreamBroker(tmp_path).client()
+        tmp_path, declare, refused, line):
+    """Where global qos is permitted (3.10, 4.0); 4.3 denies it, and its Basic.Qos
+    global=true limits each consumer, so no kind refuses a consumer there."""
+    client = StreamBroker(tmp_path, profile=Profile(line)).client()
+    refused = refused and line is LINE_3_10
     client.declare_queue(1, "q", durable=True, arguments=declare)
     client.method(1, commands.Basic.Qos(prefetch_count=2))   # a stream consumer needs one
     client.method(1, commands.Basic.Qos(prefetch_count=2, global_=True))

@@ -148,6 +148,7 @@ def vhost_json(vhost, unacked_counts: Counter) -> dict:
             "tags": list(metadata.tags),
             "default_queue_type": metadata.default_queue_type or "undefined",
             "metadata": vhost_metadata_json(metadata), "tracing": False,
+            "rabbitmq_line": vhost.profile.line.name,
             "cluster_state": {node_name(): "running"},
             "messages": ready + unacked, "messages_ready": ready,
             "messages_unacknowledged": unacked}
@@ -192,12 +193,15 @@ async def vhost(request: Request) -> Response:
         # as RabbitMQ: description and tags replaced, the default queue type kept unless given
         default_queue_type = body.get("default_queue_type",
                                       existing.metadata.default_queue_type)
+        rabbitmq_line = body.get("rabbitmq_line", existing.metadata.rabbitmq_line)
         with _admin_refusals():
-            context.admin.update_vhost(name, description, tags, default_queue_type)
+            context.admin.update_vhost(name, description, tags, default_queue_type,
+                                       rabbitmq_line)
         await context.commit()
         return Response(status_code=204)
     with _admin_refusals():
-        context.admin.add_vhost(name, description, tags, body.get("default_queue_type"))
+        context.admin.add_vhost(name, description, tags, body.get("default_queue_type"),
+                                body.get("rabbitmq_line"))
         # RabbitMQ gives the user who creates a vhost over HTTP every permission on it
         context.admin.set_permissions(caller.name, name, ".*", ".*", ".*")
     await context.commit()

@@ -194,10 +194,12 @@ def _alarms(raised: frozenset) -> Iterator[Metric]:
 
 def _identity(broker: Broker) -> Iterator[Metric]:
     build = UnknownMetricFamily(
-        "rabbitmq_build_info", "Warren (as rabbitmq_version) and library version info",
+        "rabbitmq_build_info", "The RabbitMQ release Warren emulates (rabbitmq_version) "
+        "and library version info",
         labels=["rabbitmq_version", "prometheus_plugin_version",
                 "prometheus_client_version"])
-    build.add_metric([broker.version, broker.version, PROMETHEUS_CLIENT_VERSION], 1)
+    build.add_metric([broker.profile.line.version, broker.version,
+                      PROMETHEUS_CLIENT_VERSION], 1)
     yield build
     node = f"warren@{socket.gethostname().split('.')[0]}"
     identity = UnknownMetricFamily("rabbitmq_identity_info", "Warren node identity info",

@@ -17,10 +17,13 @@ from starlette.responses import JSONResponse, Response
 
 from broker import __version__
 from broker.core.delayed_exchange import DELAYED_KIND
-from broker.core.exchange import EXCHANGE_TYPES
+from broker.core.hash_exchanges import (CONSISTENT_HASH_KIND, LOCAL_RANDOM_KIND,
+                                        MODULUS_HASH_KIND)
+from broker.core.rabbitmq_lines import FEATURES, Profile, latest_phase
+from broker.core.vhost import EXCHANGE_CLASSES
 
 from ..alarms import free_disk, held_memory
-from .auth import MONITORING, Caller
+from .auth import MANAGEMENT, MONITORING, Caller
 from .context import ManagementContext, caller_of, context_of
 from .encoded_paths import EncodedPathRoute as Route
 from .errors import not_found
@@ -28,8 +31,6 @@ from .runtime import NODE, open_transports
 from .stats import broker_counts, message_stats, unacked_by_queue, with_rates
 from .topology_read import visible_vhosts
 
-# What Warren answers for RabbitMQ's version fields: tools compare these with 3.10
-MANAGEMENT_VERSION = "3.10.8"
 STARTED = time.monotonic()
 _EXCHANGE_DESCRIPTIONS = {
     "direct": "AMQP direct exchange, as per the AMQP specification",
@@ -37,14 +38,18 @@ _EXCHANGE_DESCRIPTIONS = {
     "headers": "AMQP headers exchange, as per the AMQP specification",
     "topic": "AMQP topic exchange, as per the AMQP specification",
     DELAYED_KIND: "Delayed Message Exchange",
+    CONSISTENT_HASH_KIND: "Consistent Hashing Exchange",
+    MODULUS_HASH_KIND: "Modulus Hashing Exchange",
+    LOCAL_RANDOM_KIND: "Picks one random local binding (queue) to route via (to).",
 }
 _CHURN = ("channel_closed", "channel_created", "connection_closed", "connection_created",
           "queue_created", "queue_declared", "queue_deleted")
 _DISK_COUNTERS = ("disk_reads", "disk_writes")
 
 
-def exchange_types() -> list[dict]:
-    kinds = sorted([*EXCHANGE_TYPES, DELAYED_KIND])
+def exchange_types(profile: Profile) -> list[dict]:
+    """The exchange types of the broker's RabbitMQ line."""
+    kinds = sorted(set(EXCHANGE_CLASSES) - profile.line.missing_exchange_types)
     return [{"name": kind, "description": _EXCHANGE_DESCRIPTIONS[kind], "enabled": True}
             for kind in kinds]
 
@@ -87,12 +92,16 @@ async def overview(request: Request) -> Response:
     transports = list(open_transports(request, caller))
     channels = [channel for transport in transports
                 for channel in transport.connection.channels.values()]
+    # The identity of the RabbitMQ release the broker's line emulates (tools branch on
+    # these), with Warren's own in warren_version.
+    rabbitmq_version = context.broker.profile.line.version
     return JSONResponse({
-        "management_version": MANAGEMENT_VERSION, "rates_mode": "basic",
+        "management_version": rabbitmq_version, "rates_mode": "basic",
         "sample_retention_policies": {"global": [600, 3600, 28800, 86400],
                                       "basic": [600, 3600], "detailed": [600]},
-        "exchange_types": exchange_types(), "product_version": __version__,
-        "product_name": "Warren", "rabbitmq_version": MANAGEMENT_VERSION,
+        "exchange_types": exchange_types(context.broker.profile), "product_version": rabbitmq_version,
+        "product_name": "RabbitMQ", "rabbitmq_version": rabbitmq_version,
+        "warren_version": __version__,
         "cluster_name": context.broker.server_properties()["cluster_name"],
         "erlang_version": f"none (Python {platform.python_version()})",
         "erlang_full_version": f"none (Python {platform.python_version()})",
@@ -133,7 +142,8 @@ async def node_view(request: Request, caller: Caller) -> dict:
         "db_dir": alarm.data_dir, "disk_free": disk_free,
         "disk_free_alarm": "disk" in alarm.raised, "disk_free_limit": alarm.disk.limit,
         "enabled_plugins": ["rabbitmq_management", "rabbitmq_prometheus"],
-        "exchange_types": exchange_types(), "fd_total": fd_total, "fd_used": fd_used,
+        "exchange_types": exchange_types(context.broker.profile), "fd_total": fd_total,
+        "fd_used": fd_used,
         "log_files": ["<stdout>"], "mem_alarm": "memory" in alarm.raised,
         "mem_calculation_strategy": "allocated", "mem_limit": alarm.memory_limit,
         "mem_used": used, "name": NODE, "net_ticktime": 0, "os_pid": str(os.getpid()),
@@ -159,8 +169,37 @@ async def get_node(request: Request) -> Response:
     return JSONResponse(await node_view(request, caller))
 
 
+def deprecated_feature_json(feature: str, profile: Profile) -> dict:
+    """A deprecated feature as RabbitMQ's /api/deprecated-features/used lists it, in
+    the broker's line (a feature the line lacks, with its phase in the newest line)."""
+    described = FEATURES[feature]
+    phase = profile.line.phase(feature) or latest_phase(feature)
+    return {"name": feature, "desc": "", "deprecation_phase": phase.value,
+            "doc_url": described.doc_url, "provided_by": described.provided_by}
+
+
+async def deprecated_features(request: Request) -> Response:
+    """RabbitMQ's deprecated features of the broker's line, permitted or denied."""
+    caller_of(request, MANAGEMENT)
+    profile = context_of(request).broker.profile
+    return JSONResponse([{**deprecated_feature_json(feature, profile),
+                          "state": profile.state(feature)}
+                         for feature in sorted(profile.line.deprecations)])
+
+
+async def used_deprecated_features(request: Request) -> Response:
+    """The deprecated features a client used (or tried) on an existing vhost since the
+    broker started (the upgrade lint's notes)."""
+    caller_of(request, MANAGEMENT)
+    broker = context_of(request).broker
+    return JSONResponse([deprecated_feature_json(feature, broker.profile)
+                         for feature in broker.lint.used_features()])
+
+
 ROUTES = [
     Route("/api/overview", overview),
+    Route("/api/deprecated-features", deprecated_features),
+    Route("/api/deprecated-features/used", used_deprecated_features),
     Route("/api/nodes", list_nodes),
     Route("/api/nodes/{name}", get_node),
 ]

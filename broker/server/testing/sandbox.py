@@ -13,10 +13,11 @@ SANDBOX_USER_TAGS = ("management",)
 
 
 async def create_sandbox(hooks: "TestHooks", vhost: str, user: str,
-                         password: str) -> None:
-    """A new vhost, and a user with every permission on it and no other."""
+                         password: str, rabbitmq_line: str | None = None) -> None:
+    """A new vhost (behaving as `rabbitmq_line`, default the broker's line), and a user
+    with every permission on it and no other."""
     admin = hooks.admin
-    admin.add_vhost(vhost)
+    admin.add_vhost(vhost, rabbitmq_line=rabbitmq_line)
     hooks.broker.vhosts[vhost].observer = Recorder()
     admin.add_user(user, password, tags=SANDBOX_USER_TAGS)
     admin.set_permissions(user, vhost, ".*", ".*", ".*")
@@ -35,4 +36,10 @@ async def remove_sandbox(hooks: "TestHooks", vhost: str, user: str) -> None:
     await hooks.committed()
 
 
-OPERATIONS = {"create_sandbox": create_sandbox, "remove_sandbox": remove_sandbox}
+async def upgrade_notes(hooks: "TestHooks", vhost: str) -> list[list[str]]:
+    """The upgrade lint's notes of the vhost: [topic, text] each."""
+    return [[note.topic, note.text] for note in hooks.broker.lint.of_vhost(vhost)]
+
+
+OPERATIONS = {"create_sandbox": create_sandbox, "remove_sandbox": remove_sandbox,
+              "upgrade_notes": upgrade_notes}

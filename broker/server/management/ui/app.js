@@ -150,7 +150,9 @@ async function overviewPage(view) {
        ["connections", "channels", "exchanges", "queues", "consumers"].map(
          key => card(key[0].toUpperCase() + key.slice(1), totals[key], `total-${key}`))),
     el("p", {class: "muted"},
-       `${overview.product_name || "Warren"} ${overview.product_version || ""}`,
+       overview.warren_version
+         ? `Warren ${overview.warren_version} as RabbitMQ ${overview.rabbitmq_version}`
+         : `${overview.product_name || "RabbitMQ"} ${overview.product_version || ""}`,
        overview.node ? ` on ${overview.node}` : ""));
 }
 

@@ -1,0 +1,230 @@
+"""The RabbitMQ lines Warren behaves as (3.10, 4.0, 4.3), one record each, and the
+profile a broker or a virtual host runs under: a line with the operator's choices about
+its deprecated features.
+
+A record (`RabbitMQLine`) says, for one line, what differs from the other lines where
+Warren's behaviour forks: the identity a client sees (Connection.Start's product and
+version, the management API's rabbitmq_version), the deprecated features the line has
+and whether each is permitted by default, the smallest frame_max a client may negotiate,
+the largest message by default, and the delivery limit of a quorum queue that sets none. The table of queue kinds
+(queue_types.py) is RabbitMQ 3.10's; a line's differences from it are in its record.
+
+A `Profile` is what the rooms consult: `profile.permits(feature)` where RabbitMQ asks
+`rabbit_deprecated_features:is_permitted`, and the line's values otherwise. The broker
+has one (the `rabbitmq` setting, default 4.3, with `deprecated_features.permit.<name>`
+settings as RabbitMQ's configuration has them); a virtual host may run under another
+line (its metadata), so that one test session can run the same test under each line.
+What happens before a connection names its vhost (the identity, frame_max) follows the
+broker's profile.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Phase(Enum):
+    """Where a deprecated feature is on its way out (RabbitMQ's deprecation_phase)."""
+
+    PERMITTED_BY_DEFAULT = "permitted_by_default"
+    DENIED_BY_DEFAULT = "denied_by_default"
+    REMOVED = "removed"
+
+
+# The deprecated features Warren has behaviour for, by RabbitMQ's names.
+GLOBAL_QOS = "global_qos"
+TRANSIENT_NONEXCL_QUEUES = "transient_nonexcl_queues"
+QUEUE_MASTER_LOCATOR = "queue_master_locator"
+
+DEPRECATION_BLOG = "https://blog.rabbitmq.com/posts/2021/08/4.0-deprecation-announcements/"
+
+
+@dataclass(frozen=True)
+class DeprecatedFeature:
+    """One of RabbitMQ's deprecated features, as /api/deprecated-features lists it."""
+
+    name: str
+    doc_url: str
+    provided_by: str = "rabbit"
+    # What a client sees where the feature is denied (the upgrade lint says it).
+    when_denied: str = "it cannot be used"
+
+
+FEATURES = {feature.name: feature for feature in (
+    DeprecatedFeature(GLOBAL_QOS, DEPRECATION_BLOG + "#removal-of-global-qos",
+                      when_denied="Basic.Qos global=true sets a limit per consumer, as "
+                                  "global=false does"),
+    DeprecatedFeature(TRANSIENT_NONEXCL_QUEUES, DEPRECATION_BLOG + "#removal-of-transient-non-exclusive-queues",
+                      when_denied="declaring a queue neither durable nor exclusive closes "
+                                  "the connection with 541 INTERNAL_ERROR"),
+    DeprecatedFeature(QUEUE_MASTER_LOCATOR, "",
+                      when_denied="declaring a classic queue with x-queue-master-locator "
+                                  "closes the connection with 541 INTERNAL_ERROR"),
+    DeprecatedFeature("classic_queue_mirroring",
+                      DEPRECATION_BLOG + "#removal-of-classic-queue-mirroring"),
+    DeprecatedFeature("ram_node_type", DEPRECATION_BLOG + "#removal-of-ram-nodes"),
+    # AMQP 1.0's, which Warren does not speak: listed as RabbitMQ lists them.
+    DeprecatedFeature("amqp_address_v1", "https://www.rabbitmq.com/docs/amqp#addresses"),
+    DeprecatedFeature("amqp_filter_set_bug", "https://docs.oasis-open.org/amqp/core/v1.0/"
+                      "os/amqp-core-messaging-v1.0-os.html#type-filter-set"),
+    DeprecatedFeature("management_metrics_collection",
+                      DEPRECATION_BLOG + "#disable-metrics-delivery-via-the-management-api--ui",
+                      provided_by="rabbitmq_management_agent"),
+)}
+
+MIB = 1024 * 1024
+# The delivery limit of a quorum queue that sets none, since RabbitMQ 4.0.
+QUORUM_DEFAULT_DELIVERY_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class RabbitMQLine:
+    """One RabbitMQ line as Warren emulates it (see the module's docstring)."""
+
+    name: str                 # "4.3": what `warren serve --rabbitmq` takes
+    version: str              # the release whose behaviour is the reference: "4.3.6"
+    # The deprecated features the line has, with their phases (3.10 has none: the
+    # mechanism came with 3.12).
+    deprecations: dict[str, Phase] = field(default_factory=dict)
+    frame_min_size: int = 4096          # the smallest frame_max Tune-Ok may give
+    max_message_size: int = 128 * MIB   # bytes, when the operator sets none
+    quorum_delivery_limit: int | None = None   # a quorum queue's, when nothing sets one
+    # Exchange types Warren has that the line does not (declaring one is refused as an
+    # unknown type), and how an unknown type is refused: 503 closing the connection up
+    # to 3.x, 406 closing the channel since 4.0.
+    missing_exchange_types: frozenset[str] = frozenset()
+    unknown_exchange_type_closes_channel: bool = True
+
+    def phase(self, feature: str) -> Phase | None:
+        return self.deprecations.get(feature)
+
+
+def latest_phase(feature: str) -> Phase:
+    """The phase of `feature` in the newest line that has it."""
+    return [line.deprecations[feature] for line in LINES.values()
+            if feature in line.deprecations][-1]
+
+
+LINE_3_10 = RabbitMQLine("3.10", "3.10.8",
+                         missing_exchange_types=frozenset(["x-local-random"]),
+                         unknown_exchange_type_closes_channel=False)
+
+LINE_4_0 = RabbitMQLine(
+    "4.0", "4.0.5",
+    deprecations={GLOBAL_QOS: Phase.PERMITTED_BY_DEFAULT,
+                  TRANSIENT_NONEXCL_QUEUES: Phase.PERMITTED_BY_DEFAULT,
+                  QUEUE_MASTER_LOCATOR: Phase.PERMITTED_BY_DEFAULT,
+                  "amqp_address_v1": Phase.PERMITTED_BY_DEFAULT,
+                  "classic_queue_mirroring": Phase.REMOVED,
+                  "ram_node_type": Phase.PERMITTED_BY_DEFAULT,
+                  "management_metrics_collection": Phase.PERMITTED_BY_DEFAULT},
+    max_message_size=16 * MIB, quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT)
+
+LINE_4_3 = RabbitMQLine(
+    "4.3", "4.3.6",
+    deprecations={GLOBAL_QOS: Phase.DENIED_BY_DEFAULT,
+                  TRANSIENT_NONEXCL_QUEUES: Phase.PERMITTED_BY_DEFAULT,
+                  QUEUE_MASTER_LOCATOR: Phase.DENIED_BY_DEFAULT,
+                  "amqp_address_v1": Phase.DENIED_BY_DEFAULT,
+                  "amqp_filter_set_bug": Phase.DENIED_BY_DEFAULT,
+                  "classic_queue_mirroring": Phase.REMOVED,
+                  "ram_node_type": Phase.REMOVED,
+                  "management_metrics_collection": Phase.PERMITTED_BY_DEFAULT},
+    frame_min_size=8192, max_message_size=16 * MIB, quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT)
+
+LINES = {line.name: line for line in (LINE_3_10, LINE_4_0, LINE_4_3)}
+DEFAULT_LINE = LINE_4_3
+
+
+class UnknownLine(ValueError):
+    """A line Warren does not emulate, or a permit for a feature it does not have."""
+
+
+def line_named(name: str) -> RabbitMQLine:
+    try:
+        return LINES[name]
+    except KeyError:
+        raise UnknownLine(f"RabbitMQ line '{name}' is not one Warren emulates; "
+                          f"choose one of {', '.join(LINES)}") from None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A line with the operator's `deprecated_features.permit.<name>` settings: what the
+    rooms consult where behaviour forks between RabbitMQ lines."""
+
+    line: RabbitMQLine = DEFAULT_LINE
+    # The operator's settings, feature name -> permitted (RabbitMQ's configuration).
+    permits: dict[str, bool] = field(default_factory=dict)
+
+    def permits_feature(self, feature: str) -> bool:
+        """RabbitMQ's is_permitted: a removed feature never is; a line without the
+        feature (3.10) always permits it; otherwise the operator's setting, else the
+        phase's default."""
+        phase = self.line.phase(feature)
+        if phase is None:
+            return True
+        if phase is Phase.REMOVED:
+            return False
+        return self.permits.get(feature, phase is Phase.PERMITTED_BY_DEFAULT)
+
+    def with_line(self, line: RabbitMQLine) -> "Profile":
+        """The same operator settings under another line (a vhost's own line)."""
+        return self if line is self.line else Profile(line, self.permits)
+
+    def usage_note(self, feature: str, permitted: bool) -> str | None:
+        """What the upgrade lint says of a use of `feature` under this profile: what
+        denial changed, or which later line denies it by default; None when no line
+        treats the use otherwise."""
+        effect = FEATURES[feature].when_denied
+        if not permitted:
+            return (f"{feature} is denied under RabbitMQ {self.line.name}: {effect} "
+                    f"(deprecated_features.permit.{feature} = true permits it)")
+        denying = [line.name for line in LINES.values() if line.phase(feature)
+                   in (Phase.DENIED_BY_DEFAULT, Phase.REMOVED)]
+        if not denying:
+            return None
+        return (f"{feature} used under RabbitMQ {self.line.name}; RabbitMQ {denying[0]} "
+                f"denies it by default: {effect}")
+
+    def state(self, feature: str) -> str:
+        """"permitted" or "denied", as /api/deprecated-features says."""
+        return "permitted" if self.permits_feature(feature) else "denied"
+
+    def denial_text(self, feature: str) -> str:
+        """What RabbitMQ says when a client uses a denied feature (its 541's text)."""
+        phase = self.line.phase(feature)
+        if phase is Phase.PERMITTED_BY_DEFAULT:
+            return (f"Feature `{feature}` is deprecated.\n"
+                    "Its use is not permitted per the configuration (overriding the "
+                    "default, which is permitted):\n"
+                    f"    \"deprecated_features.permit.{feature} = false\"\n"
+                    "Its use will not be permitted by default in a future minor RabbitMQ "
+                    "version and the feature will be removed from a future major "
+                    "RabbitMQ version; actual versions to be determined.\n"
+                    "To continue using this feature when it is not permitted by default, "
+                    "set the following parameter in your configuration:\n"
+                    f"    \"deprecated_features.permit.{feature} = true\"")
+        return (f"Feature `{feature}` is deprecated.\n"
+                "By default, this feature is not permitted anymore.\n"
+                "The feature will be removed from a future major RabbitMQ version, "
+                "regardless of the configuration; actual version to be determined.\n"
+                "To continue using this feature when it is not permitted by default, "
+                "set the following parameter in your configuration:\n"
+                f"    \"deprecated_features.permit.{feature} = true\"")
+
+
+def make_profile(line_name: str, permits: dict[str, object]) -> Profile:
+    """The profile `warren serve` runs under: a known line, permits of features some
+    line has, each true or false (UnknownLine otherwise): the operator's values, of any
+    type until checked here."""
+    line = line_named(line_name)
+    checked: dict[str, bool] = {}
+    for feature, permitted in permits.items():
+        if feature not in FEATURES:
+            raise UnknownLine(f"deprecated_features.permit.{feature}: no such deprecated "
+                              f"feature; known: {', '.join(sorted(FEATURES))}")
+        if not isinstance(permitted, bool):
+            raise UnknownLine(f"deprecated_features.permit.{feature} must be true or "
+                              f"false, got {permitted!r}")
+        checked[feature] = permitted
+    return Profile(line, checked)
