@@ -419,8 +419,9 @@ class Channel(ConsumerChannel["Connection"]):
                 by_queue.setdefault(delivery.queue, []).append(delivery.entry)
             else:
                 delivery.queue.discard([delivery.entry], "rejected")
+        failed = outcome == REJECT   # a nack or a recover hands the messages back
         for queue, entries in by_queue.items():
-            queue.requeue(entries)
+            queue.requeue(entries, failed)
         self._after_release(queues)
 
     def _release(self, deliveries: list[Delivery]) -> set:

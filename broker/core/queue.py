@@ -392,7 +392,7 @@ class Queue(QueueBase[QueueEntry, Consumer]):
         first): the number of queues it reached (DeadLettering.republish)."""
         return self.dead_lettering.republish(exchange, message, reason, now)
 
-    def requeue(self, entries: list[QueueEntry]) -> None:
+    def requeue(self, entries: list[QueueEntry], failed: bool = True) -> None:
         """Put unacked messages back, redelivered, where they were in the queue."""
         if self.deleted:
             return

@@ -321,8 +321,11 @@ class QueueBase(Generic[Entry, ConsumerKind]):
         """Messages are done with without an ack (rejected, expired, over a limit)."""
 
     @abstractmethod
-    def requeue(self, entries: list[Entry]) -> None:
-        """Unacked deliveries come back (reject with requeue, recover, channel closed)."""
+    def requeue(self, entries: list[Entry], failed: bool = True) -> None:
+        """Unacked deliveries come back (reject with requeue, recover, channel closed);
+        `failed`: the delivery failed (a reject, a closed channel), as opposed to a
+        message handed back (a nack, a recover), which RabbitMQ 4.3's quorum queues do
+        not count towards the delivery limit."""
 
     @abstractmethod
     def purge(self) -> int:

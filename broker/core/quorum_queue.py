@@ -34,8 +34,10 @@ from .upgrade_lint import QUORUM_DELIVERY_LIMIT
 
 DEAD_LETTER_STRATEGY = "x-dead-letter-strategy"
 DELIVERY_COUNT = "x-delivery-count"
+ACQUIRED_COUNT = "x-acquired-count"
 DELIVERY_LIMIT = "x-delivery-limit"
 _COUNT_KEY = bytes([len(DELIVERY_COUNT)]) + DELIVERY_COUNT.encode()
+_ACQUIRED_KEY = bytes([len(ACQUIRED_COUNT)]) + ACQUIRED_COUNT.encode()
 
 
 def _is_number(value) -> bool:
@@ -69,9 +71,10 @@ def delivery_limit(arguments: dict, definition: dict, line_default: int | None =
     return None if limit < 0 else limit
 
 
-def delivery_count(message: Message) -> int:
-    """How many times the message came back to its quorum queue (its header)."""
-    count = message.headers.get(DELIVERY_COUNT)
+def delivery_count(message: Message, header: str = DELIVERY_COUNT) -> int:
+    """How many times the message came back to its quorum queue (its header; under
+    RabbitMQ 4.3, x-delivery-count counts failed deliveries, x-acquired-count all)."""
+    count = message.headers.get(header)
     return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
 
@@ -90,6 +93,23 @@ def with_delivery_count(message: Message, count: int | None) -> Message:
         replace_properties(message.properties, headers=headers or None))
 
 
+def with_counts(message: Message, delivered: int, acquired: int) -> Message:
+    """A copy of the message with RabbitMQ 4.3's two counts: x-delivery-count (failed
+    deliveries) and x-acquired-count (every return), each left out while 0."""
+    try:
+        entries = headers_entries(message.properties)
+    except MalformedProperties:
+        return message
+    headers = b"".join(raw for key, _value, raw in entries
+                       if key not in (DELIVERY_COUNT, ACQUIRED_COUNT))
+    if delivered:
+        headers += _COUNT_KEY + b"l" + struct.pack(">q", delivered)
+    if acquired:
+        headers += _ACQUIRED_KEY + b"l" + struct.pack(">q", acquired)
+    return message.with_properties(
+        replace_properties(message.properties, headers=headers or None))
+
+
 class QuorumQueue(Queue):
     """A quorum queue with one replica: a classic queue that counts deliveries. Always
     durable and never exclusive (its kind refuses such a declaration)."""
@@ -104,7 +124,10 @@ class QuorumQueue(Queue):
             self.dead_lettering.keeper = AtLeastOnce(self)
 
     def enqueue(self, message: Message, publisher=None) -> bool:
-        return super().enqueue(with_delivery_count(message, 0), publisher)
+        """RabbitMQ 3.10 delivers x-delivery-count 0 the first time; 4.x no count."""
+        if self.vhost.profile.line.quorum_counts_first_delivery:
+            message = with_delivery_count(message, 0)
+        return super().enqueue(message, publisher)
 
     def apply_policy(self, definition: dict) -> None:
         super().apply_policy(definition)
@@ -115,22 +138,33 @@ class QuorumQueue(Queue):
         """The delivery limit of a quorum queue that sets none, in the vhost's line."""
         return self.vhost.profile.line.quorum_delivery_limit
 
-    def requeue(self, entries: list) -> None:
+    def requeue(self, entries: list, failed: bool = True) -> None:
         """Messages come back: each one's count goes up; those over the delivery limit
         are dead-lettered (reason delivery_limit) or dropped, the others go to the tail
-        of the queue, in the order they were first queued, as in RabbitMQ 3.10."""
+        of the queue, in the order they were first queued, as in RabbitMQ 3.10.
+
+        Under RabbitMQ 4.3 only a failed delivery (a reject, the channel closed) counts
+        in x-delivery-count and towards the limit; a nack or a recover hands the message
+        back, counted in x-acquired-count only (which counts every return)."""
         if self.deleted:
             return
         limit = self.delivery_limit
+        apart = self.vhost.profile.line.quorum_counts_acquisitions
         back, over = [], []
         for entry in sorted(entries, key=lambda entry: entry.seq):
-            count = delivery_count(entry.message) + 1
+            message = entry.message
+            count = delivery_count(message) + (1 if failed or not apart else 0)
             if limit is not None and count > limit:
                 over.append(entry)
+                continue
+            if count > QUORUM_DEFAULT_DELIVERY_LIMIT and limit is None:
+                self._note_kept_past_later_limit()
+            if apart:
+                message = with_counts(message, count,
+                                      delivery_count(message, ACQUIRED_COUNT) + 1)
             else:
-                if count > QUORUM_DEFAULT_DELIVERY_LIMIT and limit is None:
-                    self._note_kept_past_later_limit()
-                back.append(self._returned(entry, count))
+                message = with_delivery_count(message, count)
+            back.append(self._returned(entry, message))
         if over:
             self.discard(over, "delivery_limit")
         if back:
@@ -147,14 +181,13 @@ class QuorumQueue(Queue):
                 f"dead-letter) it after its {QUORUM_DEFAULT_DELIVERY_LIMIT}th return unless "
                 "x-delivery-limit says otherwise"))
 
-    def _returned(self, entry: QueueEntry, count: int) -> QueueEntry:
-        """The entry of a message coming back with delivery count `count`: the next
-        seq puts it at the tail. The queue file gets it anew, so that the count
-        survives a restart; it is written before the old record is acked, so that a
+    def _returned(self, entry: QueueEntry, message: Message) -> QueueEntry:
+        """The entry of a message coming back, `message` with its new counts: the next
+        seq puts it at the tail. The queue file gets it anew, so that the counts
+        survive a restart; it is written before the old record is acked, so that a
         crash between the two can duplicate the message, never lose it."""
         self._next_seq += 1
-        returned = QueueEntry(with_delivery_count(entry.message, count), self._next_seq,
-                              True, entry.expires_at)
+        returned = QueueEntry(message, self._next_seq, True, entry.expires_at)
         if self.stores_messages:
             self.store.append(returned)
             self.store.settle(entry)

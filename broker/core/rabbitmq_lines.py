@@ -88,6 +88,12 @@ class RabbitMQLine:
     frame_min_size: int = 4096          # the smallest frame_max Tune-Ok may give
     max_message_size: int = 128 * MIB   # bytes, when the operator sets none
     quorum_delivery_limit: int | None = None   # a quorum queue's, when nothing sets one
+    # A quorum queue's first delivery says x-delivery-count 0 (3.10); later lines say
+    # nothing until the message came back.
+    quorum_counts_first_delivery: bool = False
+    # RabbitMQ 4.3: x-delivery-count counts failed deliveries only (a reject, a closed
+    # channel) and x-acquired-count every return (a nack and a recover too).
+    quorum_counts_acquisitions: bool = False
     # Exchange types Warren has that the line does not (declaring one is refused as an
     # unknown type), and how an unknown type is refused: 503 closing the connection up
     # to 3.x, 406 closing the channel since 4.0.
@@ -104,7 +110,7 @@ def latest_phase(feature: str) -> Phase:
             if feature in line.deprecations][-1]
 
 
-LINE_3_10 = RabbitMQLine("3.10", "3.10.8",
+LINE_3_10 = RabbitMQLine("3.10", "3.10.8", quorum_counts_first_delivery=True,
                          missing_exchange_types=frozenset(["x-local-random"]),
                          unknown_exchange_type_closes_channel=False)
 
@@ -129,7 +135,8 @@ LINE_4_3 = RabbitMQLine(
                   "classic_queue_mirroring": Phase.REMOVED,
                   "ram_node_type": Phase.REMOVED,
                   "management_metrics_collection": Phase.PERMITTED_BY_DEFAULT},
-    frame_min_size=8192, max_message_size=16 * MIB, quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT)
+    frame_min_size=8192, max_message_size=16 * MIB,
+    quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT, quorum_counts_acquisitions=True)
 
 LINES = {line.name: line for line in (LINE_3_10, LINE_4_0, LINE_4_3)}
 DEFAULT_LINE = LINE_4_3

@@ -199,7 +199,8 @@ class StreamQueue(QueueBase[DeliveredOffset[StreamConsumer], StreamConsumer]):
         for entry in entries:
             self.settle(entry)
 
-    def requeue(self, entries: list[DeliveredOffset[StreamConsumer]]) -> None:
+    def requeue(self, entries: list[DeliveredOffset[StreamConsumer]],
+                failed: bool = True) -> None:
         """Reject/nack with requeue, recover, or a closed channel: the credit comes back
         but a stream does not deliver again in this session; a tracking consumer does not
         count these as processed, so a reconnect resumes from the first of them."""

@@ -12,8 +12,8 @@ import pika
 import pika.exceptions
 import pytest
 
-from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline: fixture)
-    WAIT, _test_deadline, close_quietly, connect, unique, wait_for_count,
+from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline, conn, chan: fixtures)
+    WAIT, _test_deadline, chan, close_quietly, conn, connect, unique, wait_for_count,
 )
 
 PIKA_TEST_TIMEOUT = 120   # rabbitmqctl takes about a second per call
@@ -309,7 +309,7 @@ def test_a_quorum_queue_and_its_limit_survive_a_restart(broker_factory, tmp_path
     """The queue comes back a quorum queue with its messages, still counting and
     limiting deliveries: a count goes on from where it was before the restart."""
     data_dir = str(tmp_path / "data")
-    broker = broker_factory(data_dir=data_dir)
+    broker = broker_factory("--rabbitmq", "3.10", data_dir=data_dir)
     connection = connect(broker)
     channel = connection.channel()
     quorum(channel, "q", **{"x-delivery-limit": 1})
@@ -320,7 +320,7 @@ def test_a_quorum_queue_and_its_limit_survive_a_restart(broker_factory, tmp_path
     close_quietly(connection)
     assert broker.stop() == 0
 
-    broker = broker_factory(data_dir=data_dir)
+    broker = broker_factory("--rabbitmq", "3.10", data_dir=data_dir)
     connection = connect(broker)
     try:
         channel = connection.channel()
@@ -330,3 +330,44 @@ def test_a_quorum_queue_and_its_limit_survive_a_restart(broker_factory, tmp_path
         assert "inequivalent arg 'x-queue-type'" in closed.value.reply_text
     finally:
         close_quietly(connection)
+
+
+def counts_after_each_return(channel) -> list:
+    """(x-delivery-count, x-acquired-count) of one quorum message at its first delivery
+    and after a reject, a nack, its channel closed, and a recover, all with requeue."""
+    channel.queue_declare("counted", durable=True, arguments={"x-queue-type": "quorum"})
+    channel.confirm_delivery()
+    channel.basic_publish("", "counted", b"m")
+    connection = channel.connection
+    seen = []
+
+    def get(on):
+        assert wait_for_count(on, "counted", 1) == 1
+        method, properties, _ = on.basic_get("counted")
+        headers = properties.headers or {}
+        seen.append((headers.get("x-delivery-count"), headers.get("x-acquired-count")))
+        return method.delivery_tag
+
+    channel.basic_reject(get(channel), requeue=True)
+    channel.basic_nack(get(channel), requeue=True)
+    get(channel)
+    channel.close()
+    channel = connection.channel()
+    get(channel)
+    channel.basic_recover(requeue=True)
+    channel.basic_ack(get(channel))
+    return seen
+
+
+@pytest.mark.warren_rabbitmq("4.0")
+def test_quorum_counts_under_4_0(chan):
+    """Measured on RabbitMQ 4.0.5: no count at first, then one more per return."""
+    assert counts_after_each_return(chan) == [(None, None), (1, None), (2, None),
+                                              (3, None), (4, None)]
+
+
+@pytest.mark.warren_rabbitmq("4.3")
+def test_quorum_counts_under_4_3(chan):
+    """Measured on RabbitMQ 4.3.6: x-delivery-count counts failed deliveries (a reject, a
+    closed channel), x-acquired-count every return."""
+    assert counts_after_each_return(chan) == [(None, None), (1, 1), (1, 2), (2, 3), (2, 4)]

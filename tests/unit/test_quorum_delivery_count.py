@@ -1,15 +1,18 @@
 """Quorum queues in the core: the delivery count each delivery carries, what makes it
 go up, the delivery limit from the argument, the policy and the operator policy, and
-what happens to a message past the limit."""
+what happens to a message past the limit, as RabbitMQ 3.10 has them (the 4.0 and 4.3
+lines' counts: test_rabbitmq_lines.py)."""
 
 import pytest
 from pamqp import commands
 from pamqp import header as pamqp_header
 
 from broker.core.admin import Administration
+from broker.core.broker import Broker
 from broker.core.message import Message
 from broker.core.quorum_queue import (DELIVERY_COUNT, delivery_count, delivery_limit,
                                       with_delivery_count)
+from broker.core.rabbitmq_lines import LINE_3_10, Profile
 from amqp_codec import encode_properties
 from core_harness import Client
 
@@ -18,7 +21,7 @@ QUORUM = {"x-queue-type": "quorum"}
 
 @pytest.fixture
 def client():
-    client = Client()
+    client = Client(Broker(profile=Profile(LINE_3_10)))
     client.open_channel()
     client.admin = Administration(client.broker)
     return client

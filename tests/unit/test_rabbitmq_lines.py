@@ -244,3 +244,71 @@ def test_under_3_10_the_message_stays_and_the_lint_says_what_4_0_does():
     assert returns_until_gone(client, 25) == 26
     (note,) = client.broker.lint.of_vhost("/")
     assert note.topic == "quorum_delivery_limit" and "RabbitMQ 4.0" in note.text
+
+
+# -- quorum queues' delivery counts (measured on 4.0.5 and 4.3.6: FIELD-NOTES) -----------
+
+def counts_through_returns(line) -> list:
+    """(x-delivery-count, x-acquired-count) of one quorum message at its first delivery
+    and after a reject, a nack, a closed channel and a recover, all with requeue."""
+    client = client_under(line)
+    client.declare_queue(1, "q", durable=True, arguments={"x-queue-type": "quorum"})
+    client.publish(1, "", "q", b"m")
+    seen = []
+
+    def get(channel: int) -> int:
+        frames = client.method(channel, commands.Basic.Get(queue="q"))
+        ok, header = [method for _, method in frames
+                      if isinstance(method, commands.Basic.GetOk) or hasattr(method, "properties")][:2]
+        headers = header.properties.headers or {}
+        seen.append((headers.get("x-delivery-count"), headers.get("x-acquired-count")))
+        return ok.delivery_tag
+
+    tag = get(1)
+    client.method(1, commands.Basic.Reject(delivery_tag=tag, requeue=True))
+    tag = get(1)
+    client.method(1, commands.Basic.Nack(delivery_tag=tag, requeue=True))
+    get(1)
+    client.method(1, commands.Channel.Close(reply_code=200, reply_text="bye"))
+    client.open_channel(2)
+    get(2)
+    client.method(2, commands.Basic.Recover(requeue=True))
+    get(2)
+    return seen
+
+
+def test_quorum_delivery_counts_by_line():
+    assert counts_through_returns(LINE_3_10) == [(0, None), (1, None), (2, None), (3, None),
+                                                 (4, None)]
+    assert counts_through_returns(LINE_4_0) == [(None, None), (1, None), (2, None),
+                                                (3, None), (4, None)]
+    assert counts_through_returns(LINE_4_3) == [(None, None), (1, 1), (1, 2), (2, 3), (2, 4)]
+
+
+def deliveries_before_the_limit(line, settle) -> int:
+    client = client_under(line)
+    client.declare_queue(1, "q", durable=True, arguments={"x-queue-type": "quorum",
+                                                          "x-delivery-limit": 2})
+    client.publish(1, "", "q", b"m")
+    delivered = 0
+    for _ in range(6):
+        frames = client.method(1, commands.Basic.Get(queue="q"))
+        ok = [method for _, method in frames if isinstance(method, commands.Basic.GetOk)]
+        if not ok:
+            break
+        delivered += 1
+        client.method(1, settle(ok[0].delivery_tag))
+    return delivered
+
+
+def test_under_4_3_a_nack_hands_the_message_back_without_counting_towards_the_limit():
+    def reject(tag):
+        return commands.Basic.Reject(delivery_tag=tag, requeue=True)
+
+    def nack(tag):
+        return commands.Basic.Nack(delivery_tag=tag, requeue=True)
+
+    assert deliveries_before_the_limit(LINE_4_0, nack) == 3
+    assert deliveries_before_the_limit(LINE_4_0, reject) == 3
+    assert deliveries_before_the_limit(LINE_4_3, reject) == 3
+    assert deliveries_before_the_limit(LINE_4_3, nack) == 6    # never dropped
