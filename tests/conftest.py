@@ -64,15 +64,25 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Against another broker (WARREN_TEST_BROKER), tests marked warren_only are not run:
-    they are deselected, and the summary lists each with its reason."""
+    """Against another broker (WARREN_TEST_BROKER), tests marked warren_only are not run,
+    nor, against a node of a known RabbitMQ line (WARREN_TEST_RABBITMQ_LINE, which
+    tests/support/rabbitmq_node.py sets), tests marked for another line
+    (warren_rabbitmq): they are deselected, and the summary lists each with its
+    reason."""
     if _external_broker() is None:
         return
+    node_line = os.environ.get("WARREN_TEST_RABBITMQ_LINE")
     kept, warren_only = [], []
     for item in items:
         marker = item.get_closest_marker("warren_only")
-        if marker is None:
+        line = item.get_closest_marker("warren_rabbitmq")
+        if marker is None and (line is None or node_line is None
+                               or line.args[0] == node_line):
             kept.append(item)
+            continue
+        if marker is None:
+            warren_only.append((item.nodeid, f"a test of RabbitMQ {line.args[0]}; the node "
+                                             f"is of the {node_line} line"))
             continue
         if not marker.args:
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.warren_only needs a reason")
@@ -87,7 +97,8 @@ def pytest_terminal_summary(terminalreporter, config):
     warren_only = config.stash.get(WARREN_ONLY, [])
     if warren_only:
         terminalreporter.section(
-            f"not run against {os.environ['WARREN_TEST_BROKER']}: Warren-only tests")
+            f"not run against {os.environ['WARREN_TEST_BROKER']}: Warren-only tests and "
+            "tests of another RabbitMQ line")
         for nodeid, reason in warren_only:
             terminalreporter.write_line(f"{nodeid}: {reason}")
     if not hasattr(config, "workerinput"):   # the controller's, under pytest-xdist
