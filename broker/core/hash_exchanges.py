@@ -8,13 +8,14 @@
   by `hash-property` (message_id, correlation_id, timestamp). Shares follow the weights,
   a key stays on its destination while the bindings stay, and a new binding takes keys
   only for its own buckets.
-- `x-modulus-hash` (the rabbitmq_sharding plugin's type, built into RabbitMQ 4.3): a hash
-  of the message's routing keys modulo the number of bindings, over the destinations
-  sorted as RabbitMQ 4.3 sorts them (exchanges before queues, then by name).
+- `x-modulus-hash` (the rabbitmq_sharding plugin's type, built into RabbitMQ 4.3):
+  erlang:phash2 of the message's routing keys modulo the number of bindings, over the
+  destinations sorted as RabbitMQ 4.3 sorts them (exchanges before queues, then by
+  name): each message goes to the queue RabbitMQ 4.3 sends it to.
 - `x-local-random` (RabbitMQ 4.0+): one bound classic queue chosen at random (every queue
   is local on Warren's one node).
 
-The hash is Warren's own (BLAKE2b), not Erlang's phash2 and rand: the same key goes to
+The consistent hash is Warren's own (BLAKE2b), not the plugin's: the same key goes to
 the same destination, but not to the one RabbitMQ would pick (docs/compatibility.md).
 """
 
@@ -26,6 +27,7 @@ from hashlib import blake2b
 from amqp_codec.properties import property_spans
 from amqp_codec.reply_codes import ReplyCode
 
+from .erlang_hash import phash2
 from .errors import ConnectionFailure, precondition_failed
 from .exchange import Exchange
 from .message import Message
@@ -38,9 +40,9 @@ HASH_HEADER = "hash-header"
 HASH_PROPERTY = "hash-property"
 HASH_PROPERTIES = ("correlation_id", "message_id", "timestamp")
 MAX_WEIGHT = 10_000          # the plugin's cap on a binding's weight (4.3)
+PHASH2_RANGE = 2 ** 27       # x-modulus-hash's erlang:phash2 range (RabbitMQ 4.3)
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)   # what Erlang's list_to_integer reads
 _TIMESTAMP = struct.Struct(">Q")
-_LENGTH = struct.Struct(">I")
 _MASK_64 = 2**64 - 1
 _JUMP_MULTIPLIER = 2862933555777941757    # the jump hash paper's 64-bit LCG
 _UNDEFINED = b"u"            # a missing header or property: all such messages hash alike
@@ -215,17 +217,15 @@ class ModulusHashExchange(Exchange):
         self._destinations: tuple = ()   # one entry per binding, sorted
 
     def route(self, message: Message) -> tuple:
+        """RabbitMQ 4.3's choice: erlang:phash2 of the list of the message's routing
+        keys (CC and BCC ones included), in the range 2^27, modulo the bindings."""
         destinations = self._destinations
         count = len(destinations)
         if count <= 1:
             return destinations
-        digest = blake2b(digest_size=8)
-        # every routing key, CC and BCC ones included, as the plugin hashes them all
-        for routing_key in (message.routing_key, *message.extra_routing_keys):
-            data = routing_key.encode("utf-8", "surrogateescape")
-            digest.update(_LENGTH.pack(len(data)))
-            digest.update(data)
-        return (destinations[int.from_bytes(digest.digest(), "big") % count],)
+        keys = [routing_key.encode("utf-8", "surrogateescape")
+                for routing_key in (message.routing_key, *message.extra_routing_keys)]
+        return (destinations[phash2(keys) % PHASH2_RANGE % count],)
 
     def _index_add(self, destination, routing_key, arguments):
         self._sort_destinations()

@@ -3,7 +3,7 @@
 import pytest
 
 from broker.server.management.binding_keys import properties_key
-from broker.server.management.erlang_hash import Atom, phash2
+from broker.core.erlang_hash import Atom, phash2
 
 
 def test_empty_key_without_arguments_is_a_tilde():

@@ -309,6 +309,21 @@ def test_a_destination_bound_twice_counts_twice():
     assert_share(Counter(placements(exchange).values())[a], len(KEYS), 2 / 3)
 
 
+def test_modulus_hash_sends_each_key_where_rabbitmq_4_3_does():
+    """Placements observed on a RabbitMQ 4.3.6 node (queues q0..q4 bound to an
+    x-modulus-hash exchange; the message with routing key "a" and CC ["b", "c"] went to
+    q4, "x" with CC ["y"] to q0): Warren hashes as the node does (erlang:phash2)."""
+    queues = [Destination(f"q{n}") for n in range(5)]
+    exchange = modulus(*reversed(queues))
+    seen = {key: queue.name for key, queue in placements(
+        exchange, [f"k{n}" for n in range(8)]).items()}
+    assert seen == {"k0": "q3", "k1": "q4", "k2": "q0", "k3": "q1", "k4": "q1",
+                    "k5": "q4", "k6": "q4", "k7": "q0"}
+    for key, carbon_copies, queue in (("a", ("b", "c"), "q4"), ("x", ("y",), "q0")):
+        copied = SenderRoutedMessage("x", key, message(key).properties, b"", carbon_copies)
+        assert only_destination(exchange, copied).name == queue
+
+
 def test_modulus_hash_accepts_any_binding_key():
     exchange = modulus(Destination("a"), keys=("anything", "", "12"))
     assert len(exchange.bindings) == 3

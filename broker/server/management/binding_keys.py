@@ -15,7 +15,7 @@ import datetime
 import decimal
 from urllib.parse import quote_plus
 
-from .erlang_hash import Atom, phash2
+from broker.core.erlang_hash import Atom, phash2
 
 
 def properties_key(routing_key: str, arguments: dict) -> str:

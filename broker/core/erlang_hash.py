@@ -1,7 +1,10 @@
 """Erlang's erlang:phash2 (erts' make_hash2, Bob Jenkins' mix), for the few term kinds
-a binding's arguments become in RabbitMQ: lists, tuples, binaries, atoms, integers,
-floats. The management API names a binding with arguments by this hash of them
-(binding_keys.py); matching RabbitMQ's value lets tools built for it find bindings.
+a binding's arguments and a message's routing keys become in RabbitMQ: lists, tuples,
+binaries, atoms, integers, floats. The management API names a binding with arguments by
+this hash of them (broker/server/management/binding_keys.py), and an x-modulus-hash
+exchange picks a destination by the hash of a message's routing keys
+(hash_exchanges.py): matching RabbitMQ's values lets tools find bindings and sends each
+message to the queue RabbitMQ would.
 
 Terms are written as Python values: list, tuple, bytes (binary), Atom, int, float;
 True/False are the atoms true/false. Checked against Erlang/OTP 25's own values
