@@ -30,6 +30,7 @@ when the node does not start.
 """
 
 import argparse
+import base64
 import fcntl
 import logging
 import os
@@ -41,6 +42,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -452,18 +455,27 @@ class RabbitInstance:
         return f"http://{HOST}:{self.management_port}" if self.management else None
 
     def _wait_for_management(self, started: float) -> None:
-        """The management plugin starts after the AMQP listener: wait for its port."""
+        """The management plugin starts after the AMQP listener: wait until its API
+        answers. Its port opens before the API can serve: a 4.3.6 node answered
+        /api/overview with 500 just after, so the wait is for a 200 there."""
         deadline = started + self.start_timeout
+        overview = urllib.request.Request(
+            f"{self.management_url}/api/overview",
+            headers={"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()})
+        last = None
         while True:
             try:
-                socket.create_connection((HOST, self.management_port), timeout=2).close()
-                return
-            except OSError:
-                if not self.alive() or time.perf_counter() > deadline:
-                    raise NodeError(f"RabbitMQ node {self.node}: the management plugin did "
-                                    f"not listen on {self.management_port}\n"
-                                    f"--- console (tail) ---\n{self.log_tail()}") from None
-                time.sleep(0.1)   # polling a port the node opens when it is ready
+                with urllib.request.urlopen(overview, timeout=5) as answer:
+                    if answer.status == 200:
+                        return
+            except (OSError, urllib.error.HTTPError) as error:   # refused, 500, reset
+                last = error
+            if not self.alive() or time.perf_counter() > deadline:
+                raise NodeError(f"RabbitMQ node {self.node}: the management API on "
+                                f"{self.management_port} did not answer /api/overview with "
+                                f"200 (last: {last!r})\n"
+                                f"--- console (tail) ---\n{self.log_tail()}")
+            time.sleep(0.1)   # polling an API the node serves when it is ready
 
     def _find_beam(self):
         """beam.smp, a child of the rabbitmq-server shell (or the shell itself after exec;
