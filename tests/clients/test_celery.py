@@ -9,14 +9,12 @@ and the worker's exit after SIGTERM (a warm shutdown that must exit with 0).
 """
 
 import time
-import uuid
 
 import celery.exceptions
 import pytest
 from celery import chain, group
 
-from tests.support import celery_app
-from tests.support.celery_worker import TROUBLE, Worker
+from tests.support.celery_worker import client_app, serving_worker
 
 WAIT = 10.0
 
@@ -32,24 +30,13 @@ def celery_vhost(warren_broker):
 
 @pytest.fixture(scope="module")
 def worker(celery_vhost):
-    run_id = uuid.uuid4().hex
-    started = Worker(celery_vhost.url, run_id).start()
-    try:
+    with serving_worker(celery_vhost.url) as started:
         yield started
-        code = started.stop()
-        assert code == 0, f"worker exited with {code}:\n{started.log()}"
-        for trouble in TROUBLE:
-            assert trouble not in started.log(), started.log()
-    finally:
-        started.kill()
 
 
 @pytest.fixture(scope="module")
 def client(worker):
-    settings = worker.settings
-    app = celery_app.make_app(
-        settings[celery_app.BROKER_ENV], settings[celery_app.QUEUE_ENV],
-        settings[celery_app.CONTROL_EXCHANGE_ENV], settings[celery_app.EVENT_EXCHANGE_ENV])
+    app = client_app(worker)
     yield app
     app.close()
 

@@ -6,14 +6,12 @@ task with a countdown travels through them. The same module passes against Rabbi
 (`tests/support/rabbitmq_node.py run --line 4.3 -- pytest ...`, docs/testing.md)."""
 
 import time
-import uuid
 
 import celery.exceptions
 import pika
 import pytest
 
-from tests.support import celery_app
-from tests.support.celery_worker import TROUBLE, Worker
+from tests.support.celery_worker import client_app, serving_worker
 
 WAIT = 20.0
 
@@ -27,24 +25,13 @@ def celery_vhost(warren_broker):
 
 @pytest.fixture(scope="module")
 def worker(celery_vhost):
-    started = Worker(celery_vhost.url, uuid.uuid4().hex, queue_type="quorum").start()
-    try:
+    with serving_worker(celery_vhost.url, queue_type="quorum") as started:
         yield started
-        code = started.stop()
-        assert code == 0, f"worker exited with {code}:\n{started.log()}"
-        for trouble in TROUBLE:
-            assert trouble not in started.log(), started.log()
-    finally:
-        started.kill()
 
 
 @pytest.fixture(scope="module")
 def client(worker):
-    settings = worker.settings
-    app = celery_app.make_app(
-        settings[celery_app.BROKER_ENV], settings[celery_app.QUEUE_ENV],
-        settings[celery_app.CONTROL_EXCHANGE_ENV], settings[celery_app.EVENT_EXCHANGE_ENV],
-        queue_type="quorum")
+    app = client_app(worker)
     yield app
     app.close()
 

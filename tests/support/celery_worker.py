@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
+from contextlib import contextmanager
 
 from tests.support import celery_app
 
@@ -82,3 +84,27 @@ class Worker:
             self._reader.join(5.0)
         if self.process is not None and self.process.stdout and not self.process.stdout.closed:
             self.process.stdout.close()
+
+
+@contextmanager
+def serving_worker(broker_url: str, queue_type: str = "classic"):
+    """A started worker for a module; after it, a warm shutdown that must exit with 0
+    and a log without any of TROUBLE."""
+    started = Worker(broker_url, uuid.uuid4().hex, queue_type).start()
+    try:
+        yield started
+        code = started.stop()
+        assert code == 0, f"worker exited with {code}:\n{started.log()}"
+        for trouble in TROUBLE:
+            assert trouble not in started.log(), started.log()
+    finally:
+        started.kill()
+
+
+def client_app(worker: Worker):
+    """The test process's Celery app, with the worker's settings."""
+    settings = worker.settings
+    return celery_app.make_app(
+        settings[celery_app.BROKER_ENV], settings[celery_app.QUEUE_ENV],
+        settings[celery_app.CONTROL_EXCHANGE_ENV], settings[celery_app.EVENT_EXCHANGE_ENV],
+        settings[celery_app.QUEUE_TYPE_ENV])
