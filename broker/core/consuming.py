@@ -53,19 +53,42 @@ def consume(channel: "Channel", method) -> str:
 
 
 def _check_consumer_arguments(arguments: dict, queue: QueueBase, vhost: str) -> None:
-    """406 in RabbitMQ's words for an argument the queue's type does not take, an
-    x-priority that is not an integer, an x-cancel-on-ha-failover not a boolean."""
-    refuse_other_types_consumer_arguments(arguments, queue.arguments, queue.name, vhost)
-    priority = arguments.get("x-priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise precondition_failed(
-            f"invalid arg 'x-priority' for queue '{queue.name}' in vhost "
-            f"'{vhost}': \"expected integer, got {field_type_name(priority)}\"")
-    failover = arguments.get("x-cancel-on-ha-failover", False)
-    if not isinstance(failover, bool):
-        raise precondition_failed(
-            f"invalid arg 'x-cancel-on-ha-failover' for queue '{queue.name}' in vhost "
-            f"'{vhost}': {{unacceptable_type,{field_type_name(failover)}}}")
+    """406 in RabbitMQ's words for an argument the queue's type does not take (under
+    the vhost's RabbitMQ line), an x-priority or an x-consumer-timeout (4.3's quorum
+    queues) that is not an integer, an x-cancel-on-ha-failover (3.10) not a boolean."""
+    taken = refuse_other_types_consumer_arguments(arguments, queue.arguments, queue.name,
+                                                  vhost, queue.vhost.profile.line)
+    for name, check in CONSUMER_ARGUMENT_CHECKS.items():
+        if name in arguments and name in taken:
+            problem = check(arguments[name])
+            if problem is not None:
+                raise precondition_failed(
+                    f"invalid arg '{name}' for queue '{queue.name}' in vhost '{vhost}': "
+                    f"{problem}")
+
+
+def _integer(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"\"expected integer, got {field_type_name(value)}\""
+    return None
+
+
+def _non_negative_integer(value: object) -> str | None:
+    problem = _integer(value)
+    if problem is None and isinstance(value, int) and value < 0:
+        return f"{{value_negative,{value}}}"
+    return problem
+
+
+def _boolean(value: object) -> str | None:
+    if not isinstance(value, bool):
+        return f"{{unacceptable_type,{field_type_name(value)}}}"
+    return None
+
+
+CONSUMER_ARGUMENT_CHECKS = {"x-priority": _integer,
+                            "x-consumer-timeout": _non_negative_integer,
+                            "x-cancel-on-ha-failover": _boolean}
 
 
 def cancel(channel: "Channel", tag: str) -> None:

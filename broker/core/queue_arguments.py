@@ -3,13 +3,16 @@
 Unknown arguments are accepted and kept, as RabbitMQ does. A known argument with an
 unacceptable value is a 406, worded like RabbitMQ's; so is, on a new queue, a known
 argument its queue type does not take (queue_types.py). A redeclaration compares only
-the arguments of the queue's type (its kind's queue_arguments), as RabbitMQ 3.10 does.
+the arguments of the queue's type (its kind's queue_arguments under the vhost's
+RabbitMQ line).
 """
 
 from amqp_codec.field_table import text_value
 
 from .errors import precondition_failed
 from .exchange import field_type_name, freeze_arguments
+from .rabbitmq_lines import RabbitMQLine
+from .stream_arguments import parse_duration
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
@@ -132,13 +135,19 @@ VALIDATORS = {
     "x-max-in-memory-bytes": _non_negative_integer,
     "x-quorum-initial-group-size": _positive_integer,
     "x-initial-cluster-size": _positive_integer,
-    "x-consumer-timeout": _non_negative_int,   # RabbitMQ 3.12 and later
+    # RabbitMQ 3.12 and later (4.3: of quorum queues only; the other is 4.3's, and
+    # Warren, with one node, has no consumers on disconnected nodes to keep)
+    "x-consumer-timeout": _non_negative_integer,
+    "x-consumer-disconnected-timeout": _non_negative_integer,
 }
 
 
-def validate_queue_arguments(arguments: dict, queue: str, vhost: str) -> None:
+def validate_queue_arguments(arguments: dict, queue: str, vhost: str,
+                             unchecked: frozenset[str] = frozenset()) -> None:
+    """406 for the first known argument whose value RabbitMQ refuses (but those the
+    line takes `unchecked`: 4.3 takes any x-queue-mode)."""
     for name, check in VALIDATORS.items():
-        if name in arguments:
+        if name in arguments and name not in unchecked:
             problem = check(arguments[name])
             if problem:
                 raise precondition_failed(
@@ -156,17 +165,35 @@ def queue_type_of(arguments: dict) -> object:
 
 
 def check_arguments_equivalent(received: dict, current: dict, compared: tuple[str, ...],
-                               queue: str, vhost: str) -> None:
-    """A redeclaration as RabbitMQ 3.10 checks it: the same queue type, and the same
-    value (or absence) of each argument that type takes (`compared`, in its order);
-    other arguments are ignored."""
+                               queue: str, vhost: str, line: RabbitMQLine) -> None:
+    """A redeclaration as RabbitMQ of `line` checks it: the same queue type, and the
+    same value (or absence) of each argument that type takes (`compared`, in its
+    order); other arguments are ignored. Since 4.0 a declaration without x-queue-type
+    names the default type, classic, in the refusal; 4.3 compares x-max-age in
+    milliseconds."""
     received = received or {}
     if queue_type_of(received) != queue_type_of(current):
+        if line.declares_default_queue_type:
+            received = {**received, "x-queue-type": queue_type_of(received)}
+            current = {**current, "x-queue-type": queue_type_of(current)}
         _refuse_inequivalent("x-queue-type", received, current, queue, vhost)
     for name in compared:
-        if freeze_arguments({"v": received.get(name)}) != freeze_arguments(
-                {"v": current.get(name)}):
-            _refuse_inequivalent(name, received, current, queue, vhost)
+        ours, theirs = received.get(name), current.get(name)
+        if name == "x-max-age" and line.compares_max_age_in_milliseconds:
+            ours, theirs = _in_milliseconds(ours), _in_milliseconds(theirs)
+        if freeze_arguments({"v": ours}) != freeze_arguments({"v": theirs}):
+            shown_received = received if ours is None else {**received, name: ours}
+            shown_current = current if theirs is None else {**current, name: theirs}
+            _refuse_inequivalent(name, shown_received, shown_current, queue, vhost)
+
+
+def _in_milliseconds(max_age: object) -> object:
+    """A stream's x-max-age as 4.3 stores it: its duration's milliseconds as text (a
+    declared x-max-age is a valid duration)."""
+    if max_age is None:
+        return None
+    seconds = parse_duration(max_age)
+    return max_age if seconds is None else str(int(seconds * 1000))
 
 
 def _refuse_inequivalent(name: str, received: dict, current: dict, queue: str,

@@ -16,10 +16,12 @@ A record (`QueueKind`) gives, for its kind:
 - the policy keys it does not support (a policy with one does not apply to it);
 - whether it honours a channel-wide prefetch limit (Basic.Qos global=true).
 
-The virtual host looks a declaration's kind up once (`kind_of`); a queue reaches its
-record as `queue.kind`. The rules are RabbitMQ 3.10's. Records are frozen: another
-RabbitMQ line's rules are a `dataclasses.replace` of a record, as PRIORITY is CLASSIC
-with another class.
+The virtual host looks a declaration's kind up once (`kind_of`, under the vhost's
+RabbitMQ line); a queue reaches its 3.10 record as `queue.kind`. The records below are
+RabbitMQ 3.10's. Records are frozen: another RabbitMQ line's rules are a
+`dataclasses.replace` of a record, as PRIORITY is CLASSIC with another class: the
+arguments a line's kinds take differently are in its line record
+(rabbitmq_lines.py), and KINDS_BY_LINE has each line's table.
 """
 
 from dataclasses import dataclass, replace
@@ -36,7 +38,9 @@ from .queue import Queue
 from .queue_arguments import queue_type_of, validate_queue_arguments
 from .queue_base import QueueBase
 from .quorum_queue import QuorumQueue
-from .rabbitmq_lines import QUEUE_MASTER_LOCATOR, TRANSIENT_NONEXCL_QUEUES, Profile
+from .rabbitmq_lines import (
+    LINE_3_10, LINES, QUEUE_MASTER_LOCATOR, TRANSIENT_NONEXCL_QUEUES, Profile, RabbitMQLine,
+)
 from .stream_arguments import StreamRetention, validate_stream_arguments
 from .stream_queue import StreamQueue
 
@@ -94,6 +98,11 @@ class QueueKind:
     # The deprecated features a declaration of this kind may use, each with the test
     # of whether it does, checked last (RabbitMQ checks them when it creates the queue).
     deprecated_uses: tuple[tuple[str, Callable[[QueueDeclaration], bool]], ...] = ()
+    # The RabbitMQ line whose rules these are, and the arguments its kinds know
+    # together (a known argument of another kind is refused): set by kinds_under.
+    line: RabbitMQLine = LINE_3_10
+    known_arguments: frozenset[str] = frozenset()
+    known_consumer_arguments: frozenset[str] = frozenset()
 
     def validate_declaration(self, declaration: QueueDeclaration) -> None:
         """406 for a new queue of this kind that RabbitMQ would not create, in its order
@@ -105,7 +114,7 @@ class QueueKind:
         for check in self.declaration_checks:
             check(self, declaration)
         validate_queue_arguments(declaration.arguments, declaration.queue,
-                                 declaration.vhost)
+                                 declaration.vhost, self.line.unchecked_queue_arguments)
         queue_type = queue_type_of(declaration.arguments)
         if queue_type not in QUEUE_TYPES:
             raise precondition_failed(
@@ -136,7 +145,7 @@ def refuse_properties(kind: QueueKind, declaration: QueueDeclaration) -> None:
 def refuse_other_kinds_arguments(kind: QueueKind, declaration: QueueDeclaration) -> None:
     """406 naming the first argument given that RabbitMQ knows but `kind` does not take
     (x-max-age on a classic queue, x-max-priority on a quorum queue...)."""
-    _refuse_others(declaration.arguments, KNOWN_ARGUMENTS, kind.queue_arguments,
+    _refuse_others(declaration.arguments, kind.known_arguments, kind.queue_arguments,
                    kind.name, declaration.queue, declaration.vhost)
 
 
@@ -146,13 +155,16 @@ def check_stream_argument_values(kind: QueueKind, declaration: QueueDeclaration)
 
 
 def refuse_other_types_consumer_arguments(arguments: dict, queue_arguments: dict,
-                                          queue: str, vhost: str) -> None:
-    """basic.consume as RabbitMQ 3.10 checks it: 406 for a consumer argument the kind
-    of the queue (declared with `queue_arguments`) does not take (x-stream-offset on a
-    classic queue, x-priority on a stream...); the values are the channel's to check."""
-    kind = kind_of(queue_arguments)
-    _refuse_others(arguments, KNOWN_CONSUMER_ARGUMENTS, kind.consumer_arguments,
+                                          queue: str, vhost: str,
+                                          line: RabbitMQLine) -> tuple[str, ...]:
+    """basic.consume as RabbitMQ of `line` checks it: 406 for a consumer argument the
+    kind of the queue (declared with `queue_arguments`) does not take (x-stream-offset
+    on a classic queue, x-priority on a stream...); the values are the channel's to
+    check. The consumer arguments the kind takes."""
+    kind = kind_of(queue_arguments, line)
+    _refuse_others(arguments, kind.known_consumer_arguments, kind.consumer_arguments,
                    kind.name, queue, vhost)
+    return kind.consumer_arguments
 
 
 def _refuse_others(arguments: dict, known: frozenset, taken: tuple, queue_type: str,
@@ -187,8 +199,10 @@ def stream_log(persistence: Persistence, vhost: str, queue: str, arguments: dict
 
 
 # -- the kinds -------------------------------------------------------------------------
+# RabbitMQ 3.10's records, before the arguments the kinds know together are set
+# (KINDS_BY_LINE below; CLASSIC, QUORUM, STREAM and PRIORITY are its 3.10 records).
 
-CLASSIC = QueueKind(
+_CLASSIC = QueueKind(
     name="classic", cls=Queue, make_store=queue_file_or_memory, server_named=True,
     refused_properties=(),
     declaration_checks=(refuse_other_kinds_arguments,),
@@ -204,11 +218,7 @@ CLASSIC = QueueKind(
     deprecated_uses=((TRANSIENT_NONEXCL_QUEUES, is_transient_non_exclusive),
                      (QUEUE_MASTER_LOCATOR, has_master_locator)))
 
-# A classic queue with an x-max-priority of 1 or more: another class (whose code a plain
-# classic queue does not run), the same rules.
-PRIORITY = replace(CLASSIC, cls=PriorityQueue)
-
-QUORUM = QueueKind(
+_QUORUM = QueueKind(
     name="quorum", cls=QuorumQueue, make_store=queue_file_or_memory, server_named=False,
     refused_properties=("auto-delete", "exclusive-owner", "non-durable"),
     declaration_checks=(refuse_other_kinds_arguments, refuse_properties),
@@ -226,7 +236,7 @@ QUORUM = QueueKind(
         "queue-leader-locator", "initial-cluster-size"]),
     honours_global_qos=False)
 
-STREAM = QueueKind(
+_STREAM = QueueKind(
     name="stream", cls=StreamQueue, make_store=stream_log, server_named=True,
     refused_properties=("non-durable", "exclusive-owner", "auto-delete"),
     declaration_checks=(refuse_properties, refuse_other_kinds_arguments,
@@ -242,30 +252,70 @@ STREAM = QueueKind(
         "queue-master-locator", "dead-letter-strategy"]),
     honours_global_qos=False)
 
-# The kinds by x-queue-type, in the order RabbitMQ lists them.
-QUEUE_TYPES = {kind.name: kind for kind in (CLASSIC, QUORUM, STREAM)}
-KNOWN_ARGUMENTS = frozenset(name for kind in QUEUE_TYPES.values()
-                            for name in kind.queue_arguments)
-KNOWN_CONSUMER_ARGUMENTS = frozenset(name for kind in QUEUE_TYPES.values()
-                                     for name in kind.consumer_arguments)
 
 
-def kind_of(arguments: dict) -> QueueKind:
-    """The kind a queue's declaration arguments ask for: the one its x-queue-type
-    names; classic without one, and for one that names no kind (a new queue's
-    validate_declaration refuses it after the classic checks). A classic queue with an
-    x-max-priority of 1 or more is of kind PRIORITY."""
+@dataclass(frozen=True)
+class LineKinds:
+    """The table of kinds as one RabbitMQ line has it."""
+
+    by_type: dict[str, QueueKind]   # by x-queue-type, in the order RabbitMQ lists them
+    # A classic queue with an x-max-priority of 1 or more: another class (whose code a
+    # plain classic queue does not run), the same rules.
+    priority: QueueKind
+
+
+def _line_kinds(line: RabbitMQLine) -> LineKinds:
+    """The 3.10 records with the arguments `line` takes differently."""
+    def taken(kind: QueueKind) -> QueueKind:
+        consumer_arguments = tuple(
+            name for name in kind.consumer_arguments
+            if name not in line.consumer_arguments_dropped)
+        return replace(kind, line=line,
+                       queue_arguments=kind.queue_arguments
+                       + line.queue_arguments_added.get(kind.name, ()),
+                       consumer_arguments=consumer_arguments
+                       + line.consumer_arguments_added.get(kind.name, ()))
+
+    kinds = [taken(kind) for kind in (_CLASSIC, _QUORUM, _STREAM)]
+    known = frozenset(name for kind in kinds for name in kind.queue_arguments)
+    known_consumer = frozenset(name for kind in kinds for name in kind.consumer_arguments)
+    by_type = {kind.name: replace(kind, known_arguments=known,
+                                  known_consumer_arguments=known_consumer)
+               for kind in kinds}
+    return LineKinds(by_type, replace(by_type["classic"], cls=PriorityQueue))
+
+
+KINDS_BY_LINE = {name: _line_kinds(line) for name, line in LINES.items()}
+QUEUE_TYPES = KINDS_BY_LINE[LINE_3_10.name].by_type
+CLASSIC, QUORUM, STREAM = QUEUE_TYPES["classic"], QUEUE_TYPES["quorum"], QUEUE_TYPES["stream"]
+PRIORITY = KINDS_BY_LINE[LINE_3_10.name].priority
+
+
+def kind_of(arguments: dict, line: RabbitMQLine = LINE_3_10) -> QueueKind:
+    """The kind a queue's declaration arguments ask for, with `line`'s rules: the one
+    its x-queue-type names; classic without one, and for one that names no kind (a new
+    queue's validate_declaration refuses it after the classic checks). A classic queue
+    with an x-max-priority of 1 or more is of kind PRIORITY (another class)."""
+    kinds = KINDS_BY_LINE[line.name]
     queue_type = queue_type_of(arguments)
-    kind = QUEUE_TYPES.get(queue_type, CLASSIC) if isinstance(queue_type, str) else CLASSIC
-    if kind is CLASSIC and max_priority(arguments):
-        return PRIORITY
+    kind = kinds.by_type.get(queue_type) if isinstance(queue_type, str) else None
+    if kind is None:
+        kind = kinds.by_type["classic"]
+    if kind.name == "classic" and max_priority(arguments):
+        return kinds.priority
     return kind
 
 
+def compared_arguments(queue: QueueBase, line: RabbitMQLine) -> tuple[str, ...]:
+    """The arguments a redeclaration of `queue` compares under `line`."""
+    return KINDS_BY_LINE[line.name].by_type[queue.kind.name].queue_arguments
+
+
 def _give_classes_their_kinds(kinds: tuple[QueueKind, ...]) -> None:
-    """Each class answers `queue.kind` with its record. The capability a delivery reads
-    (under a global prefetch limit) is a class attribute too, so that it costs one
-    attribute read as before."""
+    """Each class answers `queue.kind` with its (3.10) record, the same under every
+    line for what is read through a queue (its name, the policy keys it does not
+    support). The capability a delivery reads (under a global prefetch limit) is a
+    class attribute too, so that it costs one attribute read as before."""
     for kind in kinds:
         kind.cls.kind = kind
         kind.cls.honours_global_qos = kind.honours_global_qos

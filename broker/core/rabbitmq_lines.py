@@ -99,6 +99,22 @@ class RabbitMQLine:
     # to 3.x, 406 closing the channel since 4.0.
     missing_exchange_types: frozenset[str] = frozenset()
     unknown_exchange_type_closes_channel: bool = True
+    # Where the line's queue types take other arguments than 3.10's (the table of
+    # kinds, queue_types.py, is 3.10's): declaration arguments a kind also takes, by
+    # x-queue-type; consumer arguments a kind also takes; consumer arguments no kind
+    # knows any more (ignored, as unknown arguments are).
+    queue_arguments_added: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    consumer_arguments_added: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    consumer_arguments_dropped: frozenset[str] = frozenset()
+    # Declaration arguments the line takes without checking their values.
+    unchecked_queue_arguments: frozenset[str] = frozenset()
+    # Since 4.0 a declaration without x-queue-type is one of the default type
+    # (classic), so a redeclaration names the type it got ("received 'classic' but
+    # current is 'quorum'"); 3.10 says "received none".
+    declares_default_queue_type: bool = False
+    # 4.3 compares a stream's x-max-age in milliseconds ('1D' and '24h' are equal) and
+    # says so in its refusal.
+    compares_max_age_in_milliseconds: bool = False
 
     def phase(self, feature: str) -> Phase | None:
         return self.deprecations.get(feature)
@@ -123,7 +139,10 @@ LINE_4_0 = RabbitMQLine(
                   "classic_queue_mirroring": Phase.REMOVED,
                   "ram_node_type": Phase.PERMITTED_BY_DEFAULT,
                   "management_metrics_collection": Phase.PERMITTED_BY_DEFAULT},
-    max_message_size=16 * MIB, quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT)
+    max_message_size=16 * MIB, quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT,
+    queue_arguments_added={"classic": ("x-queue-leader-locator",)},
+    consumer_arguments_dropped=frozenset(["x-cancel-on-ha-failover"]),
+    declares_default_queue_type=True)
 
 LINE_4_3 = RabbitMQLine(
     "4.3", "4.3.6",
@@ -136,7 +155,14 @@ LINE_4_3 = RabbitMQLine(
                   "ram_node_type": Phase.REMOVED,
                   "management_metrics_collection": Phase.PERMITTED_BY_DEFAULT},
     frame_min_size=8192, max_message_size=16 * MIB,
-    quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT, quorum_counts_acquisitions=True)
+    quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT, quorum_counts_acquisitions=True,
+    queue_arguments_added={"classic": ("x-queue-leader-locator",),
+                           "quorum": ("x-consumer-timeout",
+                                      "x-consumer-disconnected-timeout")},
+    consumer_arguments_added={"quorum": ("x-consumer-timeout",)},
+    consumer_arguments_dropped=frozenset(["x-cancel-on-ha-failover"]),
+    unchecked_queue_arguments=frozenset(["x-queue-mode"]),
+    declares_default_queue_type=True, compares_max_age_in_milliseconds=True)
 
 LINES = {line.name: line for line in (LINE_3_10, LINE_4_0, LINE_4_3)}
 DEFAULT_LINE = LINE_4_3

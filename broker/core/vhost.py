@@ -21,7 +21,7 @@ from .publish_faults import PublishFaults
 from .queue import Queue
 from .queue_base import ClientConnection, QueueBase
 from .queue_arguments import check_arguments_equivalent
-from .queue_types import QueueDeclaration, kind_of
+from .queue_types import QueueDeclaration, compared_arguments, kind_of
 from .rabbitmq_lines import Profile, RabbitMQLine, line_named
 from .upgrade_lint import UpgradeLint
 from .persistence import Persistence
@@ -296,7 +296,7 @@ class VirtualHost:
             access.write("exchange", dead_letter_exchange)
         # RabbitMQ checks the limit after the permissions, before the arguments
         self.limits.check_new_queue(self.name, name, len(self.queues))
-        kind = kind_of(arguments)
+        kind = kind_of(arguments, self.profile.line)
         kind.validate_declaration(QueueDeclaration(
             name, self.name, name_chosen_by_server, durable, exclusive, auto_delete,
             arguments, self))
@@ -326,8 +326,10 @@ class VirtualHost:
                     f"inequivalent arg '{field}' for queue '{queue.name}' in vhost "
                     f"'{self.name}': received '{_describe(received)}' but current is "
                     f"'{_describe(current)}'")
-        check_arguments_equivalent(arguments, queue.arguments, queue.kind.queue_arguments,
-                                   queue.name, self.name)
+        line = self.profile.line
+        check_arguments_equivalent(arguments, queue.arguments,
+                                   compared_arguments(queue, line), queue.name, self.name,
+                                   line)
 
     def delete_queue(self, queue: QueueBase, if_unused: bool = False,
                      if_empty: bool = False,

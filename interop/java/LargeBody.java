@@ -6,8 +6,8 @@ import com.rabbitmq.client.GetResponse;
 import java.util.Random;
 
 /**
- * A 5 MiB body over a connection negotiated down to frame_max 4096: the client splits it
- * into ~1,300 body frames and the broker must reassemble and re-split it byte for byte.
+ * A 5 MiB body over a connection negotiated down to frame_max 8192: the client splits it
+ * into ~640 body frames and the broker must reassemble and re-split it byte for byte.
  */
 public class LargeBody {
     static final int SIZE = 5 * 1024 * 1024;
@@ -15,7 +15,7 @@ public class LargeBody {
     public static void main(String[] args) {
         Interop.main("LargeBody", args, (host, port) -> {
             ConnectionFactory factory = Interop.factory(host, port);
-            factory.setRequestedFrameMax(4096);
+            factory.setRequestedFrameMax(8192);
             try (Connection connection = factory.newConnection()) {
                 Interop.result("frame_max", connection.getFrameMax());
                 Channel channel = connection.createChannel();

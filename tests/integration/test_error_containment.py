@@ -100,8 +100,10 @@ def test_connection_error_does_not_disturb_other_connections(warren, names):
             queue, lambda ch, method, props, body: received.append(body), auto_ack=True)
         victim_channel = victim.channel()
         victim_queue = exclusive_queue(victim_channel)
-        expect_connection_error(
-            victim, 503, lambda: victim_channel.exchange_declare(unique("x"), "no-such-type"))
+        stream = names.queue()
+        victim_channel.queue_declare(stream, durable=True,
+                                     arguments={"x-queue-type": "stream"})
+        expect_connection_error(victim, 540, lambda: victim_channel.queue_purge(stream))
         assert victim_channel.is_closed
         # The victim's exclusive queue went with it; the survivor carries on.
         survivor_channel.basic_publish("", queue, b"still here")

@@ -14,6 +14,10 @@ from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline, conn: f
     _test_deadline, conn, flush, publish_bodies, wait_for_count, wait_until,
 )
 
+# Global qos as RabbitMQ 3.10 (and 4.0) honour it; 4.3 denies the deprecated feature and
+# limits each consumer instead (tests/integration/test_rabbitmq_line_selection.py).
+pytestmark = pytest.mark.warren_rabbitmq("3.10")
+
 
 def full_queue(channel, name, count=5, arguments=None):
     channel.queue_declare(name, durable=arguments is not None, arguments=arguments)

@@ -203,6 +203,11 @@ def test_tune_proposes_rabbitmq_defaults(warren_broker):
     assert tune.heartbeat == 60
 
 
+# The lowest frame_max every RabbitMQ line takes (4.1 and later refuse less than 8192):
+# the tests below lower it from the default 131072 to that.
+SMALL_FRAME_MAX = 8192
+
+
 def _publish_frames(channel, routing_key, body, frame_max):
     publish = commands.Basic.Publish(exchange="", routing_key=routing_key)
     data = frame.marshal(publish, channel) + content_header_frame(channel, len(body))
@@ -213,14 +218,14 @@ def _publish_frames(channel, routing_key, body, frame_max):
 
 
 def test_lowered_frame_max_is_used_by_the_server_when_sending(warren_broker):
-    """With frame_max 4096 negotiated, a 10000-byte message comes back in body frames
-    of at most 4096 bytes each (payload <= 4088)."""
-    with connect(warren_broker.host, warren_broker.port, frame_max=4096) as client:
+    """With frame_max 8192 negotiated, a 20000-byte message comes back in body frames
+    of at most 8192 bytes each (payload <= 8184)."""
+    with connect(warren_broker.host, warren_broker.port, frame_max=SMALL_FRAME_MAX) as client:
         client.open_channel(1)
         client.send_method(1, commands.Queue.Declare(exclusive=True))
         queue = client.expect(commands.Queue.DeclareOk, channel=1).queue
-        body = bytes(range(256)) * 39 + b"0123456789012345"   # 10000 bytes
-        client.send_raw(_publish_frames(1, queue, body, 4096))
+        body = bytes(range(256)) * 78 + b"01234567890123456789012345678901"   # 20000 bytes
+        client.send_raw(_publish_frames(1, queue, body, SMALL_FRAME_MAX))
         client.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
         client.expect(commands.Basic.GetOk, channel=1)
         header = client.read_frame_skip_heartbeats()
@@ -229,18 +234,18 @@ def test_lowered_frame_max_is_used_by_the_server_when_sending(warren_broker):
         while len(received) < len(body):
             part = client.read_frame_skip_heartbeats()
             assert part.frame_type == FRAME_BODY and part.channel == 1
-            assert len(part.payload) + 8 <= 4096
+            assert len(part.payload) + 8 <= SMALL_FRAME_MAX
             received += part.payload
         assert received == body
 
 
 def test_lowered_frame_max_accepts_frames_of_exactly_frame_max(warren_broker):
-    with connect(warren_broker.host, warren_broker.port, frame_max=4096) as client:
+    with connect(warren_broker.host, warren_broker.port, frame_max=SMALL_FRAME_MAX) as client:
         client.open_channel(1)
         client.send_method(1, commands.Queue.Declare(exclusive=True))
         queue = client.expect(commands.Queue.DeclareOk, channel=1).queue
-        body = b"x" * 4088   # body frame of exactly 4096 bytes
-        client.send_raw(_publish_frames(1, queue, body, 4096))
+        body = b"x" * (SMALL_FRAME_MAX - 8)   # a body frame of exactly frame_max
+        client.send_raw(_publish_frames(1, queue, body, SMALL_FRAME_MAX))
         client.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
         get_ok = client.expect(commands.Basic.GetOk, channel=1)
         assert get_ok.routing_key == queue
@@ -248,29 +253,29 @@ def test_lowered_frame_max_accepts_frames_of_exactly_frame_max(warren_broker):
 
 def test_lowered_frame_max_tolerates_rabbitmq_fudge_of_8_bytes(warren_broker):
     """RabbitMQ lets clients exceed frame_max by up to 8 bytes (?FRAME_SIZE_FUDGE in
-    rabbit_reader: 'quite a few clients get it wrong'): a frame of 4104 bytes (payload
-    4096) passes on a 4096 connection."""
-    with connect(warren_broker.host, warren_broker.port, frame_max=4096) as client:
+    rabbit_reader: 'quite a few clients get it wrong'): a frame of 8200 bytes (payload
+    8192) passes on an 8192 connection."""
+    with connect(warren_broker.host, warren_broker.port, frame_max=SMALL_FRAME_MAX) as client:
         client.open_channel(1)
         client.send_method(1, commands.Queue.Declare(exclusive=True))
         queue = client.expect(commands.Queue.DeclareOk, channel=1).queue
-        client.send_raw(_publish_frames(1, queue, b"y" * 4096, 4096 + 8))
+        client.send_raw(_publish_frames(1, queue, b"y" * SMALL_FRAME_MAX, SMALL_FRAME_MAX + 8))
         client.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
         client.expect(commands.Basic.GetOk, channel=1)
-        assert client.read_frame_skip_heartbeats().value.body_size == 4096
+        assert client.read_frame_skip_heartbeats().value.body_size == SMALL_FRAME_MAX
 
 
 @pytest.mark.parametrize("frame_type", [1, FRAME_BODY])
 def test_lowered_frame_max_is_enforced_with_rabbitmqs_501(warren_broker, frame_type):
-    """A payload of 4097 bytes on a 4096 connection, announced by a method or a body
+    """A payload of 8193 bytes on an 8192 connection, announced by a method or a body
     frame: 501 with RabbitMQ 3.10's text, which names frame_max - 8."""
-    with connect(warren_broker.host, warren_broker.port, frame_max=4096) as client:
+    with connect(warren_broker.host, warren_broker.port, frame_max=SMALL_FRAME_MAX) as client:
         client.open_channel(1)
-        client.send_raw(raw_frame(frame_type, 1, b"z" * 4097))
+        client.send_raw(raw_frame(frame_type, 1, b"z" * (SMALL_FRAME_MAX + 1)))
         close = client.wait_for_connection_close()
     assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
         501, f"FRAME_ERROR - type {frame_type}, all octets = <<>>: "
-             "{frame_too_large,4097,4088}", 0, 0)
+             "{frame_too_large,8193,8184}", 0, 0)
 
 
 # -- heartbeats ----------------------------------------------------------------------

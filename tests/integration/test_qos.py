@@ -8,6 +8,8 @@ it and the count of deliveries is exact.
 
 import time
 
+import pytest
+
 from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline, chan, conn: fixtures)
     WAIT, _test_deadline, chan, conn, exclusive_queue, expect_connection_error, flush,
     publish_bodies, wait_for_count, wait_until,
@@ -86,6 +88,7 @@ def test_per_consumer_prefetch_applies_to_each_consumer(conn, chan):
     assert sorted(label for label, _, _ in received) == ["first", "first", "second", "second"]
 
 
+@pytest.mark.warren_rabbitmq("3.10")   # 4.3 denies global qos
 def test_global_prefetch_is_shared_by_the_channels_consumers(conn, chan):
     first, second = full_queue(chan, 5), full_queue(chan, 5)
     observer = conn.channel()

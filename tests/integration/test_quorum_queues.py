@@ -141,6 +141,7 @@ def test_redeclaring_with_another_delivery_limit_or_type_is_a_406(space):
 
 # -- the delivery count ------------------------------------------------------------------
 
+@pytest.mark.warren_rabbitmq("3.10")   # 3.10's quorum delivery counting
 def test_every_delivery_carries_the_count_of_returns_before_it(space):
     """0 on the first delivery (a publisher's own x-delivery-count is replaced), one
     more after each nack with requeue, Basic.Recover and channel close."""
@@ -162,6 +163,7 @@ def test_every_delivery_carries_the_count_of_returns_before_it(space):
     channel.basic_ack(method.delivery_tag)
 
 
+@pytest.mark.warren_rabbitmq("3.10")   # 3.10's quorum delivery counting
 def test_a_consumer_sees_the_count_and_a_closed_connection_counts(space, warren):
     _, _, connection, channel = space
     quorum(channel, "q")
@@ -182,6 +184,7 @@ def test_a_consumer_sees_the_count_and_a_closed_connection_counts(space, warren)
     assert seen == [(True, 1)]
 
 
+@pytest.mark.warren_rabbitmq("3.10")   # 3.10's quorum delivery counting
 def test_a_message_that_comes_back_goes_behind_those_published_after_it(space):
     """RabbitMQ 3.10's quorum queues put returns at the back (classic queues put them
     back at their place); several coming back at once keep their order."""
@@ -213,6 +216,7 @@ def test_a_classic_queue_adds_no_count(space):
 
 # -- the delivery limit ------------------------------------------------------------------
 
+@pytest.mark.warren_rabbitmq("3.10")   # 3.10's quorum delivery counting
 def test_past_the_limit_a_message_is_dead_lettered_with_reason_delivery_limit(space):
     _, _, _, channel = space
     channel.exchange_declare("dlx", "fanout")
@@ -233,6 +237,7 @@ def test_past_the_limit_a_message_is_dead_lettered_with_reason_delivery_limit(sp
             headers["x-first-death-queue"]) == ("kept", "delivery_limit", "q")
 
 
+@pytest.mark.warren_rabbitmq("3.10")   # 3.10's quorum delivery counting
 def test_past_the_limit_a_message_is_dropped_without_a_dead_letter_exchange(space):
     _, _, _, channel = space
     quorum(channel, "q", **{"x-delivery-limit": 0})
@@ -247,6 +252,7 @@ def test_past_the_limit_a_message_is_dropped_without_a_dead_letter_exchange(spac
     assert wait_for_count(channel, "q", 0) == 0
 
 
+@pytest.mark.warren_rabbitmq("3.10")   # 3.10's quorum delivery counting
 def test_a_delivery_limit_policy_applies_changes_and_clears_on_a_live_queue(space):
     admin, vhost, _, channel = space
     quorum(channel, "q")
@@ -271,6 +277,7 @@ def test_a_delivery_limit_policy_applies_changes_and_clears_on_a_live_queue(spac
     channel.basic_ack(method.delivery_tag)
 
 
+@pytest.mark.warren_rabbitmq("3.10")   # 3.10's quorum delivery counting
 def test_the_lowest_of_argument_policy_and_operator_policy_limits(space):
     admin, vhost, _, channel = space
     quorum(channel, "q", **{"x-delivery-limit": 2})

@@ -5,6 +5,7 @@ from pamqp import commands
 
 from broker.core.broker import Broker, BrokerConfig
 from broker.core.policy import POLICY, make_policy
+from broker.core.rabbitmq_lines import LINE_4_0, Profile
 from core_harness import Client, deliveries
 
 TIMEOUT_MS = 1000
@@ -22,8 +23,11 @@ class FakeClock:
 
 
 def client_with_clock(consumer_timeout=TIMEOUT_MS):
+    """A broker of the 4.0 line, whose classic queues time consumers out (4.3's do
+    not)."""
     clock = FakeClock()
-    client = Client(Broker(BrokerConfig(consumer_timeout=consumer_timeout), clock=clock))
+    client = Client(Broker(BrokerConfig(consumer_timeout=consumer_timeout), clock=clock,
+                           profile=Profile(LINE_4_0)))
     client.open_channel(1)
     client.open_channel(2)
     return client, clock

@@ -100,8 +100,8 @@ def test_what_each_kind_allows_of_a_declaration():
     ({"x-max-priority": 2}, {"x-stream-offset": "first"},
      "invalid arg 'x-stream-offset' for queue 'q' in vhost '/' of queue type "
      "rabbit_classic_queue"),
-    (QUORUM_ARGUMENTS, {"x-cancel-on-ha-failover": True},
-     "invalid arg 'x-cancel-on-ha-failover' for queue 'q' in vhost '/' of queue type "
+    (QUORUM_ARGUMENTS, {"x-stream-offset": "first"},
+     "invalid arg 'x-stream-offset' for queue 'q' in vhost '/' of queue type "
      "rabbit_quorum_queue"),
 ])
 def test_a_consumer_argument_of_another_kind_is_a_406(client, declare, consume, text):
