@@ -55,7 +55,8 @@ def consume(channel: "Channel", method) -> str:
 def _check_consumer_arguments(arguments: dict, queue: QueueBase, vhost: str) -> None:
     """406 in RabbitMQ's words for an argument the queue's type does not take, an
     x-priority that is not an integer, an x-cancel-on-ha-failover not a boolean."""
-    refuse_other_types_consumer_arguments(arguments, queue.arguments, queue.name, vhost)
+    refuse_other_types_consumer_arguments(arguments, queue.arguments, queue.name, vhost,
+                                          queue.vhost.profile.line)
     priority = arguments.get("x-priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise precondition_failed(

@@ -19,7 +19,9 @@ A record (`QueueKind`) gives, for its kind:
 The virtual host looks a declaration's kind up once (`kind_of`); a queue reaches its
 record as `queue.kind`. The rules are RabbitMQ 3.10's. Records are frozen: another
 RabbitMQ line's rules are a `dataclasses.replace` of a record, as PRIORITY is CLASSIC
-with another class.
+with another class. The arguments a kind takes under a line (`ArgumentRules`,
+`argument_rules(line)`) are the table's with the line's additions: stream filtering's
+(RabbitMQ 3.13 and later).
 """
 
 from dataclasses import dataclass, replace
@@ -36,8 +38,12 @@ from .queue import Queue
 from .queue_arguments import queue_type_of, validate_queue_arguments
 from .queue_base import QueueBase
 from .quorum_queue import QuorumQueue
-from .rabbitmq_lines import QUEUE_MASTER_LOCATOR, TRANSIENT_NONEXCL_QUEUES, Profile
+from .queue_base import KindRecord
+from .rabbitmq_lines import (LINES, QUEUE_MASTER_LOCATOR, TRANSIENT_NONEXCL_QUEUES, Profile,
+                             RabbitMQLine)
 from .stream_arguments import StreamRetention, validate_stream_arguments
+from .stream_filter import (FILTER_ARGUMENT, FILTER_SIZE_ARGUMENT, MATCH_UNFILTERED_ARGUMENT,
+                            check_filter_size)
 from .stream_queue import StreamQueue
 
 
@@ -134,25 +140,35 @@ def refuse_properties(kind: QueueKind, declaration: QueueDeclaration) -> None:
 
 
 def refuse_other_kinds_arguments(kind: QueueKind, declaration: QueueDeclaration) -> None:
-    """406 naming the first argument given that RabbitMQ knows but `kind` does not take
-    (x-max-age on a classic queue, x-max-priority on a quorum queue...)."""
-    _refuse_others(declaration.arguments, KNOWN_ARGUMENTS, kind.queue_arguments,
-                   kind.name, declaration.queue, declaration.vhost)
+    """406 naming the first argument given that RabbitMQ (of the vhost's line) knows but
+    `kind` does not take (x-max-age on a classic queue, x-max-priority on a quorum
+    queue...)."""
+    rules = argument_rules(declaration.features.profile.line)
+    _refuse_others(declaration.arguments, rules.known_arguments,
+                   rules.queue_arguments(kind), kind.name, declaration.queue,
+                   declaration.vhost)
 
 
 def check_stream_argument_values(kind: QueueKind, declaration: QueueDeclaration) -> None:
-    """406 for a stream argument whose value a stream cannot use (stream_arguments.py)."""
+    """406 for a stream argument whose value a stream cannot use (stream_arguments.py;
+    the filter size under a line with stream filtering, stream_filter.py)."""
     validate_stream_arguments(declaration.arguments, declaration.queue, declaration.vhost)
+    line = declaration.features.profile.line
+    if line.stream_filtering:
+        check_filter_size(declaration.arguments, declaration.queue, declaration.vhost, line)
 
 
 def refuse_other_types_consumer_arguments(arguments: dict, queue_arguments: dict,
-                                          queue: str, vhost: str) -> None:
-    """basic.consume as RabbitMQ 3.10 checks it: 406 for a consumer argument the kind
-    of the queue (declared with `queue_arguments`) does not take (x-stream-offset on a
-    classic queue, x-priority on a stream...); the values are the channel's to check."""
+                                          queue: str, vhost: str,
+                                          line: RabbitMQLine) -> None:
+    """basic.consume as RabbitMQ checks it: 406 for a consumer argument the kind of the
+    queue (declared with `queue_arguments`) does not take under `line` (x-stream-offset
+    on a classic queue, x-priority on a stream...); the values are the channel's to
+    check."""
     kind = kind_of(queue_arguments)
-    _refuse_others(arguments, KNOWN_CONSUMER_ARGUMENTS, kind.consumer_arguments,
-                   kind.name, queue, vhost)
+    rules = argument_rules(line)
+    _refuse_others(arguments, rules.known_consumer_arguments,
+                   rules.consumer_arguments(kind), kind.name, queue, vhost)
 
 
 def _refuse_others(arguments: dict, known: frozenset, taken: tuple, queue_type: str,
@@ -248,6 +264,49 @@ KNOWN_ARGUMENTS = frozenset(name for kind in QUEUE_TYPES.values()
                             for name in kind.queue_arguments)
 KNOWN_CONSUMER_ARGUMENTS = frozenset(name for kind in QUEUE_TYPES.values()
                                      for name in kind.consumer_arguments)
+
+
+@dataclass(frozen=True)
+class ArgumentRules:
+    """The arguments each kind takes under one RabbitMQ line: the table's, except where
+    the line's differ (by kind name), and the arguments some kind of the line takes."""
+
+    line_queue_arguments: dict[str, tuple[str, ...]]
+    line_consumer_arguments: dict[str, tuple[str, ...]]
+    known_arguments: frozenset[str]
+    known_consumer_arguments: frozenset[str]
+
+    def queue_arguments(self, kind: KindRecord) -> tuple[str, ...]:
+        """The declaration arguments `kind` takes, in the order a redeclaration
+        compares them."""
+        return self.line_queue_arguments.get(kind.name, kind.queue_arguments)
+
+    def consumer_arguments(self, kind: QueueKind) -> tuple[str, ...]:
+        return self.line_consumer_arguments.get(kind.name, kind.consumer_arguments)
+
+
+def _argument_rules(line: RabbitMQLine) -> ArgumentRules:
+    queue_arguments: dict[str, tuple[str, ...]] = {}
+    consumer_arguments: dict[str, tuple[str, ...]] = {}
+    if line.stream_filtering:
+        consumer_arguments[STREAM.name] = STREAM.consumer_arguments + (
+            FILTER_ARGUMENT, MATCH_UNFILTERED_ARGUMENT)
+    if line.stream_filter_size_is_stream_argument:
+        # where RabbitMQ 4.3 lists it: after the segment size
+        names = STREAM.queue_arguments
+        at = names.index("x-stream-max-segment-size-bytes") + 1
+        queue_arguments[STREAM.name] = names[:at] + (FILTER_SIZE_ARGUMENT,) + names[at:]
+    return ArgumentRules(
+        queue_arguments, consumer_arguments,
+        KNOWN_ARGUMENTS.union(*queue_arguments.values()),
+        KNOWN_CONSUMER_ARGUMENTS.union(*consumer_arguments.values()))
+
+
+ARGUMENT_RULES = {name: _argument_rules(line) for name, line in LINES.items()}
+
+
+def argument_rules(line: RabbitMQLine) -> ArgumentRules:
+    return ARGUMENT_RULES[line.name]
 
 
 def kind_of(arguments: dict) -> QueueKind:

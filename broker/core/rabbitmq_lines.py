@@ -6,7 +6,8 @@ A record (`RabbitMQLine`) says, for one line, what differs from the other lines 
 Warren's behaviour forks: the identity a client sees (Connection.Start's product and
 version, the management API's rabbitmq_version), the deprecated features the line has
 and whether each is permitted by default, the smallest frame_max a client may negotiate,
-the largest message by default, and the delivery limit of a quorum queue that sets none. The table of queue kinds
+the largest message by default, the delivery limit of a quorum queue that sets none,
+and whether streams filter (and how they check the filter size). The table of queue kinds
 (queue_types.py) is RabbitMQ 3.10's; a line's differences from it are in its record.
 
 A `Profile` is what the rooms consult: `profile.permits(feature)` where RabbitMQ asks
@@ -99,6 +100,16 @@ class RabbitMQLine:
     # to 3.x, 406 closing the channel since 4.0.
     missing_exchange_types: frozenset[str] = frozenset()
     unknown_exchange_type_closes_channel: bool = True
+    # Stream filtering (RabbitMQ 3.13 and later): a stream consumer's x-stream-filter and
+    # x-stream-match-unfiltered select messages by their x-stream-filter-value header,
+    # and a stream's x-stream-filter-size-bytes must be 16-255 (refused with
+    # `stream_filter_size_refusal`). Without it all three are unknown arguments (3.10).
+    stream_filtering: bool = False
+    stream_filter_size_refusal: str = "Invalid value for x-stream-filter-size-bytes"
+    # x-stream-filter-size-bytes is one of the stream's declaration arguments (4.3; 4.0's
+    # stream does not list it): its type is checked as other integer arguments', another
+    # queue type refuses it, and a redeclaration compares it.
+    stream_filter_size_is_stream_argument: bool = False
 
     def phase(self, feature: str) -> Phase | None:
         return self.deprecations.get(feature)
@@ -123,7 +134,10 @@ LINE_4_0 = RabbitMQLine(
                   "classic_queue_mirroring": Phase.REMOVED,
                   "ram_node_type": Phase.PERMITTED_BY_DEFAULT,
                   "management_metrics_collection": Phase.PERMITTED_BY_DEFAULT},
-    max_message_size=16 * MIB, quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT)
+    max_message_size=16 * MIB, quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT,
+    stream_filtering=True,
+    # (two spaces: 4.0.5's text)
+    stream_filter_size_refusal="Invalid value for  x-stream-filter-size-bytes")
 
 LINE_4_3 = RabbitMQLine(
     "4.3", "4.3.6",
@@ -136,7 +150,8 @@ LINE_4_3 = RabbitMQLine(
                   "ram_node_type": Phase.REMOVED,
                   "management_metrics_collection": Phase.PERMITTED_BY_DEFAULT},
     frame_min_size=8192, max_message_size=16 * MIB,
-    quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT, quorum_counts_acquisitions=True)
+    quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT, quorum_counts_acquisitions=True,
+    stream_filtering=True, stream_filter_size_is_stream_argument=True)
 
 LINES = {line.name: line for line in (LINE_3_10, LINE_4_0, LINE_4_3)}
 DEFAULT_LINE = LINE_4_3

@@ -21,7 +21,7 @@ from .publish_faults import PublishFaults
 from .queue import Queue
 from .queue_base import ClientConnection, QueueBase
 from .queue_arguments import check_arguments_equivalent
-from .queue_types import QueueDeclaration, kind_of
+from .queue_types import QueueDeclaration, argument_rules, kind_of
 from .rabbitmq_lines import Profile, RabbitMQLine, line_named
 from .upgrade_lint import UpgradeLint
 from .persistence import Persistence
@@ -326,8 +326,10 @@ class VirtualHost:
                     f"inequivalent arg '{field}' for queue '{queue.name}' in vhost "
                     f"'{self.name}': received '{_describe(received)}' but current is "
                     f"'{_describe(current)}'")
-        check_arguments_equivalent(arguments, queue.arguments, queue.kind.queue_arguments,
-                                   queue.name, self.name)
+        check_arguments_equivalent(
+            arguments, queue.arguments,
+            argument_rules(self.profile.line).queue_arguments(queue.kind), queue.name,
+            self.name)
 
     def delete_queue(self, queue: QueueBase, if_unused: bool = False,
                      if_empty: bool = False,
