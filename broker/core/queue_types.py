@@ -36,9 +36,8 @@ from .persistence import Persistence
 from .priority_queue import PriorityQueue, max_priority
 from .queue import Queue
 from .queue_arguments import queue_type_of, validate_queue_arguments
-from .queue_base import QueueBase
+from .queue_base import KindRecord, QueueBase
 from .quorum_queue import QuorumQueue
-from .queue_base import KindRecord
 from .rabbitmq_lines import (LINES, QUEUE_MASTER_LOCATOR, TRANSIENT_NONEXCL_QUEUES, Profile,
                              RabbitMQLine)
 from .stream_arguments import StreamRetention, validate_stream_arguments
