@@ -42,6 +42,7 @@ from .rabbitmq_lines import (
     LINE_3_10, LINES, QUEUE_MASTER_LOCATOR, TRANSIENT_NONEXCL_QUEUES, Profile, RabbitMQLine,
 )
 from .stream_arguments import StreamRetention, validate_stream_arguments
+from .stream_filter import check_filter_size
 from .stream_queue import StreamQueue
 
 
@@ -150,8 +151,12 @@ def refuse_other_kinds_arguments(kind: QueueKind, declaration: QueueDeclaration)
 
 
 def check_stream_argument_values(kind: QueueKind, declaration: QueueDeclaration) -> None:
-    """406 for a stream argument whose value a stream cannot use (stream_arguments.py)."""
+    """406 for a stream argument whose value a stream cannot use (stream_arguments.py;
+    the filter size under a line with stream filtering, stream_filter.py)."""
     validate_stream_arguments(declaration.arguments, declaration.queue, declaration.vhost)
+    if kind.line.stream_filtering:
+        check_filter_size(declaration.arguments, declaration.queue, declaration.vhost,
+                          kind.line)
 
 
 def refuse_other_types_consumer_arguments(arguments: dict, queue_arguments: dict,

@@ -6,7 +6,8 @@ A record (`RabbitMQLine`) says, for one line, what differs from the other lines 
 Warren's behaviour forks: the identity a client sees (Connection.Start's product and
 version, the management API's rabbitmq_version), the deprecated features the line has
 and whether each is permitted by default, the smallest frame_max a client may negotiate,
-the largest message by default, and the delivery limit of a quorum queue that sets none. The table of queue kinds
+the largest message by default, the delivery limit of a quorum queue that sets none,
+and whether streams filter (and how they check the filter size). The table of queue kinds
 (queue_types.py) is RabbitMQ 3.10's; a line's differences from it are in its record.
 
 A `Profile` is what the rooms consult: `profile.permits(feature)` where RabbitMQ asks
@@ -72,6 +73,9 @@ FEATURES = {feature.name: feature for feature in (
 )}
 
 MIB = 1024 * 1024
+# Stream filtering's arguments (RabbitMQ 3.13 and later: stream_filter.py).
+STREAM_FILTER_SIZE_ARGUMENT = "x-stream-filter-size-bytes"
+STREAM_FILTER_CONSUMER_ARGUMENTS = ("x-stream-filter", "x-stream-match-unfiltered")
 # The delivery limit of a quorum queue that sets none, since RabbitMQ 4.0.
 QUORUM_DEFAULT_DELIVERY_LIMIT = 20
 
@@ -115,6 +119,15 @@ class RabbitMQLine:
     # 4.3 compares a stream's x-max-age in milliseconds ('1D' and '24h' are equal) and
     # says so in its refusal.
     compares_max_age_in_milliseconds: bool = False
+    # Stream filtering (RabbitMQ 3.13 and later): a stream consumer's x-stream-filter and
+    # x-stream-match-unfiltered select messages by their x-stream-filter-value header,
+    # and a stream's x-stream-filter-size-bytes must be 16-255 (refused with
+    # `stream_filter_size_refusal`). Without it all three are unknown arguments (3.10).
+    stream_filtering: bool = False
+    stream_filter_size_refusal: str = "Invalid value for x-stream-filter-size-bytes"
+    # (Where x-stream-filter-size-bytes is one of the stream's declaration arguments,
+    # 4.3's, its type is checked as other integer arguments', another queue type refuses
+    # it, and a redeclaration compares it; 4.0's stream does not list it.)
 
     def phase(self, feature: str) -> Phase | None:
         return self.deprecations.get(feature)
@@ -141,8 +154,11 @@ LINE_4_0 = RabbitMQLine(
                   "management_metrics_collection": Phase.PERMITTED_BY_DEFAULT},
     max_message_size=16 * MIB, quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT,
     queue_arguments_added={"classic": ("x-queue-leader-locator",)},
+    consumer_arguments_added={"stream": STREAM_FILTER_CONSUMER_ARGUMENTS},
     consumer_arguments_dropped=frozenset(["x-cancel-on-ha-failover"]),
-    declares_default_queue_type=True)
+    declares_default_queue_type=True, stream_filtering=True,
+    # (two spaces: 4.0.5's text)
+    stream_filter_size_refusal="Invalid value for  x-stream-filter-size-bytes")
 
 LINE_4_3 = RabbitMQLine(
     "4.3", "4.3.6",
@@ -158,11 +174,14 @@ LINE_4_3 = RabbitMQLine(
     quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT, quorum_counts_acquisitions=True,
     queue_arguments_added={"classic": ("x-queue-leader-locator",),
                            "quorum": ("x-consumer-timeout",
-                                      "x-consumer-disconnected-timeout")},
-    consumer_arguments_added={"quorum": ("x-consumer-timeout",)},
+                                      "x-consumer-disconnected-timeout"),
+                           "stream": (STREAM_FILTER_SIZE_ARGUMENT,)},
+    consumer_arguments_added={"quorum": ("x-consumer-timeout",),
+                              "stream": STREAM_FILTER_CONSUMER_ARGUMENTS},
     consumer_arguments_dropped=frozenset(["x-cancel-on-ha-failover"]),
     unchecked_queue_arguments=frozenset(["x-queue-mode"]),
-    declares_default_queue_type=True, compares_max_age_in_milliseconds=True)
+    declares_default_queue_type=True, compares_max_age_in_milliseconds=True,
+    stream_filtering=True)
 
 LINES = {line.name: line for line in (LINE_3_10, LINE_4_0, LINE_4_3)}
 DEFAULT_LINE = LINE_4_3

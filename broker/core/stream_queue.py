@@ -2,7 +2,8 @@
 reads from its own position, and acks only return credit (nothing is removed).
 
 Consumers read only what a commit made durable, so an offset a client has seen is never
-reused after a crash. Deliveries carry their offset in the `x-stream-offset` header.
+reused after a crash. Deliveries carry their offset in the `x-stream-offset` header. A
+consumer with a filter (stream_filter.py) gets only the messages it matches.
 """
 
 import datetime
@@ -18,6 +19,7 @@ from .queue_base import (ClientConnection, Consumer, ConsumerChannel, DeliveredO
                          QueueBase, QueueHost)
 from .stream_arguments import (StreamConsumerOptions, StreamRetention, StreamStart,
                                parse_duration, stream_consumer_options)
+from .stream_filter import StreamFilter, consumer_filter
 
 OFFSET_HEADER = b"x-stream-offset"
 READ_BATCH = 256   # messages asked of the store per call, at most
@@ -26,17 +28,18 @@ READ_BATCH = 256   # messages asked of the store per call, at most
 class StreamConsumer(Consumer):
     """A consumer's cursor in a stream, and (when tracking) what it has processed."""
 
-    __slots__ = ("position", "tracking", "end", "outstanding", "stored")
+    __slots__ = ("position", "tracking", "end", "outstanding", "stored", "filter")
 
     def __init__(self, tag: str, channel: ConsumerChannel[ClientConnection], queue,
                  exclusive: bool, prefetch: int, arguments: dict,
-                 options: StreamConsumerOptions):
+                 options: StreamConsumerOptions, wanted: StreamFilter | None = None):
         super().__init__(tag, channel, queue, False, exclusive, prefetch, arguments)
         self.position = 0             # the next offset to deliver
         self.tracking = options.tracking
         self.end = options.end
         self.outstanding: dict[int, None] = {}   # delivered, not yet acked (tracking)
         self.stored = -1              # the tracked offset last stored
+        self.filter = wanted          # only the messages it matches (None: all)
 
 
 class StreamQueue(QueueBase[DeliveredOffset[StreamConsumer], StreamConsumer]):
@@ -94,8 +97,10 @@ class StreamQueue(QueueBase[DeliveredOffset[StreamConsumer], StreamConsumer]):
                 f"'{self.name}' in vhost '{self.vhost.name}' (consume with manual acks)",
                 *BASIC_CONSUME)
         options = stream_consumer_options(arguments, self.name)
+        wanted = (consumer_filter(arguments or {}, self.name)
+                  if self.vhost.profile.line.stream_filtering else None)
         consumer = StreamConsumer(tag, channel, self, exclusive, prefetch, arguments,
-                                  options)
+                                  options, wanted)
         consumer.position = self._start_offset(options.start)
         if consumer.tracking:
             stored = self.store.consumer_offset(tag)
@@ -157,6 +162,18 @@ class StreamQueue(QueueBase[DeliveredOffset[StreamConsumer], StreamConsumer]):
         end = consumer.end
         if consumer.position < store.first_offset:
             consumer.position = store.first_offset   # retention removed the rest
+        if consumer.filter is not None:
+            self._feed_filtered(consumer, consumer.filter)
+        else:
+            self._feed_all(consumer)
+        if end is not None and consumer.position >= end and consumer in self.consumers:
+            self.consumers.remove(consumer)
+            channel.consumer_cancelled_by_broker(consumer)
+
+    def _feed_all(self, consumer: StreamConsumer) -> None:
+        store = self.store
+        channel = consumer.channel
+        end = consumer.end
         while channel.can_deliver(consumer):
             position = consumer.position
             limit = store.durable_offset + 1
@@ -180,9 +197,37 @@ class StreamQueue(QueueBase[DeliveredOffset[StreamConsumer], StreamConsumer]):
                     record.routing_key, _with_offset(record.properties, offset),
                     record.body)
                 consumer.position = offset + 1
-        if end is not None and consumer.position >= end and consumer in self.consumers:
-            self.consumers.remove(consumer)
-            channel.consumer_cancelled_by_broker(consumer)
+
+    def _feed_filtered(self, consumer: StreamConsumer, wanted: StreamFilter) -> None:
+        """As _feed_all, for a consumer with a filter: the messages it does not match
+        are passed over without using credit, so reads are not bounded by the credit."""
+        store = self.store
+        channel = consumer.channel
+        end = consumer.end
+        while channel.can_deliver(consumer):
+            position = consumer.position
+            limit = store.durable_offset + 1
+            if end is not None:
+                limit = min(limit, end)
+            if position >= limit:
+                return
+            records = store.read(position, min(READ_BATCH, limit - position))
+            if not records:
+                return
+            for record in records:
+                offset = record.offset
+                if offset >= limit:
+                    break
+                if wanted.matches(record.properties):
+                    if not channel.can_deliver(consumer):
+                        return
+                    if consumer.tracking:
+                        consumer.outstanding[offset] = None
+                    channel.deliver_record(
+                        consumer, DeliveredOffset(consumer, offset), record.exchange,
+                        record.routing_key, _with_offset(record.properties, offset),
+                        record.body)
+                consumer.position = offset + 1
 
     # -- outcomes of deliveries --------------------------------------------------------
 

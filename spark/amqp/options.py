@@ -45,7 +45,7 @@ def redact_url(url: str) -> str:
 _PUBLIC = {name.lower(): name for name in (
     "url", "queue", "prefetch", "maxMessagesPerTrigger", "maxMessages", "startingOffset",
     "maxMessagesPerPartition", "exchange", "routingKey", "mandatory", "checkpointLocation",
-    "maxBytesPerTrigger", "failOnDataLoss", "startingTimestamp",
+    "maxBytesPerTrigger", "failOnDataLoss", "startingTimestamp", "filter", "matchUnfiltered",
 )}
 
 _READ_ONLY_HINT = "it is a reader option; writers take url, exchange, routingKey, mandatory"
@@ -59,6 +59,7 @@ _HINTS = {
                           "plain queues only",
         "maxmessagesperpartition": _STREAM_QUEUE_HINT,
         "failondataloss": _STREAM_QUEUE_HINT, "startingtimestamp": _STREAM_QUEUE_HINT,
+        "filter": _STREAM_QUEUE_HINT, "matchunfiltered": _STREAM_QUEUE_HINT,
         "maxbytespertrigger": _PLAIN_STREAM_HINT,
         "maxmessagespertrigger": "it applies to readStream; a batch read takes maxMessages",
         "prefetch": "it applies to readStream; a batch read sets its own prefetch",
@@ -69,7 +70,8 @@ _HINTS = {
         "maxmessagesperpartition": _STREAM_QUEUE_HINT + " (without it the queue is read "
                                    "as a plain queue, by one consumer)",
         "maxmessages": "it applies to batch reads; readStream takes maxMessagesPerTrigger",
-        "failondataloss": _STREAM_QUEUE_HINT,
+        "failondataloss": _STREAM_QUEUE_HINT, "filter": _STREAM_QUEUE_HINT,
+        "matchunfiltered": _STREAM_QUEUE_HINT,
         "exchange": _WRITE_ONLY_HINT, "routingkey": _WRITE_ONLY_HINT,
         "mandatory": _WRITE_ONLY_HINT,
     },
@@ -80,6 +82,7 @@ _HINTS = {
         "maxmessages": _READ_ONLY_HINT, "startingoffset": _READ_ONLY_HINT,
         "maxmessagesperpartition": _READ_ONLY_HINT, "maxbytespertrigger": _READ_ONLY_HINT,
         "failondataloss": _READ_ONLY_HINT, "startingtimestamp": _READ_ONLY_HINT,
+        "filter": _READ_ONLY_HINT, "matchunfiltered": _READ_ONLY_HINT,
     },
     "stream-queue-read": {
         "maxmessages": "it applies to batch reads of plain queues; readStream takes "
@@ -257,13 +260,24 @@ class StreamQueueReadOptions:
     max_messages_per_partition: int
     prefetch: int  # Basic.Qos prefetch_count of each partition's consumer
     fail_on_data_loss: bool = True  # offsets removed by retention before they were read
+    # Stream filtering: only messages whose x-stream-filter-value header is one of these
+    # (none: every message), and with match_unfiltered those without one too.
+    filter_values: tuple = ()
+    match_unfiltered: bool = False
 
     @classmethod
     def parse(cls, options) -> "StreamQueueReadOptions":
         options = _normalized(options)
         _check_keys(options, {"url", "queue", "startingoffset", "maxmessagespertrigger",
                               "maxmessagesperpartition", "prefetch", "failondataloss",
-                              "startingtimestamp"}, "stream-queue-read")
+                              "startingtimestamp", "filter", "matchunfiltered"},
+                    "stream-queue-read")
+        filter_values = _filter_values(options)
+        match_unfiltered = _bool_option(options, "matchUnfiltered", False)
+        if _get(options, "matchUnfiltered") is not None and not filter_values:
+            raise AmqpOptionError(
+                "option matchUnfiltered applies with option filter (without a filter "
+                "every message is read)")
         return cls(
             _url(options), _queue_names(options, "streams"), _starting_offset(options),
             _int_option(options, "maxMessagesPerTrigger",
@@ -272,7 +286,20 @@ class StreamQueueReadOptions:
                         DEFAULT_STREAM_MAX_MESSAGES_PER_PARTITION, 1),
             # Streams refuse consumers without a prefetch: 0 is not allowed here.
             _int_option(options, "prefetch", DEFAULT_STREAM_PREFETCH, 1, MAX_PREFETCH),
-            _bool_option(options, "failOnDataLoss", True))
+            _bool_option(options, "failOnDataLoss", True), filter_values, match_unfiltered)
+
+
+def _filter_values(options) -> tuple:
+    """The filter option split at commas: the x-stream-filter-value values to read."""
+    raw = _get(options, "filter")
+    if raw is None:
+        return ()
+    values = tuple(value.strip() for value in str(raw).split(","))
+    if not all(values):
+        raise AmqpOptionError(
+            f"option filter names values separated by commas; got an empty value in "
+            f"{raw!r} (option matchUnfiltered reads the messages without a value)")
+    return values
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,13 @@ only return credit. Two things about RabbitMQ shape this module:
   offset end - 1 (or anything beyond) has arrived; Warren's cancel after the range is
   the other way to stop, and the only one when retention deleted the whole range.
   ``StreamProbe`` reads on from RabbitMQ's ``last`` until the deliveries pause.
+
+With the ``filter`` option, only messages whose ``x-stream-filter-value`` header is one
+of its values are read (``StreamFilter``). Warren gets the filter as the consumer's
+``x-stream-filter`` and delivers exactly the matching messages of the range before it
+cancels the consumer. RabbitMQ is not given it: its Bloom filter would hold back the
+chunks that do not match, among them perhaps the one holding offset end - 1, the only
+way a range read sees its end there; so the range is read whole and filtered here.
 """
 
 import logging
@@ -38,6 +45,9 @@ log = logging.getLogger("warren.spark")
 
 OFFSET_HEADER = "x-stream-offset"
 END_OFFSET_ARGUMENT = "x-stream-end-offset"  # Warren extension: deliver [start, end)
+FILTER_VALUE_HEADER = "x-stream-filter-value"
+FILTER_ARGUMENT = "x-stream-filter"
+MATCH_UNFILTERED_ARGUMENT = "x-stream-match-unfiltered"
 
 RPC_TIMEOUT = 30.0  # seconds for a channel open, qos, consume-ok, close
 # Finding an offset by consuming "first" or "last": how long to wait for the delivery
@@ -345,6 +355,30 @@ class StreamProbe:
             self._amqp = None
 
 
+class StreamFilter:
+    """Which deliveries a filtered read keeps: those whose x-stream-filter-value is one of
+    `values`, and with `match_unfiltered` those without one (an empty value is none, as
+    the brokers count it). Exactly what Warren delivers to such a consumer, and what
+    RabbitMQ's chunk filter lets through must be filtered down to."""
+
+    def __init__(self, values, match_unfiltered: bool):
+        self.values = frozenset(values)
+        self.match_unfiltered = match_unfiltered
+
+    def arguments(self) -> dict:
+        """The consumer arguments that ask the broker for this filter."""
+        return {FILTER_ARGUMENT: sorted(self.values),
+                MATCH_UNFILTERED_ARGUMENT: self.match_unfiltered}
+
+    def matches(self, properties) -> bool:
+        value = (properties.headers or {}).get(FILTER_VALUE_HEADER)
+        if isinstance(value, (bytes, bytearray)):
+            value = bytes(value).decode("utf-8", "replace")
+        if value is None or value == "":
+            return self.match_unfiltered
+        return value in self.values
+
+
 class StreamRangeConsumer:
     """Reads the offsets [start, end) of one stream (in an executor task).
 
@@ -353,11 +387,13 @@ class StreamRangeConsumer:
     credit with multiple acks as it goes, and stops when the delivery with offset end - 1
     arrived or the broker cancelled the consumer. Offsets that retention deleted before
     they were read raise DataLossError with `fail_on_data_loss`; otherwise they are
-    skipped (logged, and counted in `lost`).
+    skipped (logged, and counted in `lost`). With `wanted` (a StreamFilter) only the
+    deliveries it matches are kept (see the module's docstring).
     """
 
     def __init__(self, url: str, queue: str, start: int, end: int, prefetch: int,
-                 idle_timeout: float = RANGE_IDLE_TIMEOUT, fail_on_data_loss: bool = True):
+                 idle_timeout: float = RANGE_IDLE_TIMEOUT, fail_on_data_loss: bool = True,
+                 wanted: StreamFilter | None = None):
         self.url = url
         self.queue = queue
         self.start = start
@@ -365,6 +401,7 @@ class StreamRangeConsumer:
         self.prefetch = prefetch
         self.idle_timeout = idle_timeout
         self.fail_on_data_loss = fail_on_data_loss
+        self.wanted = wanted
         self.lost = 0
         self.amqp = AmqpConnection(url, f"stream range {queue}[{start},{end})",
                                    pump_interval=CONSUMER_PUMP_INTERVAL)
@@ -375,9 +412,16 @@ class StreamRangeConsumer:
         if self.end <= self.start:
             return
         self.amqp.open()
+        arguments = {OFFSET_HEADER: self.start, END_OFFSET_ARGUMENT: self.end}
+        wanted = self.wanted
+        # When the broker filters, a gap in the offsets is a message it left out, not
+        # one that retention removed.
+        broker_filters = wanted is not None and is_warren(self.amqp)
+        if broker_filters:
+            self._check_retained()
+            arguments.update(wanted.arguments())
         self.stream = StreamChannel(self.amqp, self.queue)
-        self.stream.consume(self.prefetch, {OFFSET_HEADER: self.start,
-                                            END_OFFSET_ARGUMENT: self.end})
+        self.stream.consume(self.prefetch, arguments)
         ack_every = max(1, self.prefetch // 2)
         pending = []
         unacked = 0
@@ -400,9 +444,10 @@ class StreamRangeConsumer:
                     if last_offset < self.end - 1:
                         self._missing(last_offset + 1, self.end)
                     break
-                if offset > last_offset + 1:
+                if offset > last_offset + 1 and not broker_filters:
                     self._missing(last_offset + 1, offset)
-                pending.append(delivery)
+                if wanted is None or wanted.matches(delivery.properties):
+                    pending.append(delivery)
                 last_offset = offset
                 if offset == self.end - 1:
                     finished = True
@@ -414,7 +459,7 @@ class StreamRangeConsumer:
                     unacked = 0
             if cancelled:
                 finished = True  # Warren: the range is complete (deleted offsets skipped)
-                if last_offset < self.end - 1:
+                if last_offset < self.end - 1 and not broker_filters:
                     self._missing(last_offset + 1, self.end)
             if len(pending) >= rows:
                 yield pending[:rows]
@@ -431,6 +476,22 @@ class StreamRangeConsumer:
         while pending:
             yield pending[:rows]
             pending = pending[rows:]
+
+    def _check_retained(self) -> None:
+        """Before a read that Warren filters: the first offset of the range still in
+        the stream, from one unfiltered delivery (none: the whole range is gone); the
+        offsets below it are lost. (Removals while the range is read are not seen.)"""
+        probe = StreamChannel(self.amqp, self.queue)
+        try:
+            probe.consume(1, {OFFSET_HEADER: self.start, END_OFFSET_ARGUMENT: self.end})
+            with self.amqp.lock:
+                probe.until(lambda: probe.deliveries or probe.cancelled,
+                            "finding the first offset kept", self.idle_timeout)
+                first = probe.deliveries[0].offset if probe.deliveries else self.end
+        finally:
+            probe.close()
+        if first > self.start:
+            self._missing(self.start, first)
 
     def _missing(self, first: int, end: int) -> None:
         """Offsets [first, end) of the range are gone (removed by retention)."""

@@ -21,6 +21,8 @@ option names one stream or several, separated by commas. This is a full
   (StreamRangeConsumer). Reading the same range again yields the same rows. Offsets of
   the range that retention deleted fail the task (failOnDataLoss, the default) or are
   skipped.
+* With the ``filter`` option only the messages it matches become rows (stream_client.py,
+  ``StreamFilter``); offsets, batches and ranges still count every message.
 * ``commit`` does nothing: acknowledgements on a stream only return credit, and the
   position lives in Spark's checkpoint.
 
@@ -44,7 +46,7 @@ from .gc_pause import cyclic_gc_paused
 from .messages import to_record_batches
 from .offsets import StreamOffset, parse_stream_offset
 from .options import StreamQueueReadOptions
-from .stream_client import NotAStreamError, StreamProbe, StreamRangeConsumer
+from .stream_client import NotAStreamError, StreamFilter, StreamProbe, StreamRangeConsumer
 
 log = logging.getLogger("warren.spark")
 
@@ -238,9 +240,13 @@ class AmqpStreamQueueReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # --- executor side: one range per task --------------------------------------------
 
     def read(self, partition: StreamRange):
-        consumer = StreamRangeConsumer(self.options.url, partition.queue, partition.start,
-                                       partition.end, self.options.prefetch,
-                                       fail_on_data_loss=self.options.fail_on_data_loss)
+        options = self.options
+        wanted = (StreamFilter(options.filter_values, options.match_unfiltered)
+                  if options.filter_values else None)
+        consumer = StreamRangeConsumer(options.url, partition.queue, partition.start,
+                                       partition.end, options.prefetch,
+                                       fail_on_data_loss=options.fail_on_data_loss,
+                                       wanted=wanted)
         rows = 0
         batches = consumer.batches()
         try:

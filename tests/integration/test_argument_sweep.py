@@ -43,6 +43,7 @@ VALUES = {
     "x-max-age": ("1D", "2D", "longstr"),
     "x-stream-max-segment-size-bytes": (1000000, 2000000, "signedint"),
     "x-initial-cluster-size": (1, 3, "signedint"),
+    "x-stream-filter-size-bytes": (32, 64, "signedint"),
     "x-consumer-timeout": (1000, 2000, "signedint"),
     "x-consumer-disconnected-timeout": (1000, 2000, "signedint"),
     "x-ha-policy": ("all", "nodes", "longstr"),      # unknown to every line: ignored
@@ -66,7 +67,8 @@ TAKES_3_10 = {
 # What the later lines' types take besides.
 ADDED = {"4.0": {"classic": {"x-queue-leader-locator"}},
          "4.3": {"classic": {"x-queue-leader-locator"},
-                 "quorum": {"x-consumer-timeout", "x-consumer-disconnected-timeout"}}}
+                 "quorum": {"x-consumer-timeout", "x-consumer-disconnected-timeout"},
+                 "stream": {"x-stream-filter-size-bytes"}}}
 # Deprecated features a line denies: such a declaration closes the connection (541).
 DENIED = {"4.3": {("classic", "x-queue-master-locator")}}
 
@@ -382,14 +384,15 @@ def test_message_ttl_zero_drops_what_no_consumer_takes(declare, line):
 
 CONSUMER_VALUES = {"x-priority": 5, "x-cancel-on-ha-failover": True,
                    "x-stream-offset": "first", "x-credit": {"credit": 1, "drain": False},
-                   "x-consumer-timeout": 1000, "x-made-up": 1}
+                   "x-consumer-timeout": 1000, "x-stream-filter": "a",
+                   "x-stream-match-unfiltered": True, "x-made-up": 1}
 CONSUMER_TAKES = {
     "3.10": {"classic": {"x-priority", "x-cancel-on-ha-failover"},
              "quorum": {"x-priority"}, "stream": {"x-stream-offset"}},
     "4.0": {"classic": {"x-priority"}, "quorum": {"x-priority"},
-            "stream": {"x-stream-offset"}},
+            "stream": {"x-stream-offset", "x-stream-filter", "x-stream-match-unfiltered"}},
     "4.3": {"classic": {"x-priority"}, "quorum": {"x-priority", "x-consumer-timeout"},
-            "stream": {"x-stream-offset"}},
+            "stream": {"x-stream-offset", "x-stream-filter", "x-stream-match-unfiltered"}},
 }
 
 

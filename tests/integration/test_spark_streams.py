@@ -258,6 +258,32 @@ def test_stream_options_are_checked(spark_session, warren, names, tmp_path):
          .option("startingOffset", "first").load().collect())
 
 
+@pytest.mark.warren_rabbitmq("4.3")   # a line with stream filtering: Warren filters
+def test_a_filtered_stream_read_takes_the_messages_of_its_values(spark_session, warren,
+                                                                 names, tmp_path):
+    """Option filter: only the messages tagged (x-stream-filter-value) with one of its
+    values become rows; batches and ranges still cut the offsets of every message."""
+    stream = declare_stream(warren, names)
+    tags = ["red", "blue", None, "green"]
+    connection = connect(warren)
+    try:
+        channel = connection.channel()
+        channel.confirm_delivery()
+        for n in range(100):
+            tag = tags[n % 4]
+            channel.basic_publish("", stream, f"{stream}:{n}".encode(), pika.BasicProperties(
+                message_id=str(n), headers=None if tag is None else {
+                    "x-stream-filter-value": tag}))
+    finally:
+        close_quietly(connection)
+    query = run(spark_session, warren, stream, tmp_path, per_trigger=40,
+                maxMessagesPerPartition=15, filter="red,green")
+    assert input_rows(query) == [20, 20, 10]
+    rows = parquet_rows(spark_session, tmp_path / "run" / "data")
+    assert_exactly(rows, stream, [n for n in range(100) if tags[n % 4] in ("red", "green")])
+    assert last_logged_offset(tmp_path / "run" / "checkpoint")["offsets"] == {stream: 100}
+
+
 def declare_short_stream(warren, names) -> str:
     """A stream that keeps about 10,000 bytes, in segments of 2,000 (Warren's retention
     deletes whole old segments from its periodic flush after writes)."""
