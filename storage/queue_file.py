@@ -25,8 +25,8 @@ from typing import cast
 
 from .names import encode_name
 from .queue_file_compaction import compact_segment, compaction_candidate
-from .record import (FLAG_PERSISTENT, FLAG_REDELIVERED, KIND_ACK, KIND_DELIVERED,
-                     KIND_MESSAGE, MessageFields, append_marker, append_message,
+from .record import (FLAG_DEAD_LETTERED, FLAG_PERSISTENT, FLAG_REDELIVERED, KIND_ACK,
+                     KIND_DELIVERED, KIND_MESSAGE, MessageFields, append_marker, append_message,
                      decode_message, encode_segment_header, parse_record)
 from .segment_file import (O_CLOEXEC, Segment, SegmentLog, StorageError, create_segment_file,
                            fdatasync, fsync_directory, segment_numbers)
@@ -50,6 +50,7 @@ class RecoveredMessage:
     body: bytes | None          # None when recovered with load_bodies=False (use `read`)
     redelivered: bool
     body_size: int              # the body's length, known with or without the body
+    dead_lettered: bool = False     # appended with dead_lettered=True (FLAG_DEAD_LETTERED)
 
 
 @dataclass(slots=True, eq=False)
@@ -157,14 +158,19 @@ class QueueFile(SegmentLog[QueueSegment]):
     # -- the event-loop side: memory only -------------------------------------------------
 
     def append(self, seq: int, exchange, routing_key, properties, body,
-               redelivered: bool = False, persistent: bool = True) -> None:
+               redelivered: bool = False, persistent: bool = True,
+               dead_lettered: bool = False) -> None:
         """Buffer a message record; it is written and made durable by the next `sync`.
 
         `persistent=False` writes the record for paging only: recovery discards it.
+        `dead_lettered` is kept with the record for the broker (FLAG_DEAD_LETTERED) and
+        given back by recovery.
         """
         exchange = encode_name(exchange)
         routing_key = encode_name(routing_key)
         flags = (FLAG_REDELIVERED if redelivered else 0) | (FLAG_PERSISTENT if persistent else 0)
+        if dead_lettered:
+            flags |= FLAG_DEAD_LETTERED
         with self._lock:
             if self._dropped:
                 return

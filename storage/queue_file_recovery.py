@@ -15,9 +15,9 @@ from functools import lru_cache
 
 from .names import decode_name
 from .queue_file import QueueFile, QueueSegment, RecoveredMessage
-from .record import (FLAG_PERSISTENT, FLAG_REDELIVERED, KIND_ACK, KIND_MESSAGE,
-                     SEGMENT_HEADER_SIZE, MessageFields, decode_message, decode_segment_header,
-                     scan_segment)
+from .record import (FLAG_DEAD_LETTERED, FLAG_PERSISTENT, FLAG_REDELIVERED, KIND_ACK,
+                     KIND_MESSAGE, SEGMENT_HEADER_SIZE, MessageFields, decode_message,
+                     decode_segment_header, scan_segment)
 from .segment_file import read_file, segment_numbers, settle_damage
 
 log = logging.getLogger("warren.storage")
@@ -145,7 +145,8 @@ class _Replay:
                 queue_file._delivered.add(seq)
             exchange, routing_key, properties, body, body_size = self.fields[seq]
             messages.append(RecoveredMessage(seq, name(exchange), name(routing_key),
-                                             properties, body, redelivered, body_size))
+                                             properties, body, redelivered, body_size,
+                                             bool(flags & FLAG_DEAD_LETTERED)))
         return messages
 
     def add_refs(self) -> None:

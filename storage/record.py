@@ -52,6 +52,10 @@ STREAM_HEAD = struct.Struct(">2sIBBIQq")
 
 FLAG_REDELIVERED = 0x01   # recover this message with redelivered=True
 FLAG_PERSISTENT = 0x02    # recover this message at all (transient ones are only paged out)
+# The broker's own mark, kept with the message and given back by recovery: the broker
+# dead-lettered this message (its x-death header is the history the broker wrote). Files
+# written before the flag existed have it clear.
+FLAG_DEAD_LETTERED = 0x04
 
 _FLAGS_OFFSET = _PREFIX.size + 1
 

@@ -2,17 +2,28 @@
 queue's x-dead-letter-exchange with RabbitMQ's x-death bookkeeping.
 
 Only the x-death header, the x-first-death-* headers RabbitMQ sets on a message's
-first death (none yet in its headers) and the expiration property change (and, with a
+first death (none yet in its history), the x-last-death-* headers of RabbitMQ 4.x and
+the expiration property change (and, with a
 new routing key from x-dead-letter-routing-key, the CC header goes, as in RabbitMQ;
 without one, the copy is routed with the message's CC and BCC keys again); every other
 header and property is copied byte for byte, and so are the earlier x-death entries
-(as RabbitMQ 3.10: an entry for the same queue and reason only gets its count, a long,
+(as RabbitMQ: an entry for the same queue and reason only gets its count, a long,
 one up, and is moved first). An x-death header that is not an array starts a new
 history, and elements of it that are not tables are left out (RabbitMQ 3.10 replaces
 the former too, and fails to dead-letter the message for the latter); a death whose
 count is not an integer counts from 1 again.
 A message whose properties cannot be read or whose x-death cannot be written back is
 not dead-lettered: it is dropped with a warning.
+
+The history is the message's x-death header under RabbitMQ 3.10, whoever wrote it. Since
+4.0 RabbitMQ keeps it apart from the headers (a message annotation, rendered as x-death
+on delivery) and reads no x-death a client published: a message a client re-publishes
+with its x-death starts a fresh history (count 1, x-first-death-* of this death) when
+it is dead-lettered, its old x-death replaced. Warren writes the history into the
+headers under every line and tells its own from a client's by the message's class: a
+message it dead-lettered is a DeadLetteredMessage (a mark kept in the queue file), one
+a client published is not. The line record's `reads_client_x_death` and
+`writes_last_death` say which rules apply.
 
 `DeadLettering` is a classic queue's collaborator for the rest: which messages go, in
 which order, once their bodies are in memory, and the republishing itself.
@@ -28,7 +39,8 @@ from amqp_codec import (EncodedValue, Long, MalformedProperties, array_elements,
                         with_table_entry)
 
 from .backlog import held_size
-from .message import Message, QueueEntry, SenderRoutedMessage
+from .message import DeadLetteredMessage, Message, QueueEntry
+from .rabbitmq_lines import RabbitMQLine
 from .sender_routing import CC, cc_routing_keys
 
 if TYPE_CHECKING:
@@ -39,6 +51,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.dead_letter")
 
 _FIRST_DEATH = ("x-first-death-reason", "x-first-death-queue", "x-first-death-exchange")
+_LAST_DEATH = ("x-last-death-reason", "x-last-death-queue", "x-last-death-exchange")
 
 
 class DeadLettering:
@@ -135,7 +148,7 @@ class DeadLettering:
         vhost = queue.vhost
         try:
             dead = dead_letter_message(message, queue.name, reason, exchange.name,
-                                       self.routing_key, now)
+                                       self.routing_key, now, vhost.profile.line)
             if dead is None:
                 return None
             observer = vhost.observer
@@ -152,13 +165,15 @@ class DeadLettering:
 
 
 def dead_letter_message(message: Message, queue_name: str, reason: str, exchange: str,
-                        routing_key: str | None, now: datetime.datetime) -> Message | None:
-    """The message to republish, or None when it would cycle (expired back into a
-    queue it already expired from with no rejection in between, as RabbitMQ drops) or
-    cannot be dead-lettered (see the module's docstring)."""
+                        routing_key: str | None, now: datetime.datetime,
+                        line: RabbitMQLine) -> DeadLetteredMessage | None:
+    """The message to republish under RabbitMQ `line`'s rules, or None when it would
+    cycle (expired back into a queue it already expired from with no rejection in
+    between, as RabbitMQ drops) or cannot be dead-lettered (see the module's
+    docstring)."""
     try:
         properties = _dead_lettered_properties(message, queue_name, reason,
-                                               routing_key is not None, now)
+                                               routing_key is not None, now, line)
     except (MalformedProperties, TypeError, ValueError) as error:
         log.warning("event=dead_letter_dropped queue=%r reason=%s error=%r", queue_name,
                     reason, str(error))
@@ -166,12 +181,10 @@ def dead_letter_message(message: Message, queue_name: str, reason: str, exchange
     if properties is None:
         return None
     if routing_key is not None:
-        return Message(exchange, routing_key, properties, message.body)
-    extra_routing_keys = _extra_routing_keys(message)
-    if extra_routing_keys:   # routed with its CC and BCC keys again
-        return SenderRoutedMessage(exchange, message.routing_key, properties, message.body,
-                                   extra_routing_keys)
-    return Message(exchange, message.routing_key, properties, message.body)
+        return DeadLetteredMessage(exchange, routing_key, properties, message.body, ())
+    # without a new routing key, routed with its CC and BCC keys again
+    return DeadLetteredMessage(exchange, message.routing_key, properties, message.body,
+                               _extra_routing_keys(message))
 
 
 def _extra_routing_keys(message: Message) -> tuple[str, ...]:
@@ -184,10 +197,12 @@ def _extra_routing_keys(message: Message) -> tuple[str, ...]:
 
 
 def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
-                              new_routing_key: bool,
-                              now: datetime.datetime) -> bytes | None:
+                              new_routing_key: bool, now: datetime.datetime,
+                              line: RabbitMQLine) -> bytes | None:
     entries = headers_entries(message.properties)
-    history = next((raw for key, _value, raw in entries if key == "x-death"), None)
+    history = None
+    if line.reads_client_x_death or message.dead_lettered():
+        history = next((raw for key, _value, raw in entries if key == "x-death"), None)
     deaths = _earlier_deaths(history)
     if reason == "expired" and _cycles([table for table, _ in deaths], queue_name):
         return None
@@ -197,6 +212,8 @@ def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
     added: dict = {"x-death": [death, *(encoded for _table, encoded in deaths)]}
     if history is None:   # the first death sets (or overwrites) the x-first-death-*
         added.update(zip(_FIRST_DEATH, (reason, queue_name, message.exchange)))
+    if line.writes_last_death:
+        added.update(zip(_LAST_DEATH, (reason, queue_name, message.exchange)))
     dropped = {*added, CC} if new_routing_key else set(added)
     kept = b"".join(raw for key, _value, raw in entries if key not in dropped)
     headers = kept + encode_table(added)[4:]

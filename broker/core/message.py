@@ -71,6 +71,12 @@ class Message:
         copy.persistent_cache = self.persistent
         return copy
 
+    def dead_lettered(self) -> bool:
+        """Whether the broker dead-lettered this message (DeadLetteredMessage): its
+        x-death header is then the history the broker wrote, not one a client published
+        (RabbitMQ 4.x reads only the former when it dead-letters the message again)."""
+        return False
+
     def may_name_recipients(self) -> bool:
         """Whether a CC or BCC header may be present: headers are set and "CC" occurs
         in the property block (a scan of raw bytes, no decoding)."""
@@ -168,6 +174,47 @@ class PagedOutMessage(Message):
         self.body_size = body_size
 
 
+class DeadLetteredMessage(SenderRoutedMessage):
+    """A message the broker dead-lettered (dead_letter.py), with the routing keys of its
+    CC and BCC headers when it is routed with them again. The mark is kept by every copy
+    (a body read back, new delivery counts: DeadLetteredPagedOut) and in the queue
+    file (its DEAD_LETTERED flag). Not kept in a MemoryRun's parts (backlog.py), which
+    hold plain messages only."""
+
+    __slots__ = ()
+
+    def dead_lettered(self) -> bool:
+        return True
+
+    def with_properties(self, properties: bytes) -> "Message":
+        copy = DeadLetteredMessage(self.exchange, self.routing_key, properties, self.body,
+                                   ())
+        copy.persistent_cache = self.persistent
+        return copy
+
+
+class DeadLetteredPagedOut(PagedOutMessage):
+    """A message the broker dead-lettered (DeadLetteredMessage) whose body is only in
+    the queue file."""
+
+    __slots__ = ()
+
+    def dead_lettered(self) -> bool:
+        return True
+
+    def with_body(self, body: bytes) -> "Message":
+        copy = DeadLetteredMessage(self.exchange, self.routing_key, self.properties, body,
+                                   ())
+        copy.persistent_cache = self.persistent
+        return copy
+
+    def with_properties(self, properties: bytes) -> "Message":
+        copy = DeadLetteredPagedOut(self.exchange, self.routing_key, properties,
+                                    self.body_size)
+        copy.persistent_cache = self.persistent
+        return copy
+
+
 class PagedOutPlaceholders:
     """Makes the placeholders of paged-out messages. Consecutive ones alike (same
     exchange, routing key, property block and body size, as in a backlog of similar
@@ -180,7 +227,11 @@ class PagedOutPlaceholders:
         self._last: PagedOutMessage | None = None
 
     def placeholder(self, exchange: str, routing_key: str, properties: bytes,
-                    body_size: int) -> PagedOutMessage:
+                    body_size: int, dead_lettered: bool = False) -> PagedOutMessage:
+        """The placeholder of a paged-out message; with `dead_lettered`, of a
+        DeadLetteredMessage (one of its own: they are rare)."""
+        if dead_lettered:
+            return DeadLetteredPagedOut(exchange, routing_key, properties, body_size)
         last = self._last
         if (last is not None and last.body_size == body_size
                 and last.properties == properties and last.routing_key == routing_key

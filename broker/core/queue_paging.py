@@ -10,7 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .backlog import ENTRY_COST, held_size
-from .message import Message, PagedOutPlaceholders, QueueEntry
+from .message import DeadLetteredMessage, Message, PagedOutPlaceholders, QueueEntry
 from .queue_expiry import expiry_time
 from .queue_limits import count_ready_bytes
 
@@ -28,10 +28,16 @@ def restore(queue: "Queue", recovered) -> None:
     placeholders = PagedOutPlaceholders()
     ttl = queue.message_ttl
     for record in recovered:
-        message = (Message(record.exchange, record.routing_key, record.properties,
-                           record.body) if record.body is not None else
-                   placeholders.placeholder(record.exchange, record.routing_key,
-                                            record.properties, record.body_size))
+        if record.body is None:
+            message: Message = placeholders.placeholder(
+                record.exchange, record.routing_key, record.properties, record.body_size,
+                record.dead_lettered)
+        elif record.dead_lettered:   # its x-death is the broker's history (dead_letter.py)
+            message = DeadLetteredMessage(record.exchange, record.routing_key,
+                                          record.properties, record.body, ())
+        else:
+            message = Message(record.exchange, record.routing_key, record.properties,
+                              record.body)
         entry = QueueEntry(message, record.seq, record.redelivered)
         message.persistent_cache = True
         queue.held_bytes += held_size(entry)

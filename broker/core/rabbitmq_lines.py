@@ -6,9 +6,10 @@ A record (`RabbitMQLine`) says, for one line, what differs from the other lines 
 Warren's behaviour forks: the identity a client sees (Connection.Start's product and
 version, the management API's rabbitmq_version), the deprecated features the line has
 and whether each is permitted by default, the smallest frame_max a client may negotiate,
-the largest message by default, the delivery limit of a quorum queue that sets none,
-and whether streams filter (and how they check the filter size). The table of queue kinds
-(queue_types.py) is RabbitMQ 3.10's; a line's differences from it are in its record.
+the largest message by default, quorum queues' delivery limit and counting, the
+arguments its queue types take, whether streams filter, and whose x-death
+dead-lettering reads. The table of queue kinds (queue_types.py) is RabbitMQ 3.10's; a
+line's differences from it are in its record.
 
 A `Profile` is what the rooms consult: `profile.permits(feature)` where RabbitMQ asks
 `rabbit_deprecated_features:is_permitted`, and the line's values otherwise. The broker
@@ -128,6 +129,13 @@ class RabbitMQLine:
     # (Where x-stream-filter-size-bytes is one of the stream's declaration arguments,
     # 4.3's, its type is checked as other integer arguments', another queue type refuses
     # it, and a redeclaration compares it; 4.0's stream does not list it.)
+    # Dead-lettering (dead_letter.py). Up to 3.x the x-death header of the message is its
+    # history, whoever wrote it: a client that re-publishes a dead-lettered message
+    # with its headers continues the count. Since 4.0 only the history the broker wrote
+    # counts: a client's x-death is replaced by a fresh one.
+    reads_client_x_death: bool = False
+    # Since 4.0 every death also sets x-last-death-reason, -queue and -exchange.
+    writes_last_death: bool = True
 
     def phase(self, feature: str) -> Phase | None:
         return self.deprecations.get(feature)
@@ -141,7 +149,8 @@ def latest_phase(feature: str) -> Phase:
 
 LINE_3_10 = RabbitMQLine("3.10", "3.10.8", quorum_counts_first_delivery=True,
                          missing_exchange_types=frozenset(["x-local-random"]),
-                         unknown_exchange_type_closes_channel=False)
+                         unknown_exchange_type_closes_channel=False,
+                         reads_client_x_death=True, writes_last_death=False)
 
 LINE_4_0 = RabbitMQLine(
     "4.0", "4.0.5",

@@ -110,7 +110,8 @@ class DurableQueueStore(QueueFileStore, QueueStorePort):
         message = entry.message
         if message.persistent:
             self.queue_file.append(entry.seq, message.exchange, message.routing_key,
-                                   message.properties, message.body, entry.redelivered)
+                                   message.properties, message.body, entry.redelivered,
+                                   True, message.dead_lettered())
             self.persistence.store_written(self)
 
     def settle(self, entry) -> None:
@@ -129,7 +130,8 @@ class DurableQueueStore(QueueFileStore, QueueStorePort):
         message = entry.message
         if message.persistent and message.body is not None:
             entry.message = self.placeholders.placeholder(
-                message.exchange, message.routing_key, message.properties, len(message.body))
+                message.exchange, message.routing_key, message.properties, len(message.body),
+                message.dead_lettered())
 
     def read_bodies(self, entries: list, on_read: Callable[[list, list], None]) -> None:
         """Read paged-out bodies back in a worker thread; `on_read(entries, bodies)`

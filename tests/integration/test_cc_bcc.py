@@ -154,6 +154,15 @@ def dead_letter_setup(channel, names, arguments: dict):
     return source, queue, targets
 
 
+def without_last_death(headers: dict, exchange: str, queue: str) -> dict:
+    """The headers without x-last-death-*, which RabbitMQ 4.x sets (to this death: the
+    message was rejected from `queue`, published to `exchange`) and 3.10 does not."""
+    last = {key: headers.pop(key) for key in list(headers) if key.startswith("x-last-death-")}
+    assert last in ({}, {"x-last-death-exchange": exchange, "x-last-death-queue": queue,
+                         "x-last-death-reason": "rejected"})
+    return headers
+
+
 def test_dead_lettered_copy_is_routed_with_cc_and_bcc_keys_again(chan, names):
     source, queue, targets = dead_letter_setup(chan, names, {})
     for key in ("k1", "k2", "k3"):
@@ -163,9 +172,9 @@ def test_dead_lettered_copy_is_routed_with_cc_and_bcc_keys_again(chan, names):
         [death] = headers.pop("x-death")
         assert death["routing-keys"] == ["k1", "k2", "k2"]
         assert (death["queue"], death["exchange"]) == (queue, source)
-        assert headers == {**DELIVERED_HEADERS, "x-first-death-exchange": source,
-                           "x-first-death-queue": queue,
-                           "x-first-death-reason": "rejected"}
+        assert without_last_death(headers, source, queue) == {
+            **DELIVERED_HEADERS, "x-first-death-exchange": source,
+            "x-first-death-queue": queue, "x-first-death-reason": "rejected"}
     assert take_all(chan, targets["k4"]) == [] and take_all(chan, targets["dlk"]) == []
 
 
@@ -177,8 +186,9 @@ def test_dead_letter_routing_key_replaces_the_keys_and_drops_cc(chan, names):
     assert routing_key == "dlk"
     [death] = headers.pop("x-death")
     assert death["routing-keys"] == ["k1", "k2", "k2"]
-    assert headers == {"other": "yes", "x-first-death-exchange": source,
-                       "x-first-death-queue": queue, "x-first-death-reason": "rejected"}
+    assert without_last_death(headers, source, queue) == {
+        "other": "yes", "x-first-death-exchange": source, "x-first-death-queue": queue,
+        "x-first-death-reason": "rejected"}
     for key in ("k1", "k2", "k3", "k4"):
         assert take_all(chan, targets[key]) == []
 

@@ -110,3 +110,40 @@ def test_a_drained_durable_queue_takes_persistent_messages_after_a_restart(broke
         connection.close()
         assert drain(broker.port) == [f"after-{stop}"]
         broker.stop()
+
+
+def test_a_dead_lettered_message_keeps_its_history_across_a_restart(broker_factory,
+                                                                    tmp_path):
+    """Under RabbitMQ 4.x only the x-death the broker wrote counts on when a message is
+    dead-lettered again (docs/compatibility.md); the queue file keeps the mark that
+    tells it from a client's. Rejected from `work` into `parked` before the restart,
+    from `parked` back into `work` after: both deaths are in the history."""
+    data_dir = str(tmp_path / "data")
+    broker = broker_factory("--rabbitmq", "4.3", data_dir=data_dir)
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+    channel = connection.channel()
+    for queue, target in (("work", "parked"), ("parked", "work")):
+        channel.queue_declare(queue, durable=True, arguments={
+            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": target})
+    channel.basic_publish("", "work", b"m", PERSISTENT)
+    reject_from(channel, "work")
+    connection.close()
+    assert broker.stop() == 0
+    broker = broker_factory("--rabbitmq", "4.3", data_dir=data_dir)
+    connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", broker.port))
+    channel = connection.channel()
+    reject_from(channel, "parked")
+    method, properties, body = channel.basic_get("work", auto_ack=True)
+    assert body == b"m"
+    assert [(death["queue"], death["reason"], death["count"])
+            for death in properties.headers["x-death"]] == [("parked", "rejected", 1),
+                                                            ("work", "rejected", 1)]
+    assert properties.headers["x-first-death-queue"] == "work"
+    connection.close()
+
+
+def reject_from(channel, queue: str) -> None:
+    """Take the message in `queue` and reject it (it is dead-lettered at once: the
+    channel's next method is handled after it)."""
+    method, _properties, _body = channel.basic_get(queue)
+    channel.basic_reject(method.delivery_tag, requeue=False)

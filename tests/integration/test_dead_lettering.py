@@ -3,6 +3,7 @@
 import time
 
 import pika
+import pytest
 
 from tests.support.pika_helpers import (  # noqa: F401  (_test_deadline, chan, conn: fixtures)
     _test_deadline, chan, conn, exclusive_queue, expect_channel_error, get_all,
@@ -26,11 +27,11 @@ def test_expired_messages_move_to_the_dead_letter_queue_on_their_own(chan):
     assert get_all(chan, work) == []
 
 
-def wait_for_message(channel, queue, timeout=10.0):
+def wait_for_message(channel, queue, timeout=10.0, auto_ack=True):
     """Basic.Get until a message arrives or `timeout` passes: (method, properties, body)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        method, properties, body = channel.basic_get(queue, auto_ack=True)
+        method, properties, body = channel.basic_get(queue, auto_ack=auto_ack)
         if method is not None:
             return method, properties, body
         channel.connection.process_data_events(time_limit=0.01)
@@ -59,6 +60,82 @@ def test_rejected_messages_are_dead_lettered(chan):
     assert [(body, props.headers["x-death"][0]["reason"])
             for _, props, body in get_all(chan, dead)] == [(b"a", "rejected"),
                                                            (b"b", "rejected")]
+
+
+def deaths(headers: dict) -> list:
+    """The x-death entries as (queue, reason, count), newest first."""
+    return [(death["queue"], death["reason"], death["count"])
+            for death in headers.get("x-death", [])]
+
+
+def death_headers(headers: dict, which: str) -> tuple:
+    """x-first-death-* or x-last-death-* (`which`): (reason, queue, exchange), or Nones."""
+    return tuple(headers.get(f"x-{which}-death-{field}")
+                 for field in ("reason", "queue", "exchange"))
+
+
+def rejected_again_after_republish(channel) -> dict:
+    """A message rejected into the dead-letter queue, which a consumer takes and
+    re-publishes with its headers (its x-death too) to the same work queue, where it is
+    rejected again: the headers the dead-letter queue's consumer then sees, and the work
+    queue's name."""
+    work, dead = dead_letter_setup(channel)
+    properties = pika.BasicProperties(headers={"app": "x"})
+    for republishing in (False, True):
+        if republishing:
+            assert deaths(properties.headers) == [(work, "rejected", 1)]
+        channel.basic_publish("", work, b"m", properties)
+        method, _, _ = wait_for_message(channel, work, auto_ack=False)
+        channel.basic_reject(method.delivery_tag, requeue=False)
+        _method, properties, _ = wait_for_message(channel, dead)
+    return properties.headers, work
+
+
+@pytest.mark.warren_rabbitmq("3.10")
+def test_3_10_counts_on_from_the_x_death_of_a_republished_message(chan):
+    """Measured on RabbitMQ 3.10.8: the client's x-death is the history."""
+    headers, work = rejected_again_after_republish(chan)
+    assert deaths(headers) == [(work, "rejected", 2)]
+    assert death_headers(headers, "first") == ("rejected", work, "")
+    assert death_headers(headers, "last") == (None, None, None)
+    assert headers["app"] == "x"
+
+
+LINES_4 = [pytest.param("4.0", marks=pytest.mark.warren_rabbitmq("4.0")),
+           pytest.param("4.3", marks=pytest.mark.warren_rabbitmq("4.3"))]
+
+
+@pytest.mark.parametrize("line", LINES_4)   # the vhost's line, by the marker
+def test_4_x_starts_a_fresh_x_death_for_a_republished_message(chan, line):
+    """Measured on RabbitMQ 4.0.5 and 4.3.6: a client's x-death is not read; the
+    message's history starts again, and x-last-death-* name the death too."""
+    headers, work = rejected_again_after_republish(chan)
+    assert deaths(headers) == [(work, "rejected", 1)]
+    assert death_headers(headers, "first") == ("rejected", work, "")
+    assert death_headers(headers, "last") == ("rejected", work, "")
+    assert headers["app"] == "x"
+
+
+@pytest.mark.parametrize("line", LINES_4)
+def test_4_x_counts_on_in_a_dead_letter_cycle_of_its_own(chan, line):
+    """Rejected from `work` into `wait`, expired from `wait` back into `work`, twice, no
+    client re-publishing: the history the broker keeps counts on (RabbitMQ 4.0.5 and
+    4.3.6 alike)."""
+    work = unique("work")
+    wait = chan.queue_declare(unique("wait"), exclusive=True, arguments={
+        "x-message-ttl": 20, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": work}).method.queue
+    chan.queue_declare(work, exclusive=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": wait})
+    chan.basic_publish("", work, b"m")
+    for _ in range(2):
+        method, _, _ = wait_for_message(chan, work, auto_ack=False)
+        chan.basic_reject(method.delivery_tag, requeue=False)
+    _method, properties, _ = wait_for_message(chan, work)
+    headers = properties.headers
+    assert deaths(headers) == [(wait, "expired", 2), (work, "rejected", 2)]
+    assert death_headers(headers, "first") == ("rejected", work, "")
+    assert death_headers(headers, "last") == ("expired", wait, "")
 
 
 def test_max_length_keeps_the_newest_and_dead_letters_the_rest(chan):

@@ -7,6 +7,7 @@ from pamqp import commands
 
 from amqp_codec import InboundPublish
 from broker.core.broker import Broker
+from broker.core.rabbitmq_lines import LINE_3_10, Profile
 from core_harness import Client, close_code, deliveries
 
 
@@ -18,9 +19,9 @@ class FakeClock:
         return self.now
 
 
-def client_with_clock():
+def client_with_clock(profile: Profile | None = None):
     clock = FakeClock()
-    client = Client(Broker(clock=clock))
+    client = Client(Broker(clock=clock, profile=profile))
     client.open_channel()
     return client, clock
 
@@ -160,7 +161,9 @@ def _publish_with_x_death(client, death: bytes) -> None:
 
 
 def _client_with_dead_letter_queues():
-    client, _ = client_with_clock()
+    """Under RabbitMQ 3.10, which reads the x-death a client published (4.x replaces it:
+    tests/unit/test_dead_letter_lines.py)."""
+    client, _ = client_with_clock(Profile(LINE_3_10))
     client.declare_queue(1, "dead")
     client.declare_queue(1, "work", arguments={"x-dead-letter-exchange": "",
                                                "x-dead-letter-routing-key": "dead"})

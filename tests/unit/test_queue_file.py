@@ -229,6 +229,20 @@ def test_a_delivered_mark_survives_a_second_restart(tmp_path):
     assert [kind for kind, _ in records_on_disk(str(tmp_path))].count(3) == 1
 
 
+def test_the_dead_lettered_flag_survives_restarts_and_delivered_marks(tmp_path):
+    """The broker's mark (FLAG_DEAD_LETTERED) comes back with its message; records
+    written without it (as by a Warren before the flag) come back without."""
+    queue_file = QueueFile(tmp_path)
+    publish(queue_file, 1, dead_lettered=True)
+    publish(queue_file, 2)
+    queue_file.mark_delivered(1)
+    queue_file.close()
+    queue_file, messages = recover(tmp_path)
+    assert [(m.seq, m.dead_lettered, m.redelivered) for m in messages] == [
+        (1, True, True), (2, False, False)]
+    queue_file.close()
+
+
 # -- transient (paged) records -----------------------------------------------------------
 
 def test_transient_records_can_be_read_but_are_not_recovered(tmp_path):

@@ -7,7 +7,7 @@ from pamqp import commands
 
 from amqp_codec import encode_properties
 from broker.core.errors import ChannelError
-from broker.core.queue_types import CLASSIC, STREAM, argument_rules
+from broker.core.queue_types import KINDS_BY_LINE
 from broker.core.rabbitmq_lines import LINE_3_10, LINE_4_0, LINE_4_3, Profile
 from broker.core.stream_filter import (StreamFilter, check_filter_size, consumer_filter,
                                        filter_value)
@@ -138,18 +138,18 @@ def test_filter_size_refusals_under_4_0_have_one_text(size):
 
 
 def test_which_lines_take_the_filtering_arguments():
-    old, middle, new = (argument_rules(line) for line in (LINE_3_10, LINE_4_0, LINE_4_3))
+    old, middle, new = (KINDS_BY_LINE[line.name].by_type
+                        for line in (LINE_3_10, LINE_4_0, LINE_4_3))
     filtering = {"x-stream-filter", "x-stream-match-unfiltered"}
-    assert not filtering & set(old.consumer_arguments(STREAM))
-    assert "x-stream-filter-size-bytes" not in old.known_arguments
-    assert filtering <= set(middle.consumer_arguments(STREAM))
-    assert filtering <= middle.known_consumer_arguments
-    assert not filtering & set(middle.consumer_arguments(CLASSIC))
-    assert "x-stream-filter-size-bytes" not in middle.known_arguments   # 4.0.5's list
-    assert new.queue_arguments(STREAM) == (
-        "x-max-length-bytes", "x-max-age", "x-stream-max-segment-size-bytes",
-        "x-stream-filter-size-bytes", "x-initial-cluster-size", "x-queue-leader-locator")
-    assert "x-stream-filter-size-bytes" not in new.queue_arguments(CLASSIC)
+    assert not filtering & set(old["stream"].consumer_arguments)
+    assert "x-stream-filter-size-bytes" not in old["stream"].known_arguments
+    assert filtering <= set(middle["stream"].consumer_arguments)
+    assert filtering <= middle["classic"].known_consumer_arguments
+    assert not filtering & set(middle["classic"].consumer_arguments)
+    assert "x-stream-filter-size-bytes" not in middle["stream"].known_arguments  # 4.0.5's
+    assert "x-stream-filter-size-bytes" in new["stream"].queue_arguments
+    assert "x-stream-filter-size-bytes" in new["classic"].known_arguments
+    assert "x-stream-filter-size-bytes" not in new["classic"].queue_arguments
 
 
 # --- filtered consumers in the core --------------------------------------------------
