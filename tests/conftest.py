@@ -211,46 +211,75 @@ def broker_of_the_module(tmp_path_factory, pytestconfig):
 RABBITMQ_START_TIMEOUT = 120.0   # a node starts in about 4 s on an idle 2-core machine
 
 
-@pytest.fixture(scope="session")
-def warren_node(tmp_path_factory):
-    """A Warren broker for the session whatever WARREN_TEST_BROKER says: the differential
-    runner's Warren side, behaving as the RabbitMQ line it is compared with
-    (WARREN_TEST_RABBITMQ_LINE, default 3.10). A BrokerAddress."""
-    line = os.environ.get("WARREN_TEST_RABBITMQ_LINE") or DEFAULT_LINE
-    process = BrokerProcess(data_dir=str(tmp_path_factory.mktemp("warren-differential")),
-                            extra_args=("--rabbitmq", line)).start()
-    yield process.address()
-    process.kill()
+class OneAtATime:
+    """A broker per RabbitMQ line, started on first use; starting one stops the one
+    before (the differential runner plays each line's scenarios together)."""
+
+    def __init__(self, start, stop):
+        self._start, self._stop = start, stop
+        self._line = None
+        self._running = None
+
+    def of(self, line: str):
+        if line != self._line:
+            self.close()
+            self._running, self._line = self._start(line), line
+        return self._running[0]
+
+    def close(self) -> None:
+        if self._running is not None:
+            running, self._running, self._line = self._running, None, None
+            self._stop(running[1])
 
 
 @pytest.fixture(scope="session")
-def rabbitmq_node():
-    """RabbitMQ for the session: WARREN_TEST_BROKER's broker if set, else a throw-away node
-    of Debian's rabbitmq-server (own node name, loopback ports, data and cookie), stopped at
-    the end, of the RabbitMQ line WARREN_TEST_RABBITMQ_LINE names (3.10, 4.0 or 4.3;
-    default 3.10: the 4.x lines' roots are made on first use, tests/support/rabbitmq_node.py).
-    Fails (never skips) when the node cannot be had. A BrokerAddress."""
+def warren_nodes(tmp_path_factory):
+    """The differential runner's Warren side, whatever WARREN_TEST_BROKER says:
+    `warren_nodes(line)` is the address (a BrokerAddress) of a Warren broker behaving
+    as that RabbitMQ line, for the session."""
+    def start(line):
+        process = BrokerProcess(
+            data_dir=str(tmp_path_factory.mktemp(f"warren-differential-{line}")),
+            extra_args=("--rabbitmq", line)).start()
+        return process.address(), process
+
+    brokers = OneAtATime(start, lambda process: process.kill())
+    yield brokers.of
+    brokers.close()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_nodes():
+    """The differential runner's RabbitMQ side: `rabbitmq_nodes(line)` is the address (a
+    BrokerAddress) of WARREN_TEST_BROKER's broker if set, else of a throw-away node of
+    that line's pinned rabbitmq-server (own node name, loopback ports, data and cookie;
+    the 4.x lines' roots are made on first use, tests/support/rabbitmq_node.py), stopped
+    when another line's is needed or at the end. Fails (never skips) when the node
+    cannot be had."""
     external = _external_broker()
     if external is not None:
-        yield external
+        yield lambda line: external
         return
-    line = os.environ.get("WARREN_TEST_RABBITMQ_LINE") or DEFAULT_LINE
-    if line not in LINES:
-        pytest.fail(f"WARREN_TEST_RABBITMQ_LINE={line}: the RabbitMQ lines are "
-                    f"{', '.join(LINES)}", pytrace=False)
-    if LINES[line].suite == SYSTEM and not os.access(RABBITMQ_SERVER, os.X_OK):
-        pytest.fail(f"{RABBITMQ_SERVER} not found: the differential tests compare Warren with "
-                    "RabbitMQ 3.10; install Debian's rabbitmq-server (scripts/test.sh does) "
-                    "or set WARREN_TEST_BROKER=host:port to use a running RabbitMQ",
-                    pytrace=False)
-    node = RabbitInstance(RABBITMQ_START_TIMEOUT, node_prefix="warren-test",
-                          management=True, line=line)
-    try:
-        node.start()
-    except NodeError as error:
-        node.stop()
-        pytest.fail(f"the throw-away RabbitMQ node did not start: {error}", pytrace=False)
-    try:
-        yield BrokerAddress("127.0.0.1", node.port, management_url=node.management_url)
-    finally:
-        node.stop()
+
+    def start(line):
+        if line not in LINES:
+            pytest.fail(f"WARREN_TEST_RABBITMQ_LINE={line}: the RabbitMQ lines are "
+                        f"{', '.join(LINES)}", pytrace=False)
+        if LINES[line].suite == SYSTEM and not os.access(RABBITMQ_SERVER, os.X_OK):
+            pytest.fail(f"{RABBITMQ_SERVER} not found: the differential tests compare "
+                        "Warren with RabbitMQ 3.10 too; install Debian's rabbitmq-server "
+                        "(scripts/test.sh does) or set WARREN_TEST_BROKER=host:port to use "
+                        "a running RabbitMQ", pytrace=False)
+        node = RabbitInstance(RABBITMQ_START_TIMEOUT, node_prefix="warren-test",
+                              management=True, line=line)
+        try:
+            node.start()
+        except NodeError as error:
+            node.stop()
+            pytest.fail(f"the throw-away RabbitMQ {line} node did not start: {error}",
+                        pytrace=False)
+        return BrokerAddress("127.0.0.1", node.port, management_url=node.management_url), node
+
+    nodes = OneAtATime(start, lambda node: node.stop())
+    yield nodes.of
+    nodes.close()

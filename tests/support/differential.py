@@ -15,6 +15,7 @@ declares a `Difference` for that step: both values are then checked, so a declar
 difference that goes away fails too.
 """
 
+import os
 import re
 import struct
 import time
@@ -24,6 +25,7 @@ from typing import Callable
 
 from pamqp import commands, header
 
+from tests.support.rabbitmq_node import DEFAULT_LINE, LINES
 from tests.support.raw_amqp import PeerClosed, RawAmqpClient, Timeout
 
 READ_TIMEOUT = 10.0
@@ -39,6 +41,8 @@ class Difference:
     warren: object
     rabbitmq: object
     reason: str
+    # The RabbitMQ lines where it shows (None: every line).
+    lines: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -231,10 +235,24 @@ def play(scenario: Scenario, broker) -> list:
     return session.transcript
 
 
-def differences_between(scenario: Scenario, warren: list, rabbitmq: list) -> list[str]:
-    """Every entry where the transcripts differ other than as the scenario declares, and
-    every declared difference that did not show as declared; [] when they agree."""
-    declared = {difference.step: difference for difference in scenario.differences}
+def compared_lines() -> tuple[str, ...]:
+    """The RabbitMQ lines the differential runner compares Warren with: the line of
+    WARREN_TEST_RABBITMQ_LINE alone when it is set, or when WARREN_TEST_BROKER names the
+    RabbitMQ to compare with (the default line then); else each line, against a
+    throw-away node of its own."""
+    line = os.environ.get("WARREN_TEST_RABBITMQ_LINE")
+    if line is None and not os.environ.get("WARREN_TEST_BROKER"):
+        return tuple(LINES)
+    return (line or DEFAULT_LINE,)
+
+
+def differences_between(scenario: Scenario, warren: list, rabbitmq: list,
+                        line: str) -> list[str]:
+    """Every entry where the transcripts (played under RabbitMQ `line`) differ other
+    than as the scenario declares for that line, and every such declared difference
+    that did not show as declared; [] when they agree."""
+    declared = {difference.step: difference for difference in scenario.differences
+                if difference.lines is None or line in difference.lines}
     found = []
     if [step for step, _ in warren] != [step for step, _ in rabbitmq]:
         found.append(f"steps differ:\n  Warren:   {[s for s, _ in warren]}\n"
