@@ -469,7 +469,7 @@ class Channel(ConsumerChannel["Connection"]):
         for delivery in deliveries:
             by_queue.setdefault(delivery.queue, []).append(delivery.entry)
         for queue, entries in by_queue.items():
-            queue.requeue(entries)
+            queue.requeue_abandoned(entries)
         for queue in queues - set(by_queue):
             queue.dispatch()
 

@@ -71,6 +71,37 @@ FEATURES = {feature.name: feature for feature in (
                       provided_by="rabbitmq_management_agent"),
 )}
 
+@dataclass(frozen=True)
+class QuorumPriorities:
+    """How a line's quorum queues order ready messages by their `priority` property
+    (RabbitMQ 4.0's rabbit_fifo_q, 4.3's rabbit_fifo_pq): `levels` queues, FIFO each.
+
+    With `high_above` set (4.0), a priority above it is level 1 (high), anything else
+    level 0; otherwise (4.3) the level is the priority itself, at most levels - 1, and
+    a message without one is at level `absent`. With `weight` set (4.0), every
+    (weight + 1)th message taken from the levels is the older of the two heads, the
+    others come from the highest level that has one; otherwise the highest level
+    always goes first."""
+
+    levels: int
+    high_above: int | None = None
+    absent: int = 0
+    weight: int | None = None
+
+    def level_of(self, priority: int | None) -> int:
+        if self.high_above is not None:
+            return 1 if priority is not None and priority > self.high_above else 0
+        if priority is None:
+            return self.absent
+        return min(priority, self.levels - 1)
+
+
+# RabbitMQ 4.0 (rabbit_fifo_q.erl): high (priority 5 and above) and normal, 2:1.
+TWO_WEIGHTED_PRIORITIES = QuorumPriorities(levels=2, high_above=4, weight=2)
+# RabbitMQ 4.3 (rabbit_fifo_pq.erl, rabbit_fifo.erl's msg_priority): 0-31, strict,
+# 4 for a message without one.
+STRICT_32_PRIORITIES = QuorumPriorities(levels=32, absent=4)
+
 MIB = 1024 * 1024
 # The delivery limit of a quorum queue that sets none, since RabbitMQ 4.0.
 QUORUM_DEFAULT_DELIVERY_LIMIT = 20
@@ -94,6 +125,17 @@ class RabbitMQLine:
     # RabbitMQ 4.3: x-delivery-count counts failed deliveries only (a reject, a closed
     # channel) and x-acquired-count every return (a nack and a recover too).
     quorum_counts_acquisitions: bool = False
+    # A message handed back to a quorum queue goes into its returns, delivered before
+    # every ready message, in the order they came back (4.x). RabbitMQ 3.10 does so
+    # only for a queue with a delivery limit or a closed channel's messages, and
+    # requeues a reject, nack or recover otherwise at the back.
+    quorum_requeues_to_back_without_limit: bool = False
+    # The priority levels of a quorum queue's messages (None: FIFO, as 3.10).
+    quorum_priorities: QuorumPriorities | None = None
+    # RabbitMQ 4.3: only quorum queues time deliveries out, and a timed-out consumer is
+    # cancelled (Basic.Cancel) with its timed-out messages returned, the channel left
+    # open; before, any queue's delivery closes the channel with 406.
+    consumer_timeout_cancels: bool = False
     # Exchange types Warren has that the line does not (declaring one is refused as an
     # unknown type), and how an unknown type is refused: 503 closing the connection up
     # to 3.x, 406 closing the channel since 4.0.
@@ -111,6 +153,7 @@ def latest_phase(feature: str) -> Phase:
 
 
 LINE_3_10 = RabbitMQLine("3.10", "3.10.8", quorum_counts_first_delivery=True,
+                         quorum_requeues_to_back_without_limit=True,
                          missing_exchange_types=frozenset(["x-local-random"]),
                          unknown_exchange_type_closes_channel=False)
 
@@ -123,7 +166,8 @@ LINE_4_0 = RabbitMQLine(
                   "classic_queue_mirroring": Phase.REMOVED,
                   "ram_node_type": Phase.PERMITTED_BY_DEFAULT,
                   "management_metrics_collection": Phase.PERMITTED_BY_DEFAULT},
-    max_message_size=16 * MIB, quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT)
+    max_message_size=16 * MIB, quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT,
+    quorum_priorities=TWO_WEIGHTED_PRIORITIES)
 
 LINE_4_3 = RabbitMQLine(
     "4.3", "4.3.6",
@@ -136,7 +180,8 @@ LINE_4_3 = RabbitMQLine(
                   "ram_node_type": Phase.REMOVED,
                   "management_metrics_collection": Phase.PERMITTED_BY_DEFAULT},
     frame_min_size=8192, max_message_size=16 * MIB,
-    quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT, quorum_counts_acquisitions=True)
+    quorum_delivery_limit=QUORUM_DEFAULT_DELIVERY_LIMIT, quorum_counts_acquisitions=True,
+    quorum_priorities=STRICT_32_PRIORITIES, consumer_timeout_cancels=True)
 
 LINES = {line.name: line for line in (LINE_3_10, LINE_4_0, LINE_4_3)}
 DEFAULT_LINE = LINE_4_3

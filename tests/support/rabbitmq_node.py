@@ -619,9 +619,12 @@ def run_command(command: list[str], environment: dict, stops: StopSignals) -> in
         raise
 
 
-def run_beside_node(command: list[str], start_timeout: float, line: str = DEFAULT_LINE) -> int:
-    """Start a node of `line`, run `command` with the node's environment, stop the node."""
-    node = RabbitInstance(start_timeout, node_prefix="warren-test", management=True, line=line)
+def run_beside_node(command: list[str], start_timeout: float, line: str = DEFAULT_LINE,
+                    config: tuple[str, ...] = ()) -> int:
+    """Start a node of `line` (with `config`, more rabbitmq.conf lines), run `command`
+    with the node's environment, stop the node."""
+    node = RabbitInstance(start_timeout, node_prefix="warren-test", management=True, line=line,
+                          extra_config="".join(f"{setting}\n" for setting in config))
     stops = StopSignals()
     try:
         try:
@@ -669,6 +672,9 @@ def main(argv=None) -> int:
                      help=f"the RabbitMQ line: {lines} (default {DEFAULT_LINE})")
     run.add_argument("--start-timeout", type=float, default=120.0,
                      help="seconds the node may take to accept AMQP (default 120)")
+    run.add_argument("--config", action="append", default=[], metavar="SETTING",
+                     help="a rabbitmq.conf line for the node (e.g. 'consumer_timeout = "
+                          "1000'); repeatable")
     run.add_argument("command", nargs=argparse.REMAINDER,
                      help="the command, after --")
     make = subcommands.add_parser(
@@ -683,7 +689,7 @@ def main(argv=None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("run needs a command after --")
-    return run_beside_node(command, args.start_timeout, args.line)
+    return run_beside_node(command, args.start_timeout, args.line, tuple(args.config))
 
 
 if __name__ == "__main__":
