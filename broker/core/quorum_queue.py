@@ -1,5 +1,5 @@
-"""Quorum queues (`x-queue-type: quorum`) on one node, as RabbitMQ 3.10 has them (and
-4.0, with its default delivery limit).
+"""Quorum queues (`x-queue-type: quorum`) on one node, as RabbitMQ 3.10, 4.0 and 4.3
+have them (the vhost's line record says where they differ).
 
 Warren keeps one replica: a quorum queue is a classic queue (queue.py) that also
 - refuses, when declared, what RabbitMQ's quorum queues refuse (server-named,

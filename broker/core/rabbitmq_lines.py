@@ -6,7 +6,9 @@ A record (`RabbitMQLine`) says, for one line, what differs from the other lines 
 Warren's behaviour forks: the identity a client sees (Connection.Start's product and
 version, the management API's rabbitmq_version), the deprecated features the line has
 and whether each is permitted by default, the smallest frame_max a client may negotiate,
-the largest message by default, and the delivery limit of a quorum queue that sets none. The table of queue kinds
+the largest message by default, the delivery limit of a quorum queue that sets none,
+where a quorum queue puts a message handed back, how it orders message priorities, and
+whether a consumer timeout cancels a quorum consumer. The table of queue kinds
 (queue_types.py) is RabbitMQ 3.10's; a line's differences from it are in its record.
 
 A `Profile` is what the rooms consult: `profile.permits(feature)` where RabbitMQ asks

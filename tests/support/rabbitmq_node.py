@@ -20,6 +20,8 @@ line's root ahead of time (--line: 3.10, the default, 4.0 or 4.3):
     python tests/support/rabbitmq_node.py run --line 4.3 -- python -m pytest tests/integration
     python tests/support/rabbitmq_node.py provision --line 4.3
 
+`run --config "consumer_timeout = 1000"` adds a rabbitmq.conf line (repeatable).
+
 The command's environment names the node: WARREN_TEST_BROKER (host:port of its AMQP
 listener), WARREN_TEST_MANAGEMENT (its management HTTP API, what tests/support/broker_admin.py's
 RabbitAdmin talks to) and WARREN_TEST_PROMETHEUS, RABBITMQ_NODENAME and
