@@ -151,8 +151,8 @@ class PriorityQueue(Queue):
                  store: QueueStore = MEMORY_STORE):
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
                          store)
-        self.ready = self._ordered_ready()      # type: ignore[assignment]
-        self._paged.tail = self._ordered_ready()   # type: ignore[assignment]
+        self.ready = self._ordered_ready()
+        self._paged.tail = self._ordered_ready()
 
     def _ordered_ready(self):
         """An empty structure of ready messages in this queue's delivery order (a

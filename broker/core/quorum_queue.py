@@ -218,7 +218,7 @@ class QuorumQueue(PriorityQueue):
             return
         self.ready.put_back(entry)     # type: ignore[attr-defined]
         if entry.message.body is None:
-            self._paged.tail.put_back(entry)     # type: ignore[union-attr]
+            self._paged.tail.put_back(entry)     # type: ignore[attr-defined]
 
     def _read_ahead(self) -> bool:
         """As PriorityQueue._read_ahead, and the head's body first when it is on disk:
@@ -227,7 +227,7 @@ class QuorumQueue(PriorityQueue):
         paged = self._paged
         if ready and ready[0].message.body is None and ready[0].seq not in paged.reading:
             head = ready[0]
-            paged.tail.remove(head)     # type: ignore[arg-type]
+            paged.tail.remove(head)
             paged.reading[head.seq] = head
             self.store.read_bodies([head], self._bodies_read)
         return super()._read_ahead()
