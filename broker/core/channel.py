@@ -60,6 +60,9 @@ class Channel(ConsumerChannel["Connection"]):
         self.closing = False
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, Delivery] = {}
+        # Tags of deliveries a consumer timeout handed back (RabbitMQ 4.3): acking
+        # one later is no error.
+        self.released_tags: set[int] = set()
         self.next_delivery_tag = 1
         self.holds: list = []   # delayed exchanges a routed message reached (reused)
         self.consumer_prefetch = 0
@@ -388,7 +391,11 @@ class Channel(ConsumerChannel["Connection"]):
             unacked.clear()
             return deliveries
         if delivery_tag not in unacked:
-            raise precondition_failed(f"unknown delivery tag {delivery_tag}")
+            if delivery_tag not in self.released_tags:
+                raise precondition_failed(f"unknown delivery tag {delivery_tag}")
+            self.released_tags.discard(delivery_tag)
+            if not multiple:
+                return []
         if not multiple:
             return [unacked.pop(delivery_tag)]
         return [unacked.pop(tag) for tag in [t for t in unacked if t <= delivery_tag]]
@@ -469,7 +476,7 @@ class Channel(ConsumerChannel["Connection"]):
         for delivery in deliveries:
             by_queue.setdefault(delivery.queue, []).append(delivery.entry)
         for queue, entries in by_queue.items():
-            queue.requeue(entries)
+            queue.requeue_abandoned(entries)
         for queue in queues - set(by_queue):
             queue.dispatch()
 

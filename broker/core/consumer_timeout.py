@@ -12,17 +12,28 @@ notes a mark, (time, next delivery tag): every delivery with a smaller tag was s
 then. The oldest unacked delivery has timed out once a mark that covers it is at least
 the timeout old, so the channel is closed between T and 1.5 T after the delivery (T + 60 s
 at most). RabbitMQ checks every channel once a minute (`channel_tick_interval`).
+
+RabbitMQ 4.3 (`consumer_timeout_cancels` of its line record) times out deliveries of
+quorum queues only, in the queue (rabbit_fifo's evaluate_consumer_timeout): each timed-out
+delivery goes back to its queue as handed back (x-acquired-count, not x-delivery-count),
+its consumer is cancelled with Basic.Cancel and the channel stays open
+(rabbit_channel's `released` action); a later ack of such a delivery is ignored. A timed-out
+Basic.Get, or a consumer of a client without consumer_cancel_notify, closes the channel
+with 406 saying "Timeout value used: -1 ms", as RabbitMQ's fallback does.
 """
 
+import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
 from .errors import precondition_failed
 
 if TYPE_CHECKING:
-    from .channel import Channel
+    from .channel import Channel, Delivery
     from .queue_base import QueueBase
     from .scheduler import Timer
+
+log = logging.getLogger("warren.channel")
 
 LONGEST_CHECK_INTERVAL = 30.0    # seconds between checks of one channel
 SHORTEST_CHECK_INTERVAL = 0.05   # so that a timeout of 0 does not spin
@@ -51,12 +62,13 @@ def timed_out_error(channel_number: int, timeout_ms: int):
 class AckWatch:
     """The timer of one channel while it holds unacked deliveries."""
 
-    __slots__ = ("channel", "scheduler", "default_ms", "marks", "timer")
+    __slots__ = ("channel", "scheduler", "default_ms", "cancels", "marks", "timer")
 
     def __init__(self, channel: "Channel", first_tag: int):
         self.channel = channel
         self.scheduler = channel.vhost.scheduler
         self.default_ms = channel.connection.broker.config.consumer_timeout
+        self.cancels = channel.vhost.profile.line.consumer_timeout_cancels
         now = self.scheduler.clock()
         self.marks: deque[tuple[float, int]] = deque([(now, first_tag + 1)])
         delivery = channel.unacked[first_tag]
@@ -67,7 +79,18 @@ class AckWatch:
         self.timer.cancel()
 
     def _timeout(self, queue: "QueueBase") -> int | None:
+        if self.cancels and queue.kind.name != "quorum":
+            return None
         return queue_consumer_timeout(queue, self.default_ms)
+
+    def _oldest(self) -> "Delivery | None":
+        """The oldest unacked delivery that can time out (under RabbitMQ 4.3 only a
+        quorum queue's can)."""
+        unacked = self.channel.unacked.values()
+        if not self.cancels:
+            return next(iter(unacked))
+        return next((delivery for delivery in unacked
+                     if delivery.queue.kind.name == "quorum"), None)
 
     def _check(self) -> None:
         channel = self.channel
@@ -75,21 +98,69 @@ class AckWatch:
             channel.ack_watch = None
             return
         now = self.scheduler.clock()
-        oldest = next(iter(channel.unacked.values()))
-        timeout_ms = self._timeout(oldest.queue)
+        oldest = self._oldest()
+        timeout_ms = None if oldest is None else self._timeout(oldest.queue)
         marks = self.marks
-        while marks and marks[0][1] <= oldest.tag:
+        while oldest is not None and marks and marks[0][1] <= oldest.tag:
             marks.popleft()   # sent before the oldest: says nothing about it
         if timeout_ms is None:
             marks.clear()
         elif marks and marks[0][0] <= now - timeout_ms / 1000:
-            channel.ack_watch = None
-            channel.acks_timed_out(timeout_ms)
-            return
+            if not self.cancels:
+                channel.ack_watch = None
+                channel.acks_timed_out(timeout_ms)
+                return
+            self._release(now)
+            if channel.closing or not channel.unacked:
+                channel.ack_watch = None
+                return
         next_tag = channel.next_delivery_tag
         if not marks or marks[-1][1] < next_tag:
             marks.append((now, next_tag))
         self.timer = self.scheduler.call_at(now + _interval(timeout_ms), self._check)
+
+
+    def _release(self, now: float) -> None:
+        """RabbitMQ 4.3: the deliveries that timed out by the oldest mark go back to
+        their queues (see the module's docstring)."""
+        channel = self.channel
+        sent_at, next_tag = self.marks[0]
+        timed_out = []
+        for delivery in channel.unacked.values():
+            if delivery.tag >= next_tag:
+                break
+            timeout_ms = self._timeout(delivery.queue)
+            if timeout_ms is not None and sent_at <= now - timeout_ms / 1000:
+                timed_out.append(delivery)
+        release_timed_out(channel, timed_out)
+
+
+def release_timed_out(channel: "Channel", deliveries: list["Delivery"]) -> None:
+    """Cancel the consumers of timed-out deliveries and hand the deliveries back; a
+    Basic.Get among them, or a client that cannot be told of a cancel, closes the
+    channel (RabbitMQ 4.3)."""
+    consumers = {}
+    closes = False
+    for delivery in deliveries:
+        del channel.unacked[delivery.tag]
+        channel.released_tags.add(delivery.tag)
+        consumer = delivery.consumer
+        if consumer is None:
+            closes = True
+        else:
+            consumers[consumer.tag] = consumer
+    log.warning("event=consumer_timeout channel=%d released=%d consumers=%s peer=%s",
+                channel.number, len(deliveries), sorted(consumers),
+                channel.connection.peer)
+    notified = channel.connection.supports("consumer_cancel_notify")
+    for consumer in consumers.values():
+        if notified and consumer.tag in channel.consumers:
+            consumer.queue.remove_consumer(consumer)
+            channel.consumer_cancelled_by_broker(consumer)
+    channel.settle_rejected(deliveries, True, None)
+    if closes or (consumers and not notified):
+        channel.connection.close_channel(channel.number,
+                                         timed_out_error(channel.number, -1))
 
 
 def _interval(timeout_ms: int | None) -> float:

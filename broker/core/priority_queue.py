@@ -151,10 +151,15 @@ class PriorityQueue(Queue):
                  store: QueueStore = MEMORY_STORE):
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
                          store)
+        self.ready = self._ordered_ready()
+        self._paged.tail = self._ordered_ready()
+
+    def _ordered_ready(self):
+        """An empty structure of ready messages in this queue's delivery order (a
+        quorum queue has its own)."""
         highest = max_priority(self.arguments)
         assert highest > 0, "x-max-priority 0 is a plain classic queue"
-        self.ready = PriorityReady(highest)      # type: ignore[assignment]
-        self._paged.tail = PriorityReady(highest)   # type: ignore[assignment]
+        return PriorityReady(highest)
 
     def _return_to_ready(self, entries: list[QueueEntry]) -> None:
         ready = self.ready

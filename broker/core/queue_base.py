@@ -327,6 +327,11 @@ class QueueBase(Generic[Entry, ConsumerKind]):
         message handed back (a nack, a recover), which RabbitMQ 4.3's quorum queues do
         not count towards the delivery limit."""
 
+    def requeue_abandoned(self, entries: list[Entry]) -> None:
+        """The unacked deliveries of a channel that closed come back (a failed
+        delivery; RabbitMQ 3.10's quorum queues deliver them first)."""
+        self.requeue(entries)
+
     @abstractmethod
     def purge(self) -> int:
         """Queue.Purge: drop the ready messages; how many there were."""

@@ -1,5 +1,5 @@
-"""Quorum queues (`x-queue-type: quorum`) on one node, as RabbitMQ 3.10 has them (and
-4.0, with its default delivery limit).
+"""Quorum queues (`x-queue-type: quorum`) on one node, as RabbitMQ 3.10, 4.0 and 4.3
+have them (the vhost's line record says where they differ).
 
 Warren keeps one replica: a quorum queue is a classic queue (queue.py) that also
 - refuses, when declared, what RabbitMQ's quorum queues refuse (server-named,
@@ -14,9 +14,15 @@ Warren keeps one replica: a quorum queue is a classic queue (queue.py) that also
 
 The count lives in the message's headers, written when the message is queued and when
 it comes back, so deliveries cost nothing more and classic queues are untouched. A
-message that comes back goes to the tail of the queue, as in RabbitMQ 3.10: it is
-queued anew, under a new seq and with its new count, in the queue file too, so the count
-survives a restart (RabbitMQ keeps it in its Raft log).
+message that comes back is queued anew, under a new seq and with its new count, in the
+queue file too, so the count survives a restart (RabbitMQ keeps it in its Raft log).
+
+Its ready messages are in RabbitMQ's order (quorum_ready.py): messages handed back
+first, in the order they came back, then the others by priority as the line has it
+(none in 3.10, two weighted levels in 4.0, 32 strict ones in 4.3). RabbitMQ 3.10
+requeues a reject, nack or recover at the back instead when the queue has no delivery
+limit (`quorum_requeues_to_back_without_limit`). A restart keeps the handed-back ones
+first: they are the messages recovered as redelivered.
 """
 
 import struct
@@ -28,7 +34,10 @@ from .at_least_once import AtLeastOnce
 from .errors import resource_locked
 from .message import Message, QueueEntry
 from .message_store import MEMORY_STORE
-from .queue import Queue
+from .message import body_size
+from .priority_queue import PriorityQueue
+from .queue_limits import drop_overflow
+from .quorum_ready import QuorumReady
 from .rabbitmq_lines import QUORUM_DEFAULT_DELIVERY_LIMIT
 from .upgrade_lint import QUORUM_DELIVERY_LIMIT
 
@@ -110,9 +119,10 @@ def with_counts(message: Message, delivered: int, acquired: int) -> Message:
         replace_properties(message.properties, headers=headers or None))
 
 
-class QuorumQueue(Queue):
-    """A quorum queue with one replica: a classic queue that counts deliveries. Always
-    durable and never exclusive (its kind refuses such a declaration)."""
+class QuorumQueue(PriorityQueue):
+    """A quorum queue with one replica: a queue that counts deliveries and delivers in
+    RabbitMQ's order (a priority queue's machinery with a QuorumReady). Always durable
+    and never exclusive (its kind refuses such a declaration)."""
 
     def __init__(self, vhost, name: str, durable: bool = True, exclusive_owner=None,
                  auto_delete: bool = False, arguments: dict | None = None,
@@ -138,10 +148,18 @@ class QuorumQueue(Queue):
         """The delivery limit of a quorum queue that sets none, in the vhost's line."""
         return self.vhost.profile.line.quorum_delivery_limit
 
-    def requeue(self, entries: list, failed: bool = True) -> None:
-        """Messages come back: each one's count goes up; those over the delivery limit
-        are dead-lettered (reason delivery_limit) or dropped, the others go to the tail
-        of the queue, in the order they were first queued, as in RabbitMQ 3.10.
+    def _ordered_ready(self):
+        return QuorumReady(self.vhost.profile.line.quorum_priorities)
+
+    def requeue_abandoned(self, entries: list) -> None:
+        self.requeue(entries, abandoned=True)
+
+    def requeue(self, entries: list, failed: bool = True, abandoned: bool = False) -> None:
+        """Messages come back (`abandoned`: their channel closed): each one's count
+        goes up; those over the delivery limit are dead-lettered (reason
+        delivery_limit) or dropped, the others go after the messages handed back
+        before them, in the order they were first queued (RabbitMQ 3.10: to the back,
+        unless the queue has a delivery limit or they were abandoned).
 
         Under RabbitMQ 4.3 only a failed delivery (a reject, the channel closed) counts
         in x-delivery-count and towards the limit; a nack or a recover hands the message
@@ -168,7 +186,51 @@ class QuorumQueue(Queue):
         if over:
             self.discard(over, "delivery_limit")
         if back:
-            super().requeue(back)
+            self._readmit(back, abandoned)
+
+    def _readmit(self, entries: list[QueueEntry], abandoned: bool) -> None:
+        """Returned entries (in seq order) into the ready messages, then what a classic
+        queue does after a requeue."""
+        ready = self.ready
+        place = ready.append if self._requeues_to_back() and not abandoned \
+            else ready.put_back    # type: ignore[attr-defined]
+        for entry in entries:
+            place(entry)
+        if self.max_length_bytes is not None:
+            self.ready_bytes += sum(body_size(entry.message) for entry in entries)
+        if self.max_length is not None or self.max_length_bytes is not None:
+            drop_overflow(self)
+        self.dispatch()
+        if self._may_expire:
+            self._arm_expiry()
+
+    def _requeues_to_back(self) -> bool:
+        """RabbitMQ 3.10 requeues what a client hands back at the back of a queue
+        without a delivery limit."""
+        return (self.vhost.profile.line.quorum_requeues_to_back_without_limit
+                and self.delivery_limit is None)
+
+    def _place_restored(self, entry: QueueEntry) -> None:
+        """A recovered message that had been handed back goes with the handed-back
+        ones (unless the line requeues to the back)."""
+        if not entry.redelivered or self._requeues_to_back():
+            super()._place_restored(entry)
+            return
+        self.ready.put_back(entry)     # type: ignore[attr-defined]
+        if entry.message.body is None:
+            self._paged.tail.put_back(entry)     # type: ignore[attr-defined]
+
+    def _read_ahead(self) -> bool:
+        """As PriorityQueue._read_ahead, and the head's body first when it is on disk:
+        the weighted order of the paged-out messages may put another before it."""
+        ready = self.ready
+        paged = self._paged
+        if ready and ready[0].message.body is None and ready[0].seq not in paged.reading:
+            head = ready[0]
+            paged.tail.remove(head)
+            paged.reading[head.seq] = head
+            self.store.read_bodies([head], self._bodies_read)
+        return super()._read_ahead()
 
     def _note_kept_past_later_limit(self) -> None:
         """Under RabbitMQ 3.10, a message came back more often than 4.x allows by

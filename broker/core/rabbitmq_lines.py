@@ -6,10 +6,11 @@ A record (`RabbitMQLine`) says, for one line, what differs from the other lines 
 Warren's behaviour forks: the identity a client sees (Connection.Start's product and
 version, the management API's rabbitmq_version), the deprecated features the line has
 and whether each is permitted by default, the smallest frame_max a client may negotiate,
-the largest message by default, quorum queues' delivery limit and counting, the
-arguments its queue types take, whether streams filter, and whose x-death
-dead-lettering reads. The table of queue kinds (queue_types.py) is RabbitMQ 3.10's; a
-line's differences from it are in its record.
+the largest message by default, quorum queues' delivery limit and counting, where a
+quorum queue puts a message handed back and how it orders priorities, whether a
+consumer timeout cancels a quorum consumer, the arguments its queue types take, whether
+streams filter, and whose x-death dead-lettering reads. The table of queue kinds
+(queue_types.py) is RabbitMQ 3.10's; a line's differences from it are in its record.
 
 A `Profile` is what the rooms consult: `profile.permits(feature)` where RabbitMQ asks
 `rabbit_deprecated_features:is_permitted`, and the line's values otherwise. The broker
@@ -73,6 +74,37 @@ FEATURES = {feature.name: feature for feature in (
                       provided_by="rabbitmq_management_agent"),
 )}
 
+@dataclass(frozen=True)
+class QuorumPriorities:
+    """How a line's quorum queues order ready messages by their `priority` property
+    (RabbitMQ 4.0's rabbit_fifo_q, 4.3's rabbit_fifo_pq): `levels` queues, FIFO each.
+
+    With `high_above` set (4.0), a priority above it is level 1 (high), anything else
+    level 0; otherwise (4.3) the level is the priority itself, at most levels - 1, and
+    a message without one is at level `absent`. With `weight` set (4.0), every
+    (weight + 1)th message taken from the levels is the older of the two heads, the
+    others come from the highest level that has one; otherwise the highest level
+    always goes first."""
+
+    levels: int
+    high_above: int | None = None
+    absent: int = 0
+    weight: int | None = None
+
+    def level_of(self, priority: int | None) -> int:
+        if self.high_above is not None:
+            return 1 if priority is not None and priority > self.high_above else 0
+        if priority is None:
+            return self.absent
+        return min(priority, self.levels - 1)
+
+
+# RabbitMQ 4.0 (rabbit_fifo_q.erl): high (priority 5 and above) and normal, 2:1.
+TWO_WEIGHTED_PRIORITIES = QuorumPriorities(levels=2, high_above=4, weight=2)
+# RabbitMQ 4.3 (rabbit_fifo_pq.erl, rabbit_fifo.erl's msg_priority): 0-31, strict,
+# 4 for a message without one.
+STRICT_32_PRIORITIES = QuorumPriorities(levels=32, absent=4)
+
 MIB = 1024 * 1024
 # Stream filtering's arguments (RabbitMQ 3.13 and later: stream_filter.py).
 STREAM_FILTER_SIZE_ARGUMENT = "x-stream-filter-size-bytes"
@@ -99,6 +131,17 @@ class RabbitMQLine:
     # RabbitMQ 4.3: x-delivery-count counts failed deliveries only (a reject, a closed
     # channel) and x-acquired-count every return (a nack and a recover too).
     quorum_counts_acquisitions: bool = False
+    # A message handed back to a quorum queue goes into its returns, delivered before
+    # every ready message, in the order they came back (4.x). RabbitMQ 3.10 does so
+    # only for a queue with a delivery limit or a closed channel's messages, and
+    # requeues a reject, nack or recover otherwise at the back.
+    quorum_requeues_to_back_without_limit: bool = False
+    # The priority levels of a quorum queue's messages (None: FIFO, as 3.10).
+    quorum_priorities: QuorumPriorities | None = None
+    # RabbitMQ 4.3: only quorum queues time deliveries out, and a timed-out consumer is
+    # cancelled (Basic.Cancel) with its timed-out messages returned, the channel left
+    # open; before, any queue's delivery closes the channel with 406.
+    consumer_timeout_cancels: bool = False
     # Exchange types Warren has that the line does not (declaring one is refused as an
     # unknown type), and how an unknown type is refused: 503 closing the connection up
     # to 3.x, 406 closing the channel since 4.0.
@@ -148,6 +191,7 @@ def latest_phase(feature: str) -> Phase:
 
 
 LINE_3_10 = RabbitMQLine("3.10", "3.10.8", quorum_counts_first_delivery=True,
+                         quorum_requeues_to_back_without_limit=True,
                          missing_exchange_types=frozenset(["x-local-random"]),
                          unknown_exchange_type_closes_channel=False,
                          reads_client_x_death=True, writes_last_death=False)
@@ -167,7 +211,8 @@ LINE_4_0 = RabbitMQLine(
     consumer_arguments_dropped=frozenset(["x-cancel-on-ha-failover"]),
     declares_default_queue_type=True, stream_filtering=True,
     # (two spaces: 4.0.5's text)
-    stream_filter_size_refusal="Invalid value for  x-stream-filter-size-bytes")
+    stream_filter_size_refusal="Invalid value for  x-stream-filter-size-bytes",
+    quorum_priorities=TWO_WEIGHTED_PRIORITIES)
 
 LINE_4_3 = RabbitMQLine(
     "4.3", "4.3.6",
@@ -190,7 +235,8 @@ LINE_4_3 = RabbitMQLine(
     consumer_arguments_dropped=frozenset(["x-cancel-on-ha-failover"]),
     unchecked_queue_arguments=frozenset(["x-queue-mode"]),
     declares_default_queue_type=True, compares_max_age_in_milliseconds=True,
-    stream_filtering=True)
+    stream_filtering=True, quorum_priorities=STRICT_32_PRIORITIES,
+    consumer_timeout_cancels=True)
 
 LINES = {line.name: line for line in (LINE_3_10, LINE_4_0, LINE_4_3)}
 DEFAULT_LINE = LINE_4_3

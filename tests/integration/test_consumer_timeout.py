@@ -51,12 +51,13 @@ def rabbitmq_with_timeout():
 
 @pytest.fixture(params=["warren", "rabbitmq"])
 def timeout_broker(request, broker_factory, tmp_path):
-    """A broker whose consumer_timeout is TIMEOUT_MS: Warren, then RabbitMQ."""
+    """A broker of the 3.10 line whose consumer_timeout is TIMEOUT_MS: Warren, then
+    RabbitMQ."""
     if request.param == "rabbitmq":
         return request.getfixturevalue("rabbitmq_with_timeout")
     config = tmp_path / "warren.toml"
     config.write_text(f"[limits]\nconsumer_timeout = {TIMEOUT_MS}\n")
-    return broker_factory("--config", str(config))
+    return broker_factory("--rabbitmq", "3.10", "--config", str(config))
 
 
 class Watched:
@@ -196,5 +197,112 @@ def test_a_negative_queue_argument_is_refused(warren):
         assert refused.value.reply_code == 406
         assert "invalid arg 'x-consumer-timeout'" in refused.value.reply_text
         assert "{value_negative,-1}" in refused.value.reply_text
+    finally:
+        close_quietly(connection)
+
+
+# -- RabbitMQ 4.3: quorum consumers are cancelled, classic ones never time out ------------
+
+@pytest.fixture(scope="module")
+def rabbitmq_4_3_with_timeout():
+    """A throw-away RabbitMQ 4.3 node with consumer_timeout TIMEOUT_MS (its quorum
+    queues check deliveries themselves: no channel tick involved)."""
+    node = RabbitInstance(start_timeout=120, node_prefix="ctimeout43", line="4.3",
+                          extra_config=f"consumer_timeout = {TIMEOUT_MS}\n")
+    try:
+        node.start()
+    except NodeError as error:
+        node.stop()
+        pytest.fail(f"the RabbitMQ 4.3 node of the consumer-timeout tests did not start: "
+                    f"{error}")
+    yield SimpleNamespace(host=HOST, port=node.port)
+    node.stop()
+
+
+@pytest.fixture(params=["warren", "rabbitmq"])
+def timeout_broker_4_3(request, broker_factory, tmp_path):
+    """A broker of the 4.3 line whose consumer_timeout is TIMEOUT_MS: Warren, then
+    RabbitMQ 4.3.6."""
+    if request.param == "rabbitmq":
+        return request.getfixturevalue("rabbitmq_4_3_with_timeout")
+    config = tmp_path / "warren.toml"
+    config.write_text(f"[limits]\nconsumer_timeout = {TIMEOUT_MS}\n")
+    return broker_factory("--rabbitmq", "4.3", "--config", str(config))
+
+
+def test_under_4_3_a_quorum_consumer_that_times_out_is_cancelled(timeout_broker_4_3):
+    """Measured on RabbitMQ 4.3.6: the consumer of a quorum queue gets Basic.Cancel, its
+    timed-out messages go back first (handed back: x-acquired-count, no
+    x-delivery-count), the channel stays open, and an ack of a timed-out delivery is no
+    error. A classic consumer on the same channel, whose delivery is older, is left
+    alone."""
+    connection = connect(timeout_broker_4_3)
+    try:
+        other = connection.channel()
+        other.confirm_delivery()
+        classic, qq = unique("ctimeout-classic"), unique("ctimeout-qq")
+        other.queue_declare(classic, durable=True)
+        other.queue_declare(qq, durable=True, arguments={"x-queue-type": "quorum"})
+        other.basic_publish("", classic, b"c")
+        for body in (b"m1", b"m2", b"m3"):
+            other.basic_publish("", qq, body)
+        watched = Watched(connection)
+        channel = watched.channel
+        channel.basic_qos(prefetch_count=2)
+        cancelled, got = [], []
+        channel.add_on_cancel_callback(lambda frame: cancelled.append(
+            frame.method.consumer_tag))
+        classic_tag = channel.basic_consume(classic, lambda *delivery: got.append(delivery))
+        assert wait_until(connection, lambda: got)
+        qq_tag = channel.basic_consume(qq, lambda *delivery: got.append(delivery))
+        assert wait_until(connection, lambda: cancelled, timeout=CLOSE_DEADLINE)
+        assert cancelled == [qq_tag] and channel.is_open and not watched.closed_by
+        assert [body for *_, body in got] == [b"c", b"m1", b"m2"]
+        channel.basic_ack(got[1][1].delivery_tag)
+        channel.basic_ack(got[0][1].delivery_tag)      # the classic one
+        assert wait_for_count(other, classic, 0) == 0
+        assert wait_for_count(other, qq, 3) == 3
+        assert channel.is_open and classic_tag in channel.consumer_tags
+        left = []
+        for _ in range(3):
+            method, properties, body = other.basic_get(qq, auto_ack=True)
+            headers = properties.headers or {}
+            left.append((body, method.redelivered, headers.get("x-delivery-count"),
+                         headers.get("x-acquired-count")))
+        assert left == [(b"m1", True, None, 1), (b"m2", True, None, 1),
+                        (b"m3", False, None, None)]
+    finally:
+        close_quietly(connection)
+    # Deleted from another connection: RabbitMQ keeps the cancelled consumer on its
+    # channel, and deleting its queue would send pika a second Basic.Cancel for it.
+    connection = connect(timeout_broker_4_3)
+    try:
+        channel = connection.channel()
+        channel.queue_delete(classic)
+        channel.queue_delete(qq)
+    finally:
+        close_quietly(connection)
+
+
+def test_under_4_3_a_timed_out_basic_get_closes_the_channel(timeout_broker_4_3):
+    """Measured on RabbitMQ 4.3.6: 406 saying "-1 ms" (RabbitMQ's fallback), the message
+    handed back."""
+    connection = connect(timeout_broker_4_3)
+    try:
+        other = connection.channel()
+        other.confirm_delivery()
+        qq = unique("ctimeout-get")
+        other.queue_declare(qq, durable=True, arguments={"x-queue-type": "quorum"})
+        other.basic_publish("", qq, b"g")
+        watched = Watched(connection)
+        method, _, _ = watched.channel.basic_get(qq)
+        assert method is not None
+        reason = watched.wait_for_close(connection)
+        assert (reason.reply_code, reason.reply_text) == (
+            406, TEXT.format(watched.channel.channel_number, -1))
+        assert wait_for_count(other, qq, 1) == 1
+        method, properties, _ = other.basic_get(qq, auto_ack=True)
+        assert (properties.headers or {}) == {"x-acquired-count": 1}
+        other.queue_delete(qq)
     finally:
         close_quietly(connection)

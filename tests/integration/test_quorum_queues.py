@@ -378,3 +378,100 @@ def test_quorum_counts_under_4_3(chan):
     """Measured on RabbitMQ 4.3.6: x-delivery-count counts failed deliveries (a reject, a
     closed channel), x-acquired-count every return."""
     assert counts_after_each_return(chan) == [(None, None), (1, 1), (1, 2), (2, 3), (2, 4)]
+
+
+# -- delivery order: returns first, priorities (per line) --------------------------------
+
+def order_after_returns(channel, **arguments) -> list:
+    """Publish 1-7, get 1-5, reject 4, nack 2, nack multiple up to 5 (1, 3 and 5), all
+    with requeue: the order the seven come in afterwards."""
+    quorum(channel, "ordered", **arguments)
+    channel.confirm_delivery()
+    for number in range(1, 8):
+        channel.basic_publish("", "ordered", str(number).encode())
+    tags = {}
+    for _ in range(5):
+        method, _, body = next_message(channel, "ordered")
+        tags[body] = method.delivery_tag
+    channel.basic_reject(tags[b"4"], requeue=True)
+    channel.basic_nack(tags[b"2"], requeue=True)
+    channel.basic_nack(tags[b"5"], multiple=True, requeue=True)
+    assert wait_for_count(channel, "ordered", 7) == 7
+    return [next_message(channel, "ordered")[2].decode() for _ in range(7)]
+
+
+def test_under_3_10_a_delivery_limit_puts_returns_first(chan):
+    """Measured on RabbitMQ 3.10.8: with a delivery limit, returned messages go before
+    the ready ones, in the order they came back (without one, at the back)."""
+    assert order_after_returns(chan, **{"x-delivery-limit": 100}) == [
+        "4", "2", "1", "3", "5", "6", "7"]
+
+
+@pytest.mark.warren_rabbitmq("4.0")
+def test_returns_go_first_under_4_0(chan):
+    """Measured on RabbitMQ 4.0.5."""
+    assert order_after_returns(chan) == ["4", "2", "1", "3", "5", "6", "7"]
+
+
+@pytest.mark.warren_rabbitmq("4.3")
+def test_returns_go_first_under_4_3(chan):
+    """Measured on RabbitMQ 4.3.6."""
+    assert order_after_returns(chan) == ["4", "2", "1", "3", "5", "6", "7"]
+
+
+MIXED_PRIORITIES = [None, 0, 1, 4, 5, 9, 10, 31, 32, 255, 3, 7, None, 5, 30, 6]
+
+
+def priority_order(channel) -> list[int]:
+    """One message per priority of MIXED_PRIORITIES (None: no property) to a quorum
+    queue with no consumer, then all of them got: their indexes in delivery order."""
+    quorum(channel, "prioritised")
+    channel.confirm_delivery()
+    for index, priority in enumerate(MIXED_PRIORITIES):
+        channel.basic_publish("", "prioritised", str(index).encode(),
+                              pika.BasicProperties(priority=priority))
+    return [int(next_message(channel, "prioritised")[2])
+            for _ in MIXED_PRIORITIES]
+
+
+@pytest.mark.warren_rabbitmq("4.0")
+def test_priorities_under_4_0(chan):
+    """Measured on RabbitMQ 4.0.5: priorities above 4 are high, the rest normal; every
+    third message is the older of the two heads."""
+    assert priority_order(chan) == [4, 5, 0, 6, 7, 1, 8, 9, 2, 11, 13, 3, 14, 15, 10, 12]
+
+
+@pytest.mark.warren_rabbitmq("4.3")
+def test_priorities_under_4_3(chan):
+    """Measured on RabbitMQ 4.3.6: 32 strict priorities (above 31 counts as 31, none as
+    4), publication order within one."""
+    assert priority_order(chan) == [7, 8, 9, 14, 6, 5, 11, 15, 4, 13, 0, 3, 12, 10, 2, 1]
+
+
+@pytest.mark.warren_only("restarts its own broker (broker_factory)")
+def test_returns_stay_first_across_a_restart(broker_factory, tmp_path):
+    """Under 4.3, messages handed back are still delivered first, in the order they
+    came back, after a restart."""
+    data_dir = str(tmp_path / "data")
+    broker = broker_factory("--rabbitmq", "4.3", data_dir=data_dir)
+    connection = connect(broker)
+    channel = connection.channel()
+    quorum(channel, "q")
+    channel.confirm_delivery()
+    for body in (b"1", b"2", b"3"):
+        channel.basic_publish("", "q", body, pika.BasicProperties(delivery_mode=2))
+    first, _, _ = next_message(channel, "q")
+    second, _, _ = next_message(channel, "q")
+    channel.basic_nack(second.delivery_tag, requeue=True)
+    channel.basic_nack(first.delivery_tag, requeue=True)
+    assert wait_for_count(channel, "q", 3) == 3
+    close_quietly(connection)
+    assert broker.stop() == 0
+
+    broker = broker_factory("--rabbitmq", "4.3", data_dir=data_dir)
+    connection = connect(broker)
+    try:
+        channel = connection.channel()
+        assert [next_message(channel, "q")[2] for _ in range(3)] == [b"2", b"1", b"3"]
+    finally:
+        close_quietly(connection)

@@ -20,6 +20,8 @@ line's root ahead of time (--line: 3.10, the default, 4.0 or 4.3):
     python tests/support/rabbitmq_node.py run --line 4.3 -- python -m pytest tests/integration
     python tests/support/rabbitmq_node.py provision --line 4.3
 
+`run --config "consumer_timeout = 1000"` adds a rabbitmq.conf line (repeatable).
+
 The command's environment names the node: WARREN_TEST_BROKER (host:port of its AMQP
 listener), WARREN_TEST_MANAGEMENT (its management HTTP API, what tests/support/broker_admin.py's
 RabbitAdmin talks to) and WARREN_TEST_PROMETHEUS, RABBITMQ_NODENAME and
@@ -619,9 +621,12 @@ def run_command(command: list[str], environment: dict, stops: StopSignals) -> in
         raise
 
 
-def run_beside_node(command: list[str], start_timeout: float, line: str = DEFAULT_LINE) -> int:
-    """Start a node of `line`, run `command` with the node's environment, stop the node."""
-    node = RabbitInstance(start_timeout, node_prefix="warren-test", management=True, line=line)
+def run_beside_node(command: list[str], start_timeout: float, line: str = DEFAULT_LINE,
+                    config: tuple[str, ...] = ()) -> int:
+    """Start a node of `line` (with `config`, more rabbitmq.conf lines), run `command`
+    with the node's environment, stop the node."""
+    node = RabbitInstance(start_timeout, node_prefix="warren-test", management=True, line=line,
+                          extra_config="".join(f"{setting}\n" for setting in config))
     stops = StopSignals()
     try:
         try:
@@ -669,6 +674,9 @@ def main(argv=None) -> int:
                      help=f"the RabbitMQ line: {lines} (default {DEFAULT_LINE})")
     run.add_argument("--start-timeout", type=float, default=120.0,
                      help="seconds the node may take to accept AMQP (default 120)")
+    run.add_argument("--config", action="append", default=[], metavar="SETTING",
+                     help="a rabbitmq.conf line for the node (e.g. 'consumer_timeout = "
+                          "1000'); repeatable")
     run.add_argument("command", nargs=argparse.REMAINDER,
                      help="the command, after --")
     make = subcommands.add_parser(
@@ -683,7 +691,7 @@ def main(argv=None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("run needs a command after --")
-    return run_beside_node(command, args.start_timeout, args.line)
+    return run_beside_node(command, args.start_timeout, args.line, tuple(args.config))
 
 
 if __name__ == "__main__":

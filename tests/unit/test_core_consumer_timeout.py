@@ -1,11 +1,12 @@
 """Consumer (delivery acknowledgement) timeouts in the core, on a fake clock: when a
-channel is closed, what it says, what happens to its deliveries, which timeout applies."""
+channel is closed, what it says, what happens to its deliveries, which timeout applies
+(RabbitMQ 3.10's rules); under RabbitMQ 4.3, the cancel of a quorum queue's consumer."""
 
 from pamqp import commands
 
 from broker.core.broker import Broker, BrokerConfig
 from broker.core.policy import POLICY, make_policy
-from broker.core.rabbitmq_lines import LINE_4_0, Profile
+from broker.core.rabbitmq_lines import LINE_3_10, LINE_4_3, Profile
 from core_harness import Client, deliveries
 
 TIMEOUT_MS = 1000
@@ -22,12 +23,10 @@ class FakeClock:
         return self.now
 
 
-def client_with_clock(consumer_timeout=TIMEOUT_MS):
-    """A broker of the 4.0 line, whose classic queues time consumers out (4.3's do
-    not)."""
+def client_with_clock(consumer_timeout=TIMEOUT_MS, line=LINE_3_10):
     clock = FakeClock()
     client = Client(Broker(BrokerConfig(consumer_timeout=consumer_timeout), clock=clock,
-                           profile=Profile(LINE_4_0)))
+                           profile=Profile(line)))
     client.open_channel(1)
     client.open_channel(2)
     return client, clock
@@ -142,3 +141,63 @@ def test_a_policy_overrides_the_broker_timeout_and_the_lower_of_policy_and_argum
     vhost.apply_policies()   # takes effect at the channel's next check (5000 / 4 ms)
     closes = channel_closes(advance(client, clock, 1.5))
     assert closes == [(1, 406, TEXT.format(300), 0, 0)]
+
+
+# -- RabbitMQ 4.3 -----------------------------------------------------------------------
+
+QUORUM = {"x-queue-type": "quorum"}
+
+
+def consume_quorum(client) -> None:
+    client.method(1, commands.Queue.Declare(queue="q", durable=True, arguments=QUORUM))
+    client.method(1, commands.Basic.Consume(queue="q", consumer_tag="c"))
+    assert [body for _, body in deliveries(client.publish(1, "", "q", b"late"))] == [
+        b"late"]
+
+
+def cancels(frames: list) -> list:
+    return [(number, frame.consumer_tag) for number, frame in frames
+            if isinstance(frame, commands.Basic.Cancel)]
+
+
+def test_under_4_3_classic_deliveries_never_time_out():
+    client, clock = client_with_clock(line=LINE_4_3)
+    consume_one(client)
+    frames = advance(client, clock, 60)
+    assert channel_closes(frames) == [] and cancels(frames) == []
+
+
+def test_under_4_3_a_quorum_consumer_is_cancelled_and_its_message_handed_back():
+    """The channel stays open, the message goes back counted as handed back
+    (x-acquired-count), and a later ack of its tag is no error."""
+    client, clock = client_with_clock(line=LINE_4_3)
+    consume_quorum(client)
+    assert cancels(advance(client, clock, 0.9)) == []
+    frames = advance(client, clock, 0.6)
+    assert cancels(frames) == [(1, "c")] and channel_closes(frames) == []
+    assert channel_closes(client.method(1, commands.Basic.Ack(delivery_tag=1))) == []
+    frames = client.method(2, commands.Basic.Get(queue="q", no_ack=True))
+    ok, header = frames[0][1], frames[1][1]
+    assert isinstance(ok, commands.Basic.GetOk) and ok.redelivered
+    assert header.properties.headers == {"x-acquired-count": 1}
+    assert channel_closes(client.method(1, commands.Basic.Ack(delivery_tag=7))) == [
+        (1, 406, "PRECONDITION_FAILED - unknown delivery tag 7", 60, 80)]
+
+
+def test_under_4_3_a_timed_out_basic_get_closes_the_channel_saying_minus_one():
+    client, clock = client_with_clock(line=LINE_4_3)
+    client.method(1, commands.Queue.Declare(queue="q", durable=True, arguments=QUORUM))
+    client.publish(1, "", "q", b"g")
+    client.method(1, commands.Basic.Get(queue="q"))
+    assert channel_closes(advance(client, clock, 1.5)) == [(1, 406, TEXT.format(-1), 0, 0)]
+
+
+def test_under_4_3_a_client_without_cancel_notification_gets_its_channel_closed():
+    clock = FakeClock()
+    client = Client(Broker(BrokerConfig(consumer_timeout=TIMEOUT_MS), clock=clock,
+                           profile=Profile(LINE_4_3)), capabilities={})
+    client.open_channel(1)
+    consume_quorum(client)
+    frames = advance(client, clock, 1.5)
+    assert cancels(frames) == []
+    assert channel_closes(frames) == [(1, 406, TEXT.format(-1), 0, 0)]
