@@ -67,13 +67,10 @@ class DeadLettering:
         self.queue = queue
         self.exchange = exchange          # the exchange's name, or None
         self.routing_key = routing_key
-        # A quorum queue's x-dead-letter-strategy at-least-once (at_least_once.py):
-        # dead-lettered messages stay in its store until their targets hold them.
+        # A quorum queue's dead-letter strategy at-least-once while it applies
+        # (at_least_once.py): dead-lettered messages stay in its store until their
+        # targets hold them.
         self.keeper: "AtLeastOnce | None" = None
-
-    def _kept_until_held(self) -> bool:
-        keeper = self.keeper
-        return keeper is not None and self.exchange is not None and keeper.applies()
 
     def target(self) -> "Exchange | None":
         name = self.exchange
@@ -85,7 +82,7 @@ class DeadLettering:
         queue = self.queue
         paged_out = [entry for entry in entries if entry.message.body is None]
         unread = [entry for entry in paged_out if not queue._leaves_ready(entry)]
-        if (self.target() is None and not self._kept_until_held()) or not entries:
+        if (self.target() is None and self.keeper is None) or not entries:
             for entry in entries:
                 queue.held_bytes -= held_size(entry)
                 queue.store.settle(entry)
@@ -109,7 +106,7 @@ class DeadLettering:
         waiting = paged.dead_letters
         reads = paged.dead_letter_reads
         exchange = None
-        keeper = self.keeper if self._kept_until_held() else None
+        keeper = self.keeper
         while waiting:
             entry, reason, now = waiting[0]
             if entry.message.body is None and entry.seq in reads:
