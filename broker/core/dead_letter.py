@@ -14,6 +14,10 @@ the former too, and fails to dead-letter the message for the latter); a death wh
 count is not an integer counts from 1 again.
 A message whose properties cannot be read or whose x-death cannot be written back is
 not dead-lettered: it is dropped with a warning.
+A dead-lettered message does not enter a queue already in its history when no death
+since that queue's (that one included) is a rejection: such a cycle would run forever on
+its own. As RabbitMQ 3.10 and 4.x, this is checked for each queue the message is routed
+to (the others get it), and not when the death is a rejection.
 
 The history is the message's x-death header under RabbitMQ 3.10, whoever wrote it. Since
 4.0 RabbitMQ keeps it apart from the headers (a message annotation, rendered as x-death
@@ -32,6 +36,7 @@ which order, once their bodies are in memory, and the republishing itself.
 import datetime
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from amqp_codec import (EncodedValue, Long, MalformedProperties, array_elements,
@@ -47,6 +52,7 @@ if TYPE_CHECKING:
     from .at_least_once import AtLeastOnce
     from .exchange import Exchange
     from .queue import Queue
+    from .queue_base import QueueBase
 
 log = logging.getLogger("warren.dead_letter")
 
@@ -136,8 +142,9 @@ class DeadLettering:
 
     def republish(self, exchange: "Exchange", message: Message, reason: str,
                   now: datetime.datetime) -> int | None:
-        """Dead-letter one message: the number of queues it reached, or None when it is
-        not to be dead-lettered (a cycle, headers that cannot be rewritten). When that
+        """Dead-letter one message: the number of queues it reached (none for those it
+        would reach in a dead-letter cycle), or None when it is not to be dead-lettered
+        (headers that cannot be rewritten). When that
         fails, the message is dropped, as if the queue had no dead-letter exchange, and
         the failure is logged: the queue and whoever triggered the dead-lettering carry
         on."""
@@ -152,6 +159,8 @@ class DeadLettering:
             if observer is not None:
                 observer.dead_lettered(queue, reason, dead)
             destinations = vhost.route(exchange, dead)
+            if reason != "rejected" and destinations:
+                destinations = out_of_cycles(dead, destinations)
             for destination in destinations:
                 destination.enqueue(dead)
             return len(destinations)
@@ -164,10 +173,8 @@ class DeadLettering:
 def dead_letter_message(message: Message, queue_name: str, reason: str, exchange: str,
                         routing_key: str | None, now: datetime.datetime,
                         line: RabbitMQLine) -> DeadLetteredMessage | None:
-    """The message to republish under RabbitMQ `line`'s rules, or None when it would
-    cycle (expired back into a queue it already expired from with no rejection in
-    between, as RabbitMQ drops) or cannot be dead-lettered (see the module's
-    docstring)."""
+    """The message to republish under RabbitMQ `line`'s rules, or None when it cannot
+    be dead-lettered (see the module's docstring)."""
     try:
         properties = _dead_lettered_properties(message, queue_name, reason,
                                                routing_key is not None, now, line)
@@ -201,8 +208,6 @@ def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
     if line.reads_client_x_death or message.dead_lettered():
         history = next((raw for key, _value, raw in entries if key == "x-death"), None)
     deaths = _earlier_deaths(history)
-    if reason == "expired" and _cycles([table for table, _ in deaths], queue_name):
-        return None
     death: EncodedValue | dict | None = _take_death(deaths, queue_name, reason)
     if death is None:
         death = _new_death(message, queue_name, reason, now, entries)
@@ -269,7 +274,22 @@ def _take_death(deaths: list, queue_name: str, reason: str) -> EncodedValue | No
     return None
 
 
-def _cycles(deaths: list, queue_name: str) -> bool:
-    seen_here = any(death.get("queue") == queue_name for death in deaths)
-    rejected = any(death.get("reason") == "rejected" for death in deaths)
-    return seen_here and not rejected
+def out_of_cycles(dead: Message, destinations: Sequence["QueueBase"]) -> list["QueueBase"]:
+    """The queues of `destinations` the dead-lettered message may enter: as RabbitMQ
+    3.10 and 4.x, not one already in its history (the x-death just written) when no
+    death from the newest to that queue's is a rejection: such a cycle runs on its own
+    (expiries, length limits, delivery limits) and would never end. Checked for deaths
+    other than rejections only, as RabbitMQ."""
+    history = next((raw for key, _value, raw in headers_entries(dead.properties)
+                    if key == "x-death"), None)
+    deaths = [(table.get("queue"), table.get("reason"))
+              for table, _encoded in _earlier_deaths(history)]
+    return [destination for destination in destinations
+            if not _closes_cycle(deaths, destination.name)]
+
+
+def _closes_cycle(deaths: list[tuple], queue_name: str) -> bool:
+    for index, (queue, _reason) in enumerate(deaths):
+        if queue == queue_name:
+            return all(reason != "rejected" for _queue, reason in deaths[:index + 1])
+    return False
