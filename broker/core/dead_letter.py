@@ -210,7 +210,7 @@ def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
     deaths = _earlier_deaths(history)
     death: EncodedValue | dict | None = _take_death(deaths, queue_name, reason)
     if death is None:
-        death = _new_death(message, queue_name, reason, now, entries)
+        death = _new_death(message, queue_name, reason, now, entries, line)
     added: dict = {"x-death": [death, *(encoded for _table, encoded in deaths)]}
     if history is None:   # the first death sets (or overwrites) the x-first-death-*
         added.update(zip(_FIRST_DEATH, (reason, queue_name, message.exchange)))
@@ -223,14 +223,29 @@ def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
 
 
 def _new_death(message: Message, queue_name: str, reason: str, now: datetime.datetime,
-               entries: list) -> dict:
+               entries: list, line: RabbitMQLine) -> dict:
     death = {"count": Long(1), "queue": queue_name, "reason": reason, "time": now,
              "exchange": message.exchange,
-             "routing-keys": [message.routing_key, *cc_routing_keys(entries)]}
+             "routing-keys": _death_routing_keys(message, entries, line)}
     expiration = message.decoded_properties.expiration
     if expiration is not None:
         death["original-expiration"] = expiration
     return death
+
+
+def _death_routing_keys(message: Message, entries: list, line: RabbitMQLine) -> list[str]:
+    """The routing keys the death records, by `line`'s rule (death_keys_less_bcc). The
+    BCC keys are those the message was routed with after its CC keys; they are not
+    known once it was paged out or recovered, nor after it was dead-lettered with a new
+    routing key (its extra keys are gone then)."""
+    cc = cc_routing_keys(entries)
+    keys = [message.routing_key, *cc]
+    if line.death_keys_less_bcc:
+        bcc = message.extra_routing_keys[len(cc):]
+        keys.extend(bcc)
+        for key in bcc:
+            keys.remove(key)      # its first occurrence, as Erlang's --
+    return keys
 
 
 def _earlier_deaths(history: bytes | None) -> list[tuple[dict, EncodedValue]]:

@@ -10,7 +10,8 @@ from pamqp import commands
 
 from amqp_codec import decode_properties, encode_properties
 from broker.core.dead_letter import dead_letter_message, out_of_cycles
-from broker.core.message import DeadLetteredMessage, Message, PagedOutPlaceholders
+from broker.core.message import (DeadLetteredMessage, Message, PagedOutPlaceholders,
+                                 SenderRoutedMessage)
 from broker.core.rabbitmq_lines import LINE_3_10, LINE_4_0, LINE_4_3
 
 NOW = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
@@ -172,3 +173,16 @@ def test_the_mark_survives_paging_and_new_delivery_counts():
               placeholder.with_properties(b"\x00\x00")]
     assert [copy.dead_lettered() for copy in copies] == [True] * 4
     assert not published().with_properties(b"\x00\x00").dead_lettered()
+
+
+@pytest.mark.parametrize("line, keys", [(LINE_3_10, ["k1", "k2", "k2"]),
+                                        (LINE_4_0, ["k2", "k2", "k1"]),
+                                        (LINE_4_3, ["k2", "k2", "k1"])],
+                         ids=lambda value: getattr(value, "name", ""))
+def test_the_death_records_the_routing_keys_by_the_lines_rule(line, keys):
+    """Key k1, CC [k2, k2], BCC [k3, k1] (the CC header stays, BCC was taken out): 4.x
+    takes the first occurrence of each BCC key out of [k1, k2, k2, k3, k1]."""
+    properties = encode_properties(commands.Basic.Properties(headers={"CC": ["k2", "k2"]}))
+    message = SenderRoutedMessage("", "k1", properties, b"m", ("k2", "k2", "k3", "k1"))
+    dead = dead_letter_message(message, "work", "rejected", "dlx", "dlk", NOW, line)
+    assert headers(dead)["x-death"][0]["routing-keys"] == keys
