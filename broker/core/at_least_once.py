@@ -2,9 +2,10 @@
 quorum queues do it since 3.10: a dead-lettered message leaves its queue only once
 every queue it was routed to holds it durably.
 
-RabbitMQ applies the strategy when the quorum queue also has `x-overflow:
-reject-publish`; with another overflow mode it dead-letters at most once (the queue
-checks that at each dead-lettering, since a policy may change the mode). In Warren the
+RabbitMQ applies the strategy when the quorum queue also has a dead-letter exchange and
+overflow reject-publish; otherwise it dead-letters at most once. The quorum queue
+(quorum_queue.py) has an AtLeastOnce while the strategy applies: a policy that changes
+the strategy, the overflow mode or the exchange switches it on or off. In Warren the
 target queues get the message at once (one node), so "holds it durably" is the next
 group commit: the source's queue-file record is settled when the commit that wrote the
 targets' records has synced. A message that routes nowhere (the dead-letter exchange
@@ -41,11 +42,6 @@ class AtLeastOnce:
         self.in_flight: deque[tuple[int, QueueEntry]] = deque()   # (writes mark, entry)
         self.unroutable: deque[tuple[QueueEntry, str, datetime.datetime]] = deque()
         self.retry: Timer | None = None
-
-    def applies(self) -> bool:
-        """RabbitMQ's condition: with another overflow mode than reject-publish the
-        queue dead-letters at most once."""
-        return self.queue.overflow == "reject-publish"
 
     @property
     def pending(self) -> int:
@@ -107,6 +103,28 @@ class AtLeastOnce:
         waiting, self.unroutable = self.unroutable, deque()
         for entry, reason, now in waiting:
             self.send(entry, reason, now)
+
+    def retry_now(self) -> None:
+        """Try the messages that routed nowhere again without waiting (the queue's
+        policy changed: the dead-letter exchange or routing key may have)."""
+        if self.unroutable:
+            if self.retry is not None:
+                self.retry.cancel()
+            self._retry_due()
+
+    def switched_off(self) -> None:
+        """The queue dead-letters at most once from now on: as RabbitMQ, it deletes the
+        messages it still holds for at-least-once dead-lettering (those routed stay
+        where they went; those that routed nowhere are lost)."""
+        queue = self.queue
+        held = [entry for _mark, entry in self.in_flight]
+        held.extend(entry for entry, _reason, _now in self.unroutable)
+        for entry in held:
+            queue.store.settle(entry)
+        if held:
+            log.info("event=dead_letter_strategy_switched vhost=%r queue=%r deleted=%d",
+                     queue.vhost.name, queue.name, len(held))
+        self.dropped()
 
     def dropped(self) -> None:
         """The queue is deleted: what it kept goes with it."""

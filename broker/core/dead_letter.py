@@ -14,6 +14,10 @@ the former too, and fails to dead-letter the message for the latter); a death wh
 count is not an integer counts from 1 again.
 A message whose properties cannot be read or whose x-death cannot be written back is
 not dead-lettered: it is dropped with a warning.
+A dead-lettered message does not enter a queue already in its history when no death
+since that queue's (that one included) is a rejection: such a cycle would run forever on
+its own. As RabbitMQ 3.10 and 4.x, this is checked for each queue the message is routed
+to (the others get it), and not when the death is a rejection.
 
 The history is the message's x-death header under RabbitMQ 3.10, whoever wrote it. Since
 4.0 RabbitMQ keeps it apart from the headers (a message annotation, rendered as x-death
@@ -32,6 +36,7 @@ which order, once their bodies are in memory, and the republishing itself.
 import datetime
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from amqp_codec import (EncodedValue, Long, MalformedProperties, array_elements,
@@ -47,6 +52,7 @@ if TYPE_CHECKING:
     from .at_least_once import AtLeastOnce
     from .exchange import Exchange
     from .queue import Queue
+    from .queue_base import QueueBase
 
 log = logging.getLogger("warren.dead_letter")
 
@@ -67,13 +73,10 @@ class DeadLettering:
         self.queue = queue
         self.exchange = exchange          # the exchange's name, or None
         self.routing_key = routing_key
-        # A quorum queue's x-dead-letter-strategy at-least-once (at_least_once.py):
-        # dead-lettered messages stay in its store until their targets hold them.
+        # A quorum queue's dead-letter strategy at-least-once while it applies
+        # (at_least_once.py): dead-lettered messages stay in its store until their
+        # targets hold them.
         self.keeper: "AtLeastOnce | None" = None
-
-    def _kept_until_held(self) -> bool:
-        keeper = self.keeper
-        return keeper is not None and self.exchange is not None and keeper.applies()
 
     def target(self) -> "Exchange | None":
         name = self.exchange
@@ -85,7 +88,7 @@ class DeadLettering:
         queue = self.queue
         paged_out = [entry for entry in entries if entry.message.body is None]
         unread = [entry for entry in paged_out if not queue._leaves_ready(entry)]
-        if (self.target() is None and not self._kept_until_held()) or not entries:
+        if (self.target() is None and self.keeper is None) or not entries:
             for entry in entries:
                 queue.held_bytes -= held_size(entry)
                 queue.store.settle(entry)
@@ -109,7 +112,7 @@ class DeadLettering:
         waiting = paged.dead_letters
         reads = paged.dead_letter_reads
         exchange = None
-        keeper = self.keeper if self._kept_until_held() else None
+        keeper = self.keeper
         while waiting:
             entry, reason, now = waiting[0]
             if entry.message.body is None and entry.seq in reads:
@@ -139,8 +142,9 @@ class DeadLettering:
 
     def republish(self, exchange: "Exchange", message: Message, reason: str,
                   now: datetime.datetime) -> int | None:
-        """Dead-letter one message: the number of queues it reached, or None when it is
-        not to be dead-lettered (a cycle, headers that cannot be rewritten). When that
+        """Dead-letter one message: the number of queues it reached (none for those it
+        would reach in a dead-letter cycle), or None when it is not to be dead-lettered
+        (headers that cannot be rewritten). When that
         fails, the message is dropped, as if the queue had no dead-letter exchange, and
         the failure is logged: the queue and whoever triggered the dead-lettering carry
         on."""
@@ -155,6 +159,8 @@ class DeadLettering:
             if observer is not None:
                 observer.dead_lettered(queue, reason, dead)
             destinations = vhost.route(exchange, dead)
+            if reason != "rejected" and destinations:
+                destinations = out_of_cycles(dead, destinations)
             for destination in destinations:
                 destination.enqueue(dead)
             return len(destinations)
@@ -167,10 +173,8 @@ class DeadLettering:
 def dead_letter_message(message: Message, queue_name: str, reason: str, exchange: str,
                         routing_key: str | None, now: datetime.datetime,
                         line: RabbitMQLine) -> DeadLetteredMessage | None:
-    """The message to republish under RabbitMQ `line`'s rules, or None when it would
-    cycle (expired back into a queue it already expired from with no rejection in
-    between, as RabbitMQ drops) or cannot be dead-lettered (see the module's
-    docstring)."""
+    """The message to republish under RabbitMQ `line`'s rules, or None when it cannot
+    be dead-lettered (see the module's docstring)."""
     try:
         properties = _dead_lettered_properties(message, queue_name, reason,
                                                routing_key is not None, now, line)
@@ -204,11 +208,9 @@ def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
     if line.reads_client_x_death or message.dead_lettered():
         history = next((raw for key, _value, raw in entries if key == "x-death"), None)
     deaths = _earlier_deaths(history)
-    if reason == "expired" and _cycles([table for table, _ in deaths], queue_name):
-        return None
     death: EncodedValue | dict | None = _take_death(deaths, queue_name, reason)
     if death is None:
-        death = _new_death(message, queue_name, reason, now, entries)
+        death = _new_death(message, queue_name, reason, now, entries, line)
     added: dict = {"x-death": [death, *(encoded for _table, encoded in deaths)]}
     if history is None:   # the first death sets (or overwrites) the x-first-death-*
         added.update(zip(_FIRST_DEATH, (reason, queue_name, message.exchange)))
@@ -221,14 +223,29 @@ def _dead_lettered_properties(message: Message, queue_name: str, reason: str,
 
 
 def _new_death(message: Message, queue_name: str, reason: str, now: datetime.datetime,
-               entries: list) -> dict:
+               entries: list, line: RabbitMQLine) -> dict:
     death = {"count": Long(1), "queue": queue_name, "reason": reason, "time": now,
              "exchange": message.exchange,
-             "routing-keys": [message.routing_key, *cc_routing_keys(entries)]}
+             "routing-keys": _death_routing_keys(message, entries, line)}
     expiration = message.decoded_properties.expiration
     if expiration is not None:
         death["original-expiration"] = expiration
     return death
+
+
+def _death_routing_keys(message: Message, entries: list, line: RabbitMQLine) -> list[str]:
+    """The routing keys the death records, by `line`'s rule (death_keys_less_bcc). The
+    BCC keys are those the message was routed with after its CC keys; they are not
+    known once it was paged out or recovered, nor after it was dead-lettered with a new
+    routing key (its extra keys are gone then)."""
+    cc = cc_routing_keys(entries)
+    keys = [message.routing_key, *cc]
+    if line.death_keys_less_bcc:
+        bcc = message.extra_routing_keys[len(cc):]
+        keys.extend(bcc)
+        for key in bcc:
+            keys.remove(key)      # its first occurrence, as Erlang's --
+    return keys
 
 
 def _earlier_deaths(history: bytes | None) -> list[tuple[dict, EncodedValue]]:
@@ -272,7 +289,22 @@ def _take_death(deaths: list, queue_name: str, reason: str) -> EncodedValue | No
     return None
 
 
-def _cycles(deaths: list, queue_name: str) -> bool:
-    seen_here = any(death.get("queue") == queue_name for death in deaths)
-    rejected = any(death.get("reason") == "rejected" for death in deaths)
-    return seen_here and not rejected
+def out_of_cycles(dead: Message, destinations: Sequence["QueueBase"]) -> list["QueueBase"]:
+    """The queues of `destinations` the dead-lettered message may enter: as RabbitMQ
+    3.10 and 4.x, not one already in its history (the x-death just written) when no
+    death from the newest to that queue's is a rejection: such a cycle runs on its own
+    (expiries, length limits, delivery limits) and would never end. Checked for deaths
+    other than rejections only, as RabbitMQ."""
+    history = next((raw for key, _value, raw in headers_entries(dead.properties)
+                    if key == "x-death"), None)
+    deaths = [(table.get("queue"), table.get("reason"))
+              for table, _encoded in _earlier_deaths(history)]
+    return [destination for destination in destinations
+            if not _closes_cycle(deaths, destination.name)]
+
+
+def _closes_cycle(deaths: list[tuple], queue_name: str) -> bool:
+    for index, (queue, _reason) in enumerate(deaths):
+        if queue == queue_name:
+            return all(reason != "rejected" for _queue, reason in deaths[:index + 1])
+    return False

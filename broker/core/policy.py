@@ -32,6 +32,7 @@ POLICY = "policy"
 OPERATOR_POLICY = "operator_policy"
 APPLY_TO = ("queues", "exchanges", "all")
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")   # quorum_queue.py
 MAX_SEGMENT_SIZE = 3_000_000_000   # RabbitMQ's limit on stream-max-segment-size-bytes
 
 # What a definition key must be, in RabbitMQ's words ("<value> is not a valid ...").
@@ -49,16 +50,17 @@ _NAME_KEYS = {
     "dead-letter-routing-key": "dead letter routing key",
     "alternate-exchange": "alternate exchange name",
 }
-POLICY_KEYS = frozenset([*_INTEGER_KEYS, *_NAME_KEYS, "overflow", "max-age"])
+POLICY_KEYS = frozenset([*_INTEGER_KEYS, *_NAME_KEYS, "overflow", "max-age",
+                         "dead-letter-strategy"])
 OPERATOR_POLICY_KEYS = frozenset(["expires", "message-ttl", "max-length",
                                   "max-length-bytes", "delivery-limit"])
 # Keys RabbitMQ 3.10 knows that configure what Warren does not have.
 NOT_IMPLEMENTED = frozenset([
-    "dead-letter-strategy", "max-in-memory-length", "max-in-memory-bytes", "queue-mode",
-    "queue-version", "queue-leader-locator", "initial-cluster-size", "ha-mode",
-    "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
-    "ha-promote-on-failure", "queue-master-locator", "federation-upstream",
-    "federation-upstream-set", "single-active-consumer", "max-priority"])
+    "max-in-memory-length", "max-in-memory-bytes", "queue-mode", "queue-version",
+    "queue-leader-locator", "initial-cluster-size", "ha-mode", "ha-params", "ha-sync-mode",
+    "ha-sync-batch-size", "ha-promote-on-shutdown", "ha-promote-on-failure",
+    "queue-master-locator", "federation-upstream", "federation-upstream-set",
+    "single-active-consumer", "max-priority"])
 
 # Keys of an operator policy and a policy that both apply: the lower value wins.
 _MERGED_BY_MINIMUM = frozenset(["message-ttl", "max-length", "max-length-bytes",
@@ -156,6 +158,9 @@ def _value_problem(key: str, value) -> str | None:
     elif key == "overflow":
         if value not in OVERFLOW_MODES:
             return f"{_shown(value)} is not a valid overflow value"
+    elif key == "dead-letter-strategy":
+        if value not in DEAD_LETTER_STRATEGIES:
+            return f"{_shown(value)} is not a valid dead letter strategy"
     elif key == "max-age":
         if not isinstance(value, str) or parse_duration(value) is None:
             return f"{_shown(value)} is not a valid max age"

@@ -10,7 +10,9 @@ Warren keeps one replica: a quorum queue is a classic queue (queue.py) that also
 - dead-letters (reason `delivery_limit`) or drops a message coming back more times
   than the delivery limit: the lower of `x-delivery-limit` and the policy and operator
   policy key `delivery-limit`; since RabbitMQ 4.0, 20 when neither sets one
-  (`delivery_limit`).
+  (`delivery_limit`);
+- dead-letters at least once (at_least_once.py) by `x-dead-letter-strategy`, else the
+  policy key `dead-letter-strategy`, followed when a policy changes.
 
 The count lives in the message's headers, written when the message is queued and when
 it comes back, so deliveries cost nothing more and classic queues are untouched. A
@@ -130,8 +132,7 @@ class QuorumQueue(PriorityQueue):
         super().__init__(vhost, name, durable, exclusive_owner, auto_delete, arguments,
                          store)
         self.delivery_limit = delivery_limit(self.arguments, {}, self._line_default())
-        if text_value(self.arguments.get(DEAD_LETTER_STRATEGY)) == "at-least-once":
-            self.dead_lettering.keeper = AtLeastOnce(self)
+        self._follow_dead_letter_strategy({})
 
     def enqueue(self, message: Message, publisher=None) -> bool:
         """RabbitMQ 3.10 delivers x-delivery-count 0 the first time; 4.x no count."""
@@ -143,6 +144,29 @@ class QuorumQueue(PriorityQueue):
         super().apply_policy(definition)
         self.delivery_limit = delivery_limit(self.arguments, definition,
                                              self._line_default())
+        self._follow_dead_letter_strategy(definition)
+
+    def _follow_dead_letter_strategy(self, definition: dict) -> None:
+        """Dead-letter at least once or at most once, as RabbitMQ's quorum queues decide
+        it (rabbit_quorum_queue's dead_letter_handler) whenever their policy changes:
+        the strategy is the argument, else the policy's; at-least-once applies only with
+        a dead-letter exchange and overflow reject-publish. Switched off, the queue
+        deletes the messages it still held for it; still on, it tries those that routed
+        nowhere again at once (RabbitMQ's worker looks the exchange up again)."""
+        argument = self.arguments.get(DEAD_LETTER_STRATEGY)
+        strategy = (text_value(argument) if argument is not None
+                    else definition.get("dead-letter-strategy"))
+        dead_lettering = self.dead_lettering
+        keeper = dead_lettering.keeper
+        if (strategy == "at-least-once" and self.overflow == "reject-publish"
+                and dead_lettering.exchange is not None):
+            if keeper is None:
+                dead_lettering.keeper = AtLeastOnce(self)
+            else:
+                keeper.retry_now()
+        elif keeper is not None:
+            dead_lettering.keeper = None
+            keeper.switched_off()
 
     def _line_default(self) -> int | None:
         """The delivery limit of a quorum queue that sets none, in the vhost's line."""

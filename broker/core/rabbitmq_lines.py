@@ -9,7 +9,8 @@ and whether each is permitted by default, the smallest frame_max a client may ne
 the largest message by default, quorum queues' delivery limit and counting, where a
 quorum queue puts a message handed back and how it orders priorities, whether a
 consumer timeout cancels a quorum consumer, the arguments its queue types take, whether
-streams filter, and whose x-death dead-lettering reads. The table of queue kinds
+streams filter, and whose x-death dead-lettering reads and which routing keys it
+records. The table of queue kinds
 (queue_types.py) is RabbitMQ 3.10's; a line's differences from it are in its record.
 
 A `Profile` is what the rooms consult: `profile.permits(feature)` where RabbitMQ asks
@@ -179,6 +180,11 @@ class RabbitMQLine:
     reads_client_x_death: bool = False
     # Since 4.0 every death also sets x-last-death-reason, -queue and -exchange.
     writes_last_death: bool = True
+    # An x-death entry's routing-keys: up to 3.x the routing key, then the CC keys. Since
+    # 4.0 the routing key, the CC and the BCC keys, less the first occurrence of each
+    # BCC key (RabbitMQ's mc:record_death): a BCC key that is also the routing key or a
+    # CC key takes that one out (key k1, CC [k2], BCC [k1]: [k2, k1]).
+    death_keys_less_bcc: bool = True
 
     def phase(self, feature: str) -> Phase | None:
         return self.deprecations.get(feature)
@@ -194,7 +200,8 @@ LINE_3_10 = RabbitMQLine("3.10", "3.10.8", quorum_counts_first_delivery=True,
                          quorum_requeues_to_back_without_limit=True,
                          missing_exchange_types=frozenset(["x-local-random"]),
                          unknown_exchange_type_closes_channel=False,
-                         reads_client_x_death=True, writes_last_death=False)
+                         reads_client_x_death=True, writes_last_death=False,
+                         death_keys_less_bcc=False)
 
 LINE_4_0 = RabbitMQLine(
     "4.0", "4.0.5",

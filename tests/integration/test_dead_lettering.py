@@ -138,6 +138,33 @@ def test_4_x_counts_on_in_a_dead_letter_cycle_of_its_own(chan, line):
     assert death_headers(headers, "last") == ("expired", wait, "")
 
 
+def test_an_automatic_cycle_ends_before_the_message_enters_a_queue_again(chan):
+    """Expired from `first` into `second`, then from `second` towards `first` and `log`:
+    the copy for `first` would close a cycle of expiries (no rejection in it) and is
+    dropped, the copy for `log` (not in the history) is not: RabbitMQ 3.10.8, 4.0.5 and
+    4.3.6 alike check the queue the message is routed to, per queue. The message passed
+    through `first` and `second` once each and is gone (`first` has no TTL of its own:
+    a copy that got there would stay)."""
+    dlx, first, second, log = (unique(name) for name in ("dlx", "first", "second", "log"))
+    chan.exchange_declare(dlx, "direct", auto_delete=True)
+    chan.queue_declare(first, exclusive=True, arguments={
+        "x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "to-second"})
+    chan.queue_declare(second, exclusive=True, arguments={
+        "x-message-ttl": 10, "x-dead-letter-exchange": dlx,
+        "x-dead-letter-routing-key": "to-first"})
+    chan.queue_declare(log, exclusive=True)
+    chan.queue_bind(first, dlx, "to-first")
+    chan.queue_bind(second, dlx, "to-second")
+    for key in ("to-first", "to-second"):
+        chan.queue_bind(log, dlx, key)
+    chan.basic_publish("", first, b"m", pika.BasicProperties(expiration="0"))
+    copies = [wait_for_message(chan, log)[1].headers for _ in range(2)]
+    assert [deaths(headers) for headers in copies] == [
+        [(first, "expired", 1)], [(second, "expired", 1), (first, "expired", 1)]]
+    assert get_all(chan, first) == [] and get_all(chan, second) == []
+    assert get_all(chan, log) == []
+
+
 def test_max_length_keeps_the_newest_and_dead_letters_the_rest(chan):
     work, dead = dead_letter_setup(chan, **{"x-max-length": 2})
     publish_bodies(chan, "", work, ["1", "2", "3", "4"])

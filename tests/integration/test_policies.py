@@ -243,6 +243,48 @@ def _nack_until_dead_lettered(channel, queue, deliveries):
     return counts
 
 
+@pytest.mark.parametrize("argument, before, after, arrived", [
+    (None, "at-least-once", "at-least-once", ["held", "marker"]),
+    (None, "at-most-once", "at-most-once", ["marker"]),
+    (None, "at-least-once", "at-most-once", ["marker"]),   # switched: deleted
+    ("at-most-once", "at-least-once", "at-least-once", ["marker"]),   # argument first
+])
+def test_dead_letter_strategy(space, argument, before, after, arrived):
+    """A quorum queue with overflow reject-publish and a dead-letter exchange that does
+    not exist yet rejects "held": at least once, the queue keeps it until the exchange
+    routes it (RabbitMQ tries again when the policy changes); at most once, it is lost.
+    Then the exchange and its queue exist, the policy changes (it names the routing key
+    and `after`'s strategy) and "marker" is rejected: "dead" gets what survived, then
+    "marker"."""
+    channel = space.channel
+    arguments = {"x-queue-type": "quorum", "x-overflow": "reject-publish",
+                 "x-dead-letter-exchange": "dlx"}
+    if argument is not None:
+        arguments["x-dead-letter-strategy"] = argument
+    channel.queue_declare("q", durable=True, arguments=arguments)
+    space.policy("dls", "^q$", {"dead-letter-strategy": before}, apply_to="queues")
+    fill(channel, "q", 1, prefix="held")
+    _reject_next(channel, "q")
+    settled(channel, "q")
+    channel.exchange_declare("dlx", "direct")
+    channel.queue_declare("dead")
+    channel.queue_bind("dead", "dlx", "to-dead")
+    space.policy("dls", "^q$", {"dead-letter-strategy": after,
+                                "dead-letter-routing-key": "to-dead"}, apply_to="queues")
+    fill(channel, "q", 1, prefix="marker")
+    _reject_next(channel, "q")
+    bodies = wait_for_bodies(channel, "dead", len(arrived))
+    assert [body.removesuffix("0") for body in bodies] == arrived
+    assert channel.basic_get("q", auto_ack=True)[0] is None
+
+
+def _reject_next(channel, queue):
+    """Reject the next message of `queue` once it is there (a quorum queue of
+    RabbitMQ's takes a publish in after the channel's next method)."""
+    method, _, _ = _wait_for_message(channel, queue, auto_ack=False)
+    channel.basic_reject(method.delivery_tag, requeue=False)
+
+
 def _reject_one(channel, queue):
     method, _, _ = channel.basic_get(queue)
     channel.basic_reject(method.delivery_tag, requeue=False)
@@ -430,6 +472,7 @@ def test_a_policy_is_not_an_argument_for_redeclaring(space):
 @pytest.mark.parametrize("definition, words", [
     ({"max-length": -1}, "-1 is not a valid maximum length"),
     ({"overflow": "sideways"}, "is not a valid overflow value"),
+    ({"dead-letter-strategy": "twice"}, "is not a valid dead letter strategy"),
     ({"expires": 0}, "0 is not a valid queue expiry"),
     ({"max-age": "1x"}, "is not a valid max age"),
     ({"no-such-key": 1}, "are not recognised policy settings"),

@@ -9,8 +9,9 @@ import pytest
 from pamqp import commands
 
 from amqp_codec import decode_properties, encode_properties
-from broker.core.dead_letter import dead_letter_message
-from broker.core.message import DeadLetteredMessage, Message, PagedOutPlaceholders
+from broker.core.dead_letter import dead_letter_message, out_of_cycles
+from broker.core.message import (DeadLetteredMessage, Message, PagedOutPlaceholders,
+                                 SenderRoutedMessage)
 from broker.core.rabbitmq_lines import LINE_3_10, LINE_4_0, LINE_4_3
 
 NOW = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
@@ -121,17 +122,45 @@ def test_4_x_counts_on_in_a_cycle_of_the_broker_own(line):
         "x-last-death-queue": "dead", "x-last-death-exchange": "dlx"}
 
 
-def test_3_10_drops_a_message_whose_client_history_makes_an_expiry_a_cycle():
+class Named:
+    """A queue the dead-lettered message is routed to, as out_of_cycles sees it."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def entered(message: Message, *queues: str) -> list[str]:
+    """Which of `queues` the dead-lettered `message` may enter (out_of_cycles)."""
+    return [queue.name for queue in out_of_cycles(message, [Named(name) for name in queues])]
+
+
+def test_3_10_a_client_history_can_close_a_cycle():
     message = published(**{"x-death": [death("work", "expired", 1)]})
-    assert dead_letter_message(message, "work", "expired", "dlx", "dead", NOW,
-                               LINE_3_10) is None
+    dead = dead_letter_message(message, "wait", "expired", "dlx", "work", NOW, LINE_3_10)
+    assert entered(dead, "work", "log") == ["log"]
 
 
 @pytest.mark.parametrize("line", LINES_4, ids=lambda line: line.name)
 def test_4_x_sees_no_cycle_in_a_client_history(line):
     message = published(**{"x-death": [death("work", "expired", 1)]})
-    dead = dead_letter_message(message, "work", "expired", "dlx", "dead", NOW, line)
-    assert headers(dead)["x-death"] == [death("work", "expired", 1)]
+    dead = dead_letter_message(message, "wait", "expired", "dlx", "work", NOW, line)
+    assert headers(dead)["x-death"] == [death("wait", "expired", 1, "", ("work",))]
+    assert entered(dead, "work", "log") == ["work", "log"]
+
+
+@pytest.mark.parametrize("line", [LINE_3_10, *LINES_4], ids=lambda line: line.name)
+def test_a_cycle_is_the_deaths_back_to_the_target_queue(line):
+    """Dropped for a target queue in the history when no death from the newest to that
+    queue's is a rejection; one before it does not count (RabbitMQ's is_cycle)."""
+    message = published()
+    message = dead_letter_message(message, "work", "expired", "", "work", NOW, line)
+    assert entered(message, "work") == []                    # into itself at once
+    message = rejected_from_work(published(), line)          # [work rejected]
+    message = dead_letter_message(message, "a", "expired", "", "b", NOW, line)
+    message = dead_letter_message(message, "b", "maxlen", "", "a", NOW, line)
+    assert entered(message, "a", "b", "work") == ["work"]    # [b, a] automatic
+    message = dead_letter_message(message, "work", "rejected", "", "b", NOW, line)
+    assert entered(message, "a", "b", "work") == ["a", "b", "work"]
 
 
 def test_the_mark_survives_paging_and_new_delivery_counts():
@@ -144,3 +173,16 @@ def test_the_mark_survives_paging_and_new_delivery_counts():
               placeholder.with_properties(b"\x00\x00")]
     assert [copy.dead_lettered() for copy in copies] == [True] * 4
     assert not published().with_properties(b"\x00\x00").dead_lettered()
+
+
+@pytest.mark.parametrize("line, keys", [(LINE_3_10, ["k1", "k2", "k2"]),
+                                        (LINE_4_0, ["k2", "k2", "k1"]),
+                                        (LINE_4_3, ["k2", "k2", "k1"])],
+                         ids=lambda value: getattr(value, "name", ""))
+def test_the_death_records_the_routing_keys_by_the_lines_rule(line, keys):
+    """Key k1, CC [k2, k2], BCC [k3, k1] (the CC header stays, BCC was taken out): 4.x
+    takes the first occurrence of each BCC key out of [k1, k2, k2, k3, k1]."""
+    properties = encode_properties(commands.Basic.Properties(headers={"CC": ["k2", "k2"]}))
+    message = SenderRoutedMessage("", "k1", properties, b"m", ("k2", "k2", "k3", "k1"))
+    dead = dead_letter_message(message, "work", "rejected", "dlx", "dlk", NOW, line)
+    assert headers(dead)["x-death"][0]["routing-keys"] == keys
