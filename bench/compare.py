@@ -189,7 +189,7 @@ class WarrenInstance:
 def new_instance(broker: str, args):
     if broker == "warren":
         return WarrenInstance(args.start_timeout)
-    return RabbitInstance(args.start_timeout, args.rabbitmq_server)
+    return RabbitInstance(args.start_timeout, args.rabbitmq_server, line="3.10")
 
 
 # ---------------------------------------------------------------------------- PerfTest

@@ -94,7 +94,7 @@ def warren_start_rounds(mode: str, rounds: int) -> list[float]:
 def rabbitmq_start_rounds(rounds: int) -> tuple[list[float], str]:
     times, version = [], "?"
     for _ in range(rounds):
-        node = RabbitInstance(start_timeout=120, node_prefix="startup-bench")
+        node = RabbitInstance(start_timeout=120, node_prefix="startup-bench", line="3.10")
         try:
             node.start()
             times.append(node.startup_s)
@@ -284,7 +284,8 @@ def main(argv=None) -> int:
     results[f"RabbitMQ {version} node start"] = summary(rabbit_times)
     results["Warren per test: new_vhost() + remove()"] = summary(
         warren_vhost_rounds(args.vhost_rounds))
-    node = RabbitInstance(start_timeout=120, node_prefix="startup-bench", management=True)
+    node = RabbitInstance(start_timeout=120, node_prefix="startup-bench", management=True,
+                          line="3.10")
     try:
         node.start()
         results["RabbitMQ per test: pytest-rabbitmq clear_rabbitmq"] = summary(

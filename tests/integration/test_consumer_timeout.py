@@ -37,7 +37,7 @@ pytestmark = pytest.mark.warren_only(
 @pytest.fixture(scope="module")
 def rabbitmq_with_timeout():
     """A throw-away RabbitMQ 3.10 node with consumer_timeout TIMEOUT_MS."""
-    node = RabbitInstance(start_timeout=120, node_prefix="ctimeout",
+    node = RabbitInstance(start_timeout=120, node_prefix="ctimeout", line="3.10",
                           extra_config=f"consumer_timeout = {TIMEOUT_MS}\n",
                           advanced_config="[{rabbit, [{channel_tick_interval, 100}]}].")
     try:
