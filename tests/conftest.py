@@ -7,9 +7,10 @@ integration tests against another broker (for example RabbitMQ on 127.0.0.1:5673
 its management API on 15673) and compare behaviour: the plugin's differential mode
 (--amqp-broker, as guest), so the `warren` fixture's vhost is made on that broker too.
 
-The differential runner (tests/support/differential.py) needs both brokers at once:
-`warren_node` always starts Warren, `rabbitmq_node` is the WARREN_TEST_BROKER broker or,
-when that is unset, a throw-away RabbitMQ node started for the session (tests/support/rabbitmq_node.py).
+The differential runner (tests/support/differential.py) needs both brokers at once, of
+each RabbitMQ line: `warren_nodes(line)` always starts Warren, `rabbitmq_nodes(line)` is
+the WARREN_TEST_BROKER broker or, when that is unset, a throw-away RabbitMQ node of the
+line (tests/support/rabbitmq_node.py).
 
 Every hypothesis test runs under the "warren" profile, loaded here before any test module
 is imported (a `settings` object takes its unset values from the profile loaded when it is

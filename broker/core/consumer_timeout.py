@@ -14,7 +14,8 @@ the timeout old, so the channel is closed between T and 1.5 T after the delivery
 at most). RabbitMQ checks every channel once a minute (`channel_tick_interval`).
 
 RabbitMQ 4.3 (`consumer_timeout_cancels` of its line record) times out deliveries of
-quorum queues only, in the queue (rabbit_fifo's evaluate_consumer_timeout): each timed-out
+quorum queues only (a consumer's own `x-consumer-timeout` argument, when it gives one,
+instead of its queue's: rabbit_queue_type:consume), in the queue (rabbit_fifo's evaluate_consumer_timeout): each timed-out
 delivery goes back to its queue as handed back (x-acquired-count, not x-delivery-count),
 its consumer is cancelled with Basic.Cancel and the channel stays open
 (rabbit_channel's `released` action); a later ack of such a delivery is ignored. A timed-out
@@ -73,24 +74,21 @@ class AckWatch:
         self.marks: deque[tuple[float, int]] = deque([(now, first_tag + 1)])
         delivery = channel.unacked[first_tag]
         self.timer: "Timer" = self.scheduler.call_at(
-            now + _interval(self._timeout(delivery.queue)), self._check)
+            now + _interval(self._timeout(delivery)), self._check)
 
     def stop(self) -> None:
         self.timer.cancel()
 
-    def _timeout(self, queue: "QueueBase") -> int | None:
-        if self.cancels and queue.kind.name != "quorum":
-            return None
+    def _timeout(self, delivery: "Delivery") -> int | None:
+        queue = delivery.queue
+        if self.cancels:
+            if queue.kind.name != "quorum":
+                return None
+            own = None if delivery.consumer is None else \
+                delivery.consumer.arguments.get("x-consumer-timeout")
+            if isinstance(own, int) and not isinstance(own, bool):
+                return own   # checked at Basic.Consume: an integer, not negative
         return queue_consumer_timeout(queue, self.default_ms)
-
-    def _oldest(self) -> "Delivery | None":
-        """The oldest unacked delivery that can time out (under RabbitMQ 4.3 only a
-        quorum queue's can)."""
-        unacked = self.channel.unacked.values()
-        if not self.cancels:
-            return next(iter(unacked))
-        return next((delivery for delivery in unacked
-                     if delivery.queue.kind.name == "quorum"), None)
 
     def _check(self) -> None:
         channel = self.channel
@@ -98,41 +96,59 @@ class AckWatch:
             channel.ack_watch = None
             return
         now = self.scheduler.clock()
-        oldest = self._oldest()
-        timeout_ms = None if oldest is None else self._timeout(oldest.queue)
-        marks = self.marks
-        while oldest is not None and marks and marks[0][1] <= oldest.tag:
-            marks.popleft()   # sent before the oldest: says nothing about it
-        if timeout_ms is None:
-            marks.clear()
-        elif marks and marks[0][0] <= now - timeout_ms / 1000:
-            if not self.cancels:
+        if self.cancels:
+            timeout_ms = self._release_due(now)
+        else:
+            timeout_ms = self._timeout(next(iter(channel.unacked.values())))
+            if self._oldest_timed_out(now, timeout_ms) and timeout_ms is not None:
                 channel.ack_watch = None
                 channel.acks_timed_out(timeout_ms)
                 return
-            self._release(now)
-            if channel.closing or not channel.unacked:
-                channel.ack_watch = None
-                return
+        if channel.closing or not channel.unacked:
+            channel.ack_watch = None
+            return
+        marks = self.marks
         next_tag = channel.next_delivery_tag
         if not marks or marks[-1][1] < next_tag:
             marks.append((now, next_tag))
         self.timer = self.scheduler.call_at(now + _interval(timeout_ms), self._check)
 
+    def _oldest_timed_out(self, now: float, timeout_ms: int | None) -> bool:
+        """Whether the channel's oldest unacked delivery has waited `timeout_ms` (the
+        marks older than it say nothing about it and go)."""
+        marks = self.marks
+        oldest = next(iter(self.channel.unacked))
+        while marks and marks[0][1] <= oldest:
+            marks.popleft()
+        if timeout_ms is None:
+            marks.clear()
+            return False
+        return bool(marks) and marks[0][0] <= now - timeout_ms / 1000
 
-    def _release(self, now: float) -> None:
-        """RabbitMQ 4.3: the deliveries that timed out by the oldest mark go back to
-        their queues (see the module's docstring)."""
-        channel = self.channel
-        sent_at, next_tag = self.marks[0]
-        timed_out = []
-        for delivery in channel.unacked.values():
-            if delivery.tag >= next_tag:
-                break
-            timeout_ms = self._timeout(delivery.queue)
-            if timeout_ms is not None and sent_at <= now - timeout_ms / 1000:
-                timed_out.append(delivery)
-        release_timed_out(channel, timed_out)
+    def _release_due(self, now: float) -> int | None:
+        """RabbitMQ 4.3: hand back every delivery that has waited its own timeout (a
+        delivery is as old as the first mark that covers it); the shortest timeout of
+        those left, which sets the pace of the checks."""
+        marks = self.marks
+        due, shortest, index = [], None, 0
+        first_left = None
+        for delivery in self.channel.unacked.values():
+            timeout_ms = self._timeout(delivery)
+            if timeout_ms is None:
+                continue
+            while index < len(marks) and marks[index][1] <= delivery.tag:
+                index += 1
+            if index < len(marks) and marks[index][0] <= now - timeout_ms / 1000:
+                due.append(delivery)
+                continue
+            if first_left is None:
+                first_left = delivery.tag
+            shortest = timeout_ms if shortest is None else min(shortest, timeout_ms)
+        while marks and (first_left is None or marks[0][1] <= first_left):
+            marks.popleft()   # covers no delivery that can still time out
+        if due:
+            release_timed_out(self.channel, due)
+        return shortest
 
 
 def release_timed_out(channel: "Channel", deliveries: list["Delivery"]) -> None:

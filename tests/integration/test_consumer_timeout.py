@@ -156,6 +156,7 @@ def test_consumers_that_ack_in_time_or_need_no_acks_are_left_alone(timeout_broke
 
 @pytest.mark.warren_only("RabbitMQ 3.10 ignores x-consumer-timeout (3.12 and later "
                          "honour it)")
+@pytest.mark.warren_rabbitmq("4.0")   # classic queues time consumers out up to 4.0
 def test_the_queue_argument_overrides_the_broker_timeout(warren):
     connection = connect(warren)     # the session broker: its 30-minute default
     try:
@@ -171,6 +172,7 @@ def test_the_queue_argument_overrides_the_broker_timeout(warren):
 
 @pytest.mark.warren_only("RabbitMQ 3.10 refuses the consumer-timeout policy key (3.12 "
                          "and later honour it)")
+@pytest.mark.warren_rabbitmq("4.0")   # classic queues time consumers out up to 4.0
 def test_the_policy_overrides_the_broker_timeout_and_the_lower_of_it_and_the_argument_wins(
         broker_admin, warren):
     broker_admin.set_policy(warren.vhost, "timeout", "^ctimeout-",
@@ -188,6 +190,7 @@ def test_the_policy_overrides_the_broker_timeout_and_the_lower_of_it_and_the_arg
 
 @pytest.mark.warren_only("RabbitMQ 3.10 accepts any x-consumer-timeout, as an argument "
                          "it does not know (3.12 and later check it)")
+@pytest.mark.warren_rabbitmq("4.0")   # classic queues time consumers out up to 4.0
 def test_a_negative_queue_argument_is_refused(warren):
     connection = connect(warren)
     try:
@@ -304,5 +307,41 @@ def test_under_4_3_a_timed_out_basic_get_closes_the_channel(timeout_broker_4_3):
         method, properties, _ = other.basic_get(qq, auto_ack=True)
         assert (properties.headers or {}) == {"x-acquired-count": 1}
         other.queue_delete(qq)
+    finally:
+        close_quietly(connection)
+
+
+def test_under_4_3_a_consumers_own_timeout_replaces_the_brokers(timeout_broker_4_3):
+    """x-consumer-timeout on Basic.Consume (4.3's quorum queues): a consumer that asks
+    for a minute is still there when one on the broker's TIMEOUT_MS, whose delivery
+    came later, is cancelled."""
+    connection = connect(timeout_broker_4_3)
+    patient, hasty = unique("ctimeout-patient"), unique("ctimeout-hasty")
+    try:
+        other = connection.channel()
+        other.confirm_delivery()
+        for queue in (patient, hasty):
+            other.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+            other.basic_publish("", queue, b"m")
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=1)
+        cancelled, got = [], []
+        channel.add_on_cancel_callback(lambda frame: cancelled.append(
+            frame.method.consumer_tag))
+        patient_tag = channel.basic_consume(patient, lambda *delivery: got.append(delivery),
+                                            arguments={"x-consumer-timeout": 60000})
+        assert wait_until(connection, lambda: got)
+        hasty_tag = channel.basic_consume(hasty, lambda *delivery: got.append(delivery))
+        assert wait_until(connection, lambda: cancelled, timeout=CLOSE_DEADLINE)
+        assert cancelled == [hasty_tag] and patient_tag in channel.consumer_tags
+        channel.basic_ack(got[0][1].delivery_tag)
+        assert wait_for_count(other, patient, 0) == 0
+    finally:
+        close_quietly(connection)
+    connection = connect(timeout_broker_4_3)
+    try:
+        channel = connection.channel()
+        channel.queue_delete(patient)
+        channel.queue_delete(hasty)
     finally:
         close_quietly(connection)

@@ -122,9 +122,11 @@ def test_prometheus_reads_queue_depth_and_published_count(warren_broker, queue, 
         prometheus.stop()
 
 
-def test_names_types_and_labels_are_rabbitmqs(warren_node, rabbitmq_node):
+@pytest.mark.warren_rabbitmq("3.10")   # (4.3.6 dropped some: not compared yet)
+def test_names_types_and_labels_are_rabbitmqs(warren_nodes, rabbitmq_nodes):
     """Every rabbitmq_* metric Warren exposes is one RabbitMQ 3.10 exposes, with the same
     type and labels RabbitMQ also has; Warren's own metrics are named warren_*."""
+    warren_node, rabbitmq_node = warren_nodes("3.10"), rabbitmq_nodes("3.10")
     reference_url = rabbitmq_prometheus_url(rabbitmq_node)
     name = f"prom-cmp-{uuid.uuid4().hex[:8]}"
     for node in (warren_node, rabbitmq_node):

@@ -15,7 +15,7 @@ Each line is a pinned rabbitmq-server package of Debian (LINES):
 
 As a command, it runs another command beside a throw-away node and stops the node
 afterwards, whatever happens (scripts/test.sh runs the integration tests so), or makes a
-line's root ahead of time (--line: 3.10, 4.0 or 4.3, the default):
+line's root ahead of time (--line: 3.10, the default, 4.0 or 4.3):
 
     python tests/support/rabbitmq_node.py run --line 4.3 -- python -m pytest tests/integration
     python tests/support/rabbitmq_node.py provision --line 4.3
@@ -79,7 +79,7 @@ LINES = {line.name: line for line in (
     Line("4.0", "4.0.5", "trixie"),     # Debian 13
     Line("4.3", "4.3.6", "sid"),        # Debian unstable
 )}
-DEFAULT_LINE = "4.3"   # Warren's default line: the RabbitMQ run's
+DEFAULT_LINE = "3.10"   # the RabbitMQ run's (pyproject.toml's warren_rabbitmq)
 
 
 def line_of(name: str) -> Line:

@@ -148,9 +148,10 @@ def test_a_policy_overrides_the_broker_timeout_and_the_lower_of_policy_and_argum
 QUORUM = {"x-queue-type": "quorum"}
 
 
-def consume_quorum(client) -> None:
+def consume_quorum(client, arguments=None) -> None:
     client.method(1, commands.Queue.Declare(queue="q", durable=True, arguments=QUORUM))
-    client.method(1, commands.Basic.Consume(queue="q", consumer_tag="c"))
+    client.method(1, commands.Basic.Consume(queue="q", consumer_tag="c",
+                                            arguments=arguments or {}))
     assert [body for _, body in deliveries(client.publish(1, "", "q", b"late"))] == [
         b"late"]
 
@@ -201,3 +202,15 @@ def test_under_4_3_a_client_without_cancel_notification_gets_its_channel_closed(
     frames = advance(client, clock, 1.5)
     assert cancels(frames) == []
     assert channel_closes(frames) == [(1, 406, TEXT.format(-1), 0, 0)]
+
+
+def test_under_4_3_a_consumers_own_timeout_replaces_its_queues():
+    """x-consumer-timeout on Basic.Consume (RabbitMQ 4.3's quorum queues), longer or
+    shorter than the broker's."""
+    client, clock = client_with_clock(line=LINE_4_3)
+    consume_quorum(client, {"x-consumer-timeout": 3000})
+    assert cancels(advance(client, clock, 2.9)) == []
+    assert cancels(advance(client, clock, 1.7)) == [(1, "c")]
+    client, clock = client_with_clock(consumer_timeout=0, line=LINE_4_3)
+    consume_quorum(client, {"x-consumer-timeout": 200})
+    assert cancels(advance(client, clock, 0.35)) == [(1, "c")]
