@@ -179,12 +179,17 @@ class ChannelAccess:
     so that a publish to one of them costs one dict lookup (broker/core/channel.py)."""
 
     __slots__ = ("access", "user", "vhost", "generation", "configurable", "writable",
-                 "readable", "topics", "topic_patterns", "topic_keys", "publish_targets")
+                 "readable", "topics", "topic_patterns", "topic_keys", "publish_targets",
+                 "refusal_prefix")
 
-    def __init__(self, access: AccessControl, user: str, vhost: str):
+    def __init__(self, access: AccessControl, user: str, vhost: str,
+                 names_permission: bool = False):
         self.access = access
         self.user = user
         self.vhost = vhost
+        # RabbitMQ 4.0 and later say which permission was missing ("write access to
+        # exchange ..."); 3.10 says "access to exchange ...".
+        self.refusal_prefix = "{} access" if names_permission else "access"
         self.generation = -1
         self.configurable: set[str] = set()
         self.writable: set[str] = set()
@@ -233,8 +238,9 @@ class ChannelAccess:
             self.refresh()
         resource = name or (DEFAULT_EXCHANGE_RESOURCE if kind == "exchange" else "")
         if not self.access.permits(self.user, self.vhost, access, resource):
-            raise access_refused(f"access to {kind} '{resource}' in vhost '{self.vhost}' "
-                                 f"refused for user '{self.user}'")
+            raise access_refused(f"{self.refusal_prefix.format(access)} to {kind} "
+                                 f"'{resource}' in vhost '{self.vhost}' refused for user "
+                                 f"'{self.user}'")
         if len(allowed) >= CACHED_DECISIONS:
             allowed.clear()
         if name or kind == "exchange":   # a name means one resource whatever its kind,
@@ -257,9 +263,9 @@ class ChannelAccess:
             pattern = self._topic_pattern(topics[exchange], access)
             self.topic_patterns[(access, exchange)] = pattern
         if pattern is None or pattern.search(routing_key) is None:
-            raise access_refused(f"access to topic '{routing_key}' in exchange "
-                                 f"'{exchange}' in vhost '{self.vhost}' refused for user "
-                                 f"'{self.user}'")
+            raise access_refused(f"{self.refusal_prefix.format(access)} to topic "
+                                 f"'{routing_key}' in exchange '{exchange}' in vhost "
+                                 f"'{self.vhost}' refused for user '{self.user}'")
         if len(self.topic_keys) >= CACHED_DECISIONS:
             self.topic_keys.clear()
         self.topic_keys.add(decision)

@@ -371,7 +371,8 @@ class Administration:
         access_control = self.broker.access
         if user is None:
             return OperatorAccess(access_control, "", vhost)
-        return ChannelAccess(access_control, user, vhost)
+        return ChannelAccess(access_control, user, vhost,
+                             self._vhost(vhost).profile.line.access_refusal_names_permission)
 
     @staticmethod
     def _queue(vhost, name: str):

@@ -55,8 +55,9 @@ class Channel(ConsumerChannel["Connection"]):
         self.number = number
         assert connection.vhost is not None, "channels open after Connection.Open"
         self.vhost: VirtualHost = connection.vhost
-        self.access = ChannelAccess(connection.broker.access, connection.user,
-                                    self.vhost.name)
+        self.access = ChannelAccess(
+            connection.broker.access, connection.user, self.vhost.name,
+            self.vhost.profile.line.access_refusal_names_permission)
         self.closing = False
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, Delivery] = {}

@@ -53,7 +53,9 @@ class ChannelTable:
                                     *MethodId.from_frame_index(method.index))
         connection = self.connection
         limits = connection.broker.limits
-        limits.check_channel(connection.user)
+        assert connection.vhost is not None, "channels open after Connection.Open"
+        limits.check_channel(connection.user,
+                             connection.vhost.profile.line.limits_in_parentheses)
         channel = Channel(connection, number)
         self.open[number] = channel
         limits.channel_opened(connection.user)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 from pamqp import commands
 
-from amqp_codec import (PROTOCOL_HEADER, Framer, InboundHeartbeat, InboundPublish,
+from amqp_codec import (Framer, InboundHeartbeat, InboundPublish,
                         MalformedProperties, ProtocolError, ProtocolHeaderMismatch, Publish,
                         fit_reply_text)
 from amqp_codec.reply_codes import ReplyCode
@@ -33,7 +33,8 @@ from .channel import Channel
 from .channel_table import ChannelTable
 from .dispatch import HANDLERS
 from .errors import AMQPError, ChannelError, ConnectionFailure
-from .handshake import HANDSHAKE_FRAME_MAX, ConnectionState, Handshake, Opened
+from .handshake import (HANDSHAKE_FRAME_MAX, ConnectionState, Handshake, Opened,
+                        header_refusal)
 from .held_output import HeldOutput
 from .message import PublishedMessage
 from .ports import Transport
@@ -150,8 +151,9 @@ class Connection(ClientConnection):
             framer = self.framer
             try:
                 items = framer.feed(data)
-            except ProtocolHeaderMismatch:
-                self.transport.write(PROTOCOL_HEADER)
+            except ProtocolHeaderMismatch as mismatch:
+                self.transport.write(header_refusal(
+                    mismatch.args[0], self.broker.profile.line.offers_amqp_1_0))
                 return _STOP_READING
             except ProtocolError as error:
                 self.handle_all(error.decoded)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pamqp import commands
 
+from amqp_codec import PROTOCOL_HEADER
 from amqp_codec.reply_codes import ReplyCode
 from amqp_codec.wire_ids import CONNECTION_OPEN, CONNECTION_TUNE_OK
 
@@ -38,6 +39,22 @@ _LOGIN_REFUSED = ("Login was refused using authentication mechanism {}. For deta
 
 # The largest frame read before Tune-Ok, in every line (RabbitMQ 4.1 raised it to 8192).
 HANDSHAKE_FRAME_MAX = 8192
+
+# AMQP 1.0's header with its SASL layer, which RabbitMQ 4.x (speaking AMQP 1.0 too)
+# offers to a client whose protocol header it does not take.
+AMQP_1_0_SASL_HEADER = b"AMQP\x03\x01\x00\x00"
+
+
+def header_refusal(seen: bytes, offers_amqp_1_0: bool) -> bytes:
+    """What a broker answers to a protocol header it does not take (`seen`: the bytes
+    read up to the first that did not match), before it closes the socket: AMQP
+    0-9-1's header, as 3.10 always does; since 4.0 only to "AMQP" 0 0 9+ (another
+    0-9-x revision), AMQP 1.0's SASL header to the rest (rabbit_reader's
+    version_negotiation)."""
+    if not offers_amqp_1_0 or (seen.startswith(b"AMQP\x00\x00") and len(seen) >= 7
+                               and seen[6] >= 9):
+        return PROTOCOL_HEADER
+    return AMQP_1_0_SASL_HEADER
 
 class ConnectionState(Enum):
     """Where a connection is; the values are RabbitMQ's names for the states."""

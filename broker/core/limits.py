@@ -54,14 +54,16 @@ class Limits:
                 ReplyCode.NOT_ALLOWED, f"connection refused for user '{user}': user "
                 f"connection limit ({limit}) is reached", *CONNECTION_OPEN)
 
-    def check_channel(self, user: str) -> None:
+    def check_channel(self, user: str, parenthesised: bool = True) -> None:
         """At Channel.Open: the user's channel limit over all its connections (a
-        connection error, class and method 0, as RabbitMQ sends it)."""
+        connection error, class and method 0, as RabbitMQ sends it; the limit in
+        parentheses up to 4.0, bare since 4.3)."""
         limit = _limit(self.users, user, "max-channels")
         if limit is not None and self._user_channels.get(user, 0) >= limit:
+            shown = f"({limit})" if parenthesised else str(limit)
             raise ConnectionFailure(
                 ReplyCode.NOT_ALLOWED, f"number of channels opened for user '{user}' has "
-                f"reached the maximum allowed user limit of ({limit})")
+                f"reached the maximum allowed user limit of {shown}")
 
     def check_new_queue(self, vhost: str, queue: str, queue_count: int) -> None:
         """Before a queue that does not exist yet is declared (exclusive and

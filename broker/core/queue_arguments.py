@@ -21,13 +21,6 @@ QUEUE_VERSIONS = (1, 2)
 LEADER_LOCATORS = ("client-local", "balanced", "random", "least-leaders")
 
 
-def _int_type(value):
-    """The classic checks' wording for a value that is not an integer."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return f"{{unacceptable_type,{type(value).__name__}}}"
-    return None
-
-
 def _count(type_problem, zero_allowed: bool = True):
     """A check of a count: an integer (`type_problem` words the refusal), not negative,
     and not zero unless `zero_allowed`."""
@@ -63,14 +56,13 @@ def _string(value):
 
 
 def _integer(value):
-    """The quorum and stream checks' wording for a value that is not an integer."""
+    """RabbitMQ's wording for a value that is not an integer (every line's, measured on
+    3.10.8 and 4.3.6 for x-max-length, x-message-ttl, x-expires, x-max-priority)."""
     if isinstance(value, bool) or not isinstance(value, int):
         return f'"expected integer, got {field_type_name(value)}"'
     return None
 
 
-_non_negative_int = _count(_int_type)
-_positive_int = _count(_int_type, zero_allowed=False)
 _non_negative_integer = _count(_integer)
 _positive_integer = _count(_integer, zero_allowed=False)
 
@@ -110,17 +102,17 @@ def _boolean(value):
 
 
 def _priority(value):
-    problem = _non_negative_int(value)
+    problem = _non_negative_integer(value)
     if problem is None and value > 255:
         return f"{{value_too_large,{value},255}}"
     return problem
 
 
 VALIDATORS = {
-    "x-max-length": _non_negative_int,
-    "x-max-length-bytes": _non_negative_int,
-    "x-message-ttl": _non_negative_int,
-    "x-expires": _positive_int,
+    "x-max-length": _non_negative_integer,
+    "x-max-length-bytes": _non_negative_integer,
+    "x-message-ttl": _non_negative_integer,
+    "x-expires": _positive_integer,
     "x-max-priority": _priority,
     "x-overflow": _overflow_mode,
     "x-dead-letter-exchange": _string,

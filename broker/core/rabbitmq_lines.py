@@ -186,6 +186,23 @@ class RabbitMQLine:
     # CC key takes that one out (key k1, CC [k2], BCC [k1]: [k2, k1]).
     death_keys_less_bcc: bool = True
 
+    # A 403 names the permission missing ("write access to exchange ..."): 4.0 and
+    # later; 3.10 says "access to exchange ...".
+    access_refusal_names_permission: bool = True
+    # A vhost's queue limit is checked after the declaration's arguments (4.0 and
+    # later: rabbit_queue_type:declare); 3.10 checks it first.
+    queue_limit_after_arguments: bool = True
+    # The user channel limit's 530 shows the limit in parentheses ("limit of (2)") up
+    # to 4.0; 4.3 shows it bare.
+    limits_in_parentheses: bool = True
+    # A stream's refusal of a consumer without a prefetch count or with automatic acks
+    # names "stream queue 'S' in vhost 'V'" (4.0 and later); 3.10 "'queue 'S' ...'"
+    # and "stream queues queue 'S' ...".
+    stream_refusals_say_stream: bool = True
+    # The broker speaks AMQP 1.0 too, and offers its header to a client whose protocol
+    # header it does not take (4.0 and later; handshake.header_refusal).
+    offers_amqp_1_0: bool = True
+
     def phase(self, feature: str) -> Phase | None:
         return self.deprecations.get(feature)
 
@@ -197,6 +214,9 @@ def latest_phase(feature: str) -> Phase:
 
 
 LINE_3_10 = RabbitMQLine("3.10", "3.10.8", quorum_counts_first_delivery=True,
+                         access_refusal_names_permission=False,
+                         queue_limit_after_arguments=False,
+                         stream_refusals_say_stream=False, offers_amqp_1_0=False,
                          quorum_requeues_to_back_without_limit=True,
                          missing_exchange_types=frozenset(["x-local-random"]),
                          unknown_exchange_type_closes_channel=False,
@@ -243,7 +263,7 @@ LINE_4_3 = RabbitMQLine(
     unchecked_queue_arguments=frozenset(["x-queue-mode"]),
     declares_default_queue_type=True, compares_max_age_in_milliseconds=True,
     stream_filtering=True, quorum_priorities=STRICT_32_PRIORITIES,
-    consumer_timeout_cancels=True)
+    consumer_timeout_cancels=True, limits_in_parentheses=False)
 
 LINES = {line.name: line for line in (LINE_3_10, LINE_4_0, LINE_4_3)}
 DEFAULT_LINE = LINE_4_3

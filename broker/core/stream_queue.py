@@ -85,17 +85,21 @@ class StreamQueue(QueueBase[DeliveredOffset[StreamConsumer], StreamConsumer]):
                       arguments: dict) -> StreamConsumer:
         """A consumer at the position its arguments ask for. As RabbitMQ: 406 without
         a prefetch, 540 (connection) with automatic acks; 406 for malformed arguments."""
+        # As RabbitMQ names the stream: 3.10 "for 'queue 'S' in vhost 'V''", "by stream
+        # queues queue 'S' ...", 4.0 and later "for stream queue 'S' ...", "by stream
+        # queue 'S' ..."
+        named = f"queue '{self.name}' in vhost '{self.vhost.name}'"
+        by_stream = self.vhost.profile.line.stream_refusals_say_stream
         if not prefetch:
+            subject = f"stream {named}" if by_stream else f"'{named}'"
             raise precondition_failed(
-                f"consumer prefetch count is not set for 'queue '{self.name}' in vhost "
-                f"'{self.vhost.name}'' (stream consumers need Basic.Qos with a prefetch "
-                "count and manual acknowledgements)")
+                f"consumer prefetch count is not set for {subject} (stream consumers "
+                "need Basic.Qos with a prefetch count and manual acknowledgements)")
         if no_ack:
+            subject = f"stream {named}" if by_stream else f"stream queues {named}"
             raise ConnectionFailure(
-                ReplyCode.NOT_IMPLEMENTED,
-                f"automatic acknowledgement not supported by stream queues queue "
-                f"'{self.name}' in vhost '{self.vhost.name}' (consume with manual acks)",
-                *BASIC_CONSUME)
+                ReplyCode.NOT_IMPLEMENTED, f"automatic acknowledgement not supported by "
+                f"{subject} (consume with manual acks)", *BASIC_CONSUME)
         options = stream_consumer_options(arguments, self.name)
         wanted = (consumer_filter(arguments or {}, self.name)
                   if self.vhost.profile.line.stream_filtering else None)

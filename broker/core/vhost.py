@@ -294,12 +294,17 @@ class VirtualHost:
         if dead_letter_exchange is not None:
             access.read("queue", name)
             access.write("exchange", dead_letter_exchange)
-        # RabbitMQ checks the limit after the permissions, before the arguments
-        self.limits.check_new_queue(self.name, name, len(self.queues))
-        kind = kind_of(arguments, self.profile.line)
+        # RabbitMQ 3.10 checks the limit after the permissions, before the arguments;
+        # 4.0 and later after the arguments (rabbit_queue_type:declare)
+        line = self.profile.line
+        if not line.queue_limit_after_arguments:
+            self.limits.check_new_queue(self.name, name, len(self.queues))
+        kind = kind_of(arguments, line)
         kind.validate_declaration(QueueDeclaration(
             name, self.name, name_chosen_by_server, durable, exclusive, auto_delete,
             arguments, self))
+        if line.queue_limit_after_arguments:
+            self.limits.check_new_queue(self.name, name, len(self.queues))
         persisted = durable and not exclusive
         store = kind.make_store(self.persistence, self.name, name, arguments, persisted)
         queue = kind.cls(self, name, durable, connection if exclusive else None,

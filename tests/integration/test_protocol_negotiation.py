@@ -15,6 +15,7 @@ import uuid
 import pytest
 from pamqp import commands, frame
 
+from broker.core.rabbitmq_lines import DEFAULT_LINE
 from tests.support.raw_amqp import (
     FRAME_BODY,
     PROTOCOL_HEADER,
@@ -78,6 +79,13 @@ def test_connection_start_server_capabilities(warren_broker):
 
 # -- protocol header -----------------------------------------------------------------
 
+def broker_line(broker) -> str:
+    """The RabbitMQ line of the session's broker: a Warren test broker's, or the
+    version another broker's Connection.Start gave."""
+    if hasattr(broker, "rabbitmq_line"):
+        return broker.rabbitmq_line or DEFAULT_LINE.name
+    return ".".join(broker.version.split(".")[:2])
+
 
 @pytest.mark.parametrize("header", [
     b"AMQP\x00\x00\x09\x00",             # wrong revision
@@ -92,9 +100,15 @@ def test_connection_start_server_capabilities(warren_broker):
 ], ids=["0-9-0", "0-8-0", "amqp-1.0", "legacy-1-1-0-10", "lowercase", "http-get",
         "http-response", "tls-hello", "frame"])
 def test_wrong_protocol_header_gets_supported_header_then_close(warren_broker, header):
+    """3.10 answers AMQP 0-9-1's header; 4.0 and later (which speak AMQP 1.0 too) only to
+    another 0-9-x revision, AMQP 1.0's SASL header to the rest."""
+    line = broker_line(warren_broker)
+    answer = PROTOCOL_HEADER
+    if line != "3.10" and not header.startswith(b"AMQP\x00\x00\x09"):
+        answer = b"AMQP\x03\x01\x00\x00"
     with RawAmqpClient(warren_broker.host, warren_broker.port) as client:
         client.send_raw(header)
-        assert client.read_exact(8) == PROTOCOL_HEADER
+        assert client.read_exact(8) == answer
         with pytest.raises(PeerClosed) as closed:
             client.read_exact(1)
         assert closed.value.data == b""

@@ -104,7 +104,14 @@ def test_user_connection_limit_counts_the_users_connections_on_every_vhost(warre
 
 # -- user max-channels ---------------------------------------------------------------
 
-def test_user_channel_limit_closes_the_connection_with_530(warren, tenant):
+# The limit as the 530 shows it: in parentheses up to 4.0, bare since 4.3.
+SHOWN_LIMIT = pytest.mark.parametrize("line, shown", [
+    pytest.param("3.10", "({})", marks=pytest.mark.warren_rabbitmq("3.10")),
+    pytest.param("4.3", "{}", marks=pytest.mark.warren_rabbitmq("4.3"))])
+
+
+@SHOWN_LIMIT
+def test_user_channel_limit_closes_the_connection_with_530(warren, tenant, line, shown):
     tenant.admin.set_user_limits(tenant.user, {"max-channels": 2})
     first = open_tenant(warren, tenant)
     first.open_channel(1)
@@ -115,7 +122,7 @@ def test_user_channel_limit_closes_the_connection_with_530(warren, tenant):
     assert (close.reply_code, close.class_id, close.method_id) == (530, 0, 0)
     assert close.reply_text == (f"NOT_ALLOWED - number of channels opened for user "
                                 f"'{tenant.user}' has reached the maximum allowed user "
-                                "limit of (2)")
+                                f"limit of {shown.format(2)}")
     assert still_works(first)
     first.close()
     second.close()
@@ -132,12 +139,13 @@ def test_a_lowered_channel_limit_closes_no_open_channel(warren, tenant):
     client.close()
 
 
-def test_zero_channels_refuses_the_first(warren, tenant):
+@SHOWN_LIMIT
+def test_zero_channels_refuses_the_first(warren, tenant, line, shown):
     tenant.admin.set_user_limits(tenant.user, {"max-channels": 0})
     client = open_tenant(warren, tenant)
     client.send_method(1, commands.Channel.Open())
     assert client.wait_for_connection_close().reply_text.endswith(
-        "maximum allowed user limit of (0)")
+        f"maximum allowed user limit of {shown.format(0)}")
     client.close()
 
 
@@ -183,13 +191,21 @@ def test_existing_queues_can_be_redeclared_past_the_limit(warren, tenant):
     client.close()
 
 
-def test_the_queue_limit_is_checked_before_the_queue_arguments(warren, tenant):
+@pytest.mark.parametrize("line", [
+    pytest.param("3.10", marks=pytest.mark.warren_rabbitmq("3.10")),
+    pytest.param("4.3", marks=pytest.mark.warren_rabbitmq("4.3"))])
+def test_the_queue_limit_is_checked_before_the_queue_arguments_up_to_3_x(warren, tenant,
+                                                                         line):
+    """(4.0 and later check the arguments first.)"""
     tenant.admin.set_vhost_limits(tenant.vhost, {"max-queues": 0})
     client = open_tenant(warren, tenant)
     client.open_channel(1)
     close = declare(client, "q", arguments={"x-max-length": "ten"})
-    assert close.reply_text == ("PRECONDITION_FAILED - cannot declare queue 'q': queue "
-                                f"limit in vhost '{tenant.vhost}' (0) is reached")
+    limit = ("PRECONDITION_FAILED - cannot declare queue 'q': queue limit in vhost "
+             f"'{tenant.vhost}' (0) is reached")
+    argument = ("PRECONDITION_FAILED - invalid arg 'x-max-length' for queue 'q' in vhost "
+                f"'{tenant.vhost}': \"expected integer, got longstr\"")
+    assert close.reply_text == (limit if line == "3.10" else argument)
     client.close()
 
 
