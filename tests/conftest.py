@@ -203,7 +203,9 @@ def broker_of_the_module(tmp_path_factory, pytestconfig):
     later on the same pytest-xdist worker compare stream timestamps with the wall clock
     on the session broker. Such a module overrides `warren_broker` with it."""
     broker = TestBroker(data_dir=str(tmp_path_factory.mktemp("module-broker")),
-                        mode=pytestconfig.getoption("--warren-mode"))
+                        mode=pytestconfig.getoption("--warren-mode"),
+                        rabbitmq_line=pytestconfig.getoption("--warren-rabbitmq")
+                        or pytestconfig.getini("warren_rabbitmq"))
     broker.start()
     yield broker
     broker.stop()
@@ -212,25 +214,30 @@ def broker_of_the_module(tmp_path_factory, pytestconfig):
 RABBITMQ_START_TIMEOUT = 120.0   # a node starts in about 4 s on an idle 2-core machine
 
 
-class OneAtATime:
-    """A broker per RabbitMQ line, started on first use; starting one stops the one
-    before (the differential runner plays each line's scenarios together)."""
+class PerLine:
+    """A broker per RabbitMQ line, started on first use and kept for the session (a
+    test may hold one line's address while another line's tests run)."""
 
     def __init__(self, start, stop):
         self._start, self._stop = start, stop
-        self._line = None
-        self._running = None
+        self._running: dict = {}
 
     def of(self, line: str):
-        if line != self._line:
-            self.close()
-            self._running, self._line = self._start(line), line
-        return self._running[0]
+        if line not in self._running:
+            self._running[line] = self._start(line)
+        return self._running[line][0]
 
     def close(self) -> None:
-        if self._running is not None:
-            running, self._running, self._line = self._running, None, None
-            self._stop(running[1])
+        for _, running in self._running.values():
+            self._stop(running)
+        self._running.clear()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_node(rabbitmq_nodes):
+    """RabbitMQ of the suite's line (WARREN_TEST_RABBITMQ_LINE, default 3.10) for the
+    session, for tests comparing with one node: rabbitmq_nodes' (a BrokerAddress)."""
+    return rabbitmq_nodes(os.environ.get("WARREN_TEST_RABBITMQ_LINE") or DEFAULT_LINE)
 
 
 @pytest.fixture(scope="session")
@@ -244,7 +251,7 @@ def warren_nodes(tmp_path_factory):
             extra_args=("--rabbitmq", line)).start()
         return process.address(), process
 
-    brokers = OneAtATime(start, lambda process: process.kill())
+    brokers = PerLine(start, lambda process: process.kill())
     yield brokers.of
     brokers.close()
 
@@ -255,8 +262,7 @@ def rabbitmq_nodes():
     BrokerAddress) of WARREN_TEST_BROKER's broker if set, else of a throw-away node of
     that line's pinned rabbitmq-server (own node name, loopback ports, data and cookie;
     the 4.x lines' roots are made on first use, tests/support/rabbitmq_node.py), stopped
-    when another line's is needed or at the end. Fails (never skips) when the node
-    cannot be had."""
+    at the end. Fails (never skips) when the node cannot be had."""
     external = _external_broker()
     if external is not None:
         yield lambda line: external
@@ -281,6 +287,6 @@ def rabbitmq_nodes():
                         pytrace=False)
         return BrokerAddress("127.0.0.1", node.port, management_url=node.management_url), node
 
-    nodes = OneAtATime(start, lambda node: node.stop())
+    nodes = PerLine(start, lambda node: node.stop())
     yield nodes.of
     nodes.close()

@@ -294,16 +294,15 @@ class VirtualHost:
         if dead_letter_exchange is not None:
             access.read("queue", name)
             access.write("exchange", dead_letter_exchange)
-        # RabbitMQ 3.10 checks the limit after the permissions, before the arguments;
-        # 4.0 and later after the arguments (rabbit_queue_type:declare)
-        line = self.profile.line
-        if not line.queue_limit_after_arguments:
+        # the queue limit before the arguments (3.10) or after them (4.0 and later)
+        limit_first = not self.profile.line.queue_limit_after_arguments
+        if limit_first:
             self.limits.check_new_queue(self.name, name, len(self.queues))
-        kind = kind_of(arguments, line)
+        kind = kind_of(arguments, self.profile.line)
         kind.validate_declaration(QueueDeclaration(
             name, self.name, name_chosen_by_server, durable, exclusive, auto_delete,
             arguments, self))
-        if line.queue_limit_after_arguments:
+        if not limit_first:
             self.limits.check_new_queue(self.name, name, len(self.queues))
         persisted = durable and not exclusive
         store = kind.make_store(self.persistence, self.name, name, arguments, persisted)
@@ -331,10 +330,9 @@ class VirtualHost:
                     f"inequivalent arg '{field}' for queue '{queue.name}' in vhost "
                     f"'{self.name}': received '{_describe(received)}' but current is "
                     f"'{_describe(current)}'")
-        line = self.profile.line
         check_arguments_equivalent(arguments, queue.arguments,
-                                   compared_arguments(queue, line), queue.name, self.name,
-                                   line)
+                                   compared_arguments(queue, self.profile.line), queue.name,
+                                   self.name, self.profile.line)
 
     def delete_queue(self, queue: QueueBase, if_unused: bool = False,
                      if_empty: bool = False,

@@ -10,6 +10,7 @@ from broker.core.handshake import ConnectionState
 from amqp_codec import (PROTOCOL_HEADER, Framer, InboundMethod, InboundPublish,
                         encode_properties)
 from broker.core.message import Message, PublishedMessage
+from broker.core.rabbitmq_lines import LINE_3_10, Profile
 
 from core_harness import Client, RecordingTransport, close_code, deliveries, kinds
 
@@ -315,7 +316,9 @@ def test_receive_data_closes_the_connection_on_a_protocol_error_and_stops_readin
 
 
 def test_receive_data_answers_another_protocol_header_with_its_own_and_stops():
+    """(Under 3.10; 4.x answers AMQP 1.0's: test_refusal_texts_by_line.py.)"""
     transport = RecordingTransport()
-    connection = Connection(Broker(), transport, "test", "127.0.0.1")
+    connection = Connection(Broker(profile=Profile(LINE_3_10)), transport, "test",
+                            "127.0.0.1")
     assert not connection.receive_data(b"HTTP/1.1 200 OK\r\n").keep_reading
     assert bytes(transport.output) == PROTOCOL_HEADER

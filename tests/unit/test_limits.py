@@ -10,6 +10,7 @@ from amqp_codec import InboundMethod
 from broker.core.admin import Administration
 from broker.core.broker import Broker
 from broker.core.connection import Connection
+from broker.core.rabbitmq_lines import LINE_3_10, Profile
 
 from core_harness import RecordingTransport, kinds
 
@@ -61,9 +62,10 @@ def channel_close(replies: list) -> commands.Channel.Close:
 
 @pytest.fixture
 def core_broker():
-    """A broker with vhost "v", and users alice and bob with full access to "/" and
-    "v" (guest has "/" only)."""
-    core_broker = Broker()
+    """A broker of the 3.10 line (its texts and order: test_refusal_texts_by_line.py has
+    the later lines') with vhost "v", and users alice and bob with full access to "/"
+    and "v" (guest has "/" only)."""
+    core_broker = Broker(profile=Profile(LINE_3_10))
     admin = Administration(core_broker)
     admin.add_vhost("v")
     for user in ("alice", "bob"):
