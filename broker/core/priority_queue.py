@@ -23,13 +23,14 @@ from .ports import QueueStore
 from .queue import Queue
 from .queue_base import ClientConnection, QueueHost
 
-def max_priority(arguments: dict) -> int:
+def max_priority(arguments: dict, least: int = 0) -> int:
     """The queue's highest message priority; 0 for a plain FIFO queue (no
-    x-max-priority, or 0, which RabbitMQ 3.10 treats as a single priority)."""
-    value = arguments.get("x-max-priority", 0)
+    x-max-priority, or 0, which RabbitMQ 3.10 treats as a single priority). With
+    `least` 1 (RabbitMQ 4.x) an x-max-priority of 0 is 1: two priorities."""
+    value = arguments.get("x-max-priority")
     if isinstance(value, bool) or not isinstance(value, int):
         return 0
-    return min(value, 255)
+    return max(least, min(value, 255))
 
 
 def message_priority(entry: QueueEntry, highest: int) -> int:
@@ -157,7 +158,7 @@ class PriorityQueue(Queue):
     def _ordered_ready(self):
         """An empty structure of ready messages in this queue's delivery order (a
         quorum queue has its own)."""
-        highest = max_priority(self.arguments)
+        highest = max_priority(self.arguments, self.vhost.profile.line.least_max_priority)
         assert highest > 0, "x-max-priority 0 is a plain classic queue"
         return PriorityReady(highest)
 

@@ -306,7 +306,7 @@ def kind_of(arguments: dict, line: RabbitMQLine = LINE_3_10) -> QueueKind:
     kind = kinds.by_type.get(queue_type) if isinstance(queue_type, str) else None
     if kind is None:
         kind = kinds.by_type["classic"]
-    if kind.name == "classic" and max_priority(arguments):
+    if kind.name == "classic" and max_priority(arguments, line.least_max_priority):
         return kinds.priority
     return kind
 

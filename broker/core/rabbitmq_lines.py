@@ -202,6 +202,9 @@ class RabbitMQLine:
     # The broker speaks AMQP 1.0 too, and offers its header to a client whose protocol
     # header it does not take (4.0 and later; handshake.header_refusal).
     offers_amqp_1_0: bool = True
+    # The fewest priorities of a classic queue given x-max-priority: 4.x makes 0 into 1
+    # (two priorities: rabbit_priority_queue's max(1, ...)); 3.10 takes 0 as FIFO.
+    least_max_priority: int = 1
 
     def phase(self, feature: str) -> Phase | None:
         return self.deprecations.get(feature)
@@ -217,6 +220,7 @@ LINE_3_10 = RabbitMQLine("3.10", "3.10.8", quorum_counts_first_delivery=True,
                          access_refusal_names_permission=False,
                          queue_limit_after_arguments=False,
                          stream_refusals_say_stream=False, offers_amqp_1_0=False,
+                         least_max_priority=0,
                          quorum_requeues_to_back_without_limit=True,
                          missing_exchange_types=frozenset(["x-local-random"]),
                          unknown_exchange_type_closes_channel=False,

@@ -398,8 +398,8 @@ class VirtualHost:
                   store) -> QueueBase:
         """A durable queue of the kind its arguments name, over its recovered store,
         in the vhost and bound to the default exchange."""
-        queue = kind_of(arguments).cls(self, name, True, None, auto_delete, arguments,
-                                       store)
+        cls = kind_of(arguments, self.profile.line).cls
+        queue = cls(self, name, True, None, auto_delete, arguments, store)
         self.queues[name] = queue
         self.default_exchange.bind(queue, name, None)
         return queue
