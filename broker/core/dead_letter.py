@@ -37,7 +37,7 @@ import datetime
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from amqp_codec import (EncodedValue, Long, MalformedProperties, array_elements,
                         encode_table, headers_entries, replace_properties,
@@ -289,7 +289,19 @@ def _take_death(deaths: list, queue_name: str, reason: str) -> EncodedValue | No
     return None
 
 
-def out_of_cycles(dead: Message, destinations: Sequence["QueueBase"]) -> list["QueueBase"]:
+class Named(Protocol):
+    """A dead-letter destination as the cycle check sees it (a Protocol: a queue, or a
+    test's stand-in, which a class annotation would refuse when compiled)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+NamedDestination = TypeVar("NamedDestination", bound=Named)
+
+
+def out_of_cycles(dead: Message,
+                  destinations: Sequence[NamedDestination]) -> list[NamedDestination]:
     """The queues of `destinations` the dead-lettered message may enter: as RabbitMQ
     3.10 and 4.x, not one already in its history (the x-death just written) when no
     death from the newest to that queue's is a rejection: such a cycle runs on its own

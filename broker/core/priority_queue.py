@@ -11,7 +11,7 @@ take the next message to be delivered, as RabbitMQ's priority queue does. Plain 
 """
 
 from collections import deque
-from typing import Iterator
+from typing import Iterator, Protocol
 
 from amqp_codec import MalformedProperties
 from amqp_codec.properties import priority
@@ -41,6 +41,20 @@ def message_priority(entry: QueueEntry, highest: int) -> int:
         return min(priority(entry.message.properties), highest)
     except MalformedProperties:
         return 0
+
+
+class OrderedReady(Protocol):
+    """What `_read_ahead` needs of a queue's ordered structure of ready messages: a
+    PriorityReady, or a quorum queue's QuorumReady (a Protocol: mypyc checks a class
+    annotation at run time, and the two share no base)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> QueueEntry: ...
+
+    def popleft(self) -> QueueEntry: ...
+
+    def within(self, entry: QueueEntry, limit: int) -> bool: ...
 
 
 class PriorityReady:
@@ -199,10 +213,10 @@ class PriorityQueue(Queue):
         while at most READ_AHEAD ready messages come before the first on disk. Those
         are in `ready` already: never a message in memory brought to an empty one."""
         paged = self._paged
-        tail: PriorityReady = paged.tail   # type: ignore[assignment]
-        ready = self.ready
+        tail: OrderedReady = paged.tail   # type: ignore[assignment]
+        ready: OrderedReady = self.ready   # type: ignore[assignment]
         reading = paged.reading
-        while tail and ready.within(tail[0], READ_AHEAD):  # type: ignore[attr-defined]
+        while tail and ready.within(tail[0], READ_AHEAD):
             batch = [tail.popleft() for _ in range(min(READ_BATCH, len(tail)))]
             for entry in batch:
                 reading[entry.seq] = entry
