@@ -45,9 +45,11 @@ class AdminError(Exception):
     """An operator request that cannot be carried out as asked; `reply_code` is the AMQP
     reply code of the refusal where a channel operation would have given one."""
 
-    def __init__(self, message: str, reply_code: int | None = None):
+    def __init__(self, message: str, reply_code: int | None = None,
+                 reason: list[str] | None = None):
         super().__init__(message)
         self.reply_code = reply_code
+        self.reason = reason   # RabbitMQ's reason where it is a term, not a text
 
 
 class OperatorAccess(ChannelAccess):
@@ -196,9 +198,13 @@ class Administration:
     def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str,
                               read: str) -> None:
         self._user(user)
-        self._vhost(vhost)
+        found = self._vhost(vhost)
         for access, pattern in (("write", write), ("read", read)):
             _check_pattern(access, pattern)
+        if found.profile.line.topic_permissions_need_exchange and \
+                exchange not in found.exchanges:
+            raise AdminError(f"no exchange '{exchange}' in vhost '{vhost}'",
+                             reason=["no_such_exchange", exchange])
         self.broker.access.set_topic_permission(user, vhost,
                                                 TopicPermission(exchange, write, read))
         self._record(SaveTopicPermissions(user=user, vhost=vhost, exchange=exchange,

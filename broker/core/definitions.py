@@ -227,10 +227,6 @@ class _Document:
         for item in self.permissions:
             admin.set_permissions(item["user"], item["vhost"], item.get("configure", ""),
                                   item["write"], item["read"])
-        for item in self.topic_permissions:
-            admin.set_topic_permissions(item["user"], item["vhost"],
-                                        item.get("exchange", ""), item["write"],
-                                        item["read"])
         for item in self.parameters:
             admin.set_vhost_limits(item["vhost"], item["value"])
         for item in self.policies:
@@ -238,6 +234,11 @@ class _Document:
                              item["definition"], item.get("priority", 0),
                              item.get("apply-to", "all"))
         self._apply_topology(admin)
+        # after the exchanges they name, which RabbitMQ 4.3 requires (and imports first)
+        for item in self.topic_permissions:
+            admin.set_topic_permissions(item["user"], item["vhost"],
+                                        item.get("exchange", ""), item["write"],
+                                        item["read"])
 
     def _apply_topology(self, admin: Administration) -> None:
         for item in self.exchanges:

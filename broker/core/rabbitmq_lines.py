@@ -205,6 +205,9 @@ class RabbitMQLine:
     # The fewest priorities of a classic queue given x-max-priority: 4.x makes 0 into 1
     # (two priorities: rabbit_priority_queue's max(1, ...)); 3.10 takes 0 as FIFO.
     least_max_priority: int = 1
+    # Topic permissions name an exchange that exists (4.3; #16587); earlier lines take
+    # any name.
+    topic_permissions_need_exchange: bool = False
 
     def phase(self, feature: str) -> Phase | None:
         return self.deprecations.get(feature)
@@ -267,7 +270,8 @@ LINE_4_3 = RabbitMQLine(
     unchecked_queue_arguments=frozenset(["x-queue-mode"]),
     declares_default_queue_type=True, compares_max_age_in_milliseconds=True,
     stream_filtering=True, quorum_priorities=STRICT_32_PRIORITIES,
-    consumer_timeout_cancels=True, limits_in_parentheses=False)
+    consumer_timeout_cancels=True, limits_in_parentheses=False,
+    topic_permissions_need_exchange=True)
 
 LINES = {line.name: line for line in (LINE_3_10, LINE_4_0, LINE_4_3)}
 DEFAULT_LINE = LINE_4_3

@@ -367,3 +367,21 @@ def test_names_with_slashes_and_spaces_are_one_path_segment_each(api, warren_bro
         api.delete(f"/api/users/{u}")
         api.delete(f"/api/vhosts/{v}")
     assert api.get(f"/api/vhosts/{v}").status_code == 404
+
+
+@pytest.mark.parametrize("line", [
+    pytest.param("3.10", marks=pytest.mark.warren_rabbitmq("3.10")),
+    pytest.param("4.3", marks=pytest.mark.warren_rabbitmq("4.3"))])
+def test_4_3_refuses_a_topic_permission_for_a_missing_exchange(api, warren, line):
+    """RabbitMQ 4.3 checks that the exchange exists (rabbit_auth_backend_internal,
+    #16587): 400 with the reason as a term; 3.10 takes any name."""
+    path = (f"/api/topic-permissions/{urllib.parse.quote(warren.vhost, safe='')}/"
+            f"{urllib.parse.quote(warren.user, safe='')}")
+    body = {"exchange": "no-such-x", "write": ".*", "read": ".*"}
+    answer = api.put(path, body)
+    if line == "3.10":
+        assert answer.status_code in (201, 204)
+    else:
+        assert (answer.status_code, answer.json()) == (
+            400, {"error": "bad_request", "reason": ["no_such_exchange", "no-such-x"]})
+    assert api.put(path, {**body, "exchange": "amq.topic"}).status_code in (201, 204)

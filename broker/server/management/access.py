@@ -447,7 +447,7 @@ def _admin_refusals():
     try:
         yield
     except AdminError as error:
-        raise bad_request(str(error)) from None
+        raise bad_request(error.reason or str(error)) from None
 
 
 ROUTES = [

@@ -17,7 +17,7 @@ class ApiError(Exception):
         self.headers = headers
 
 
-def bad_request(reason: str) -> ApiError:
+def bad_request(reason: str | list) -> ApiError:
     return ApiError(400, "bad_request", reason)
 
 
