@@ -5,6 +5,7 @@ declaration gets, what each kind refuses at declaration and at consume with Rabb
 import pytest
 from pamqp import commands
 
+from broker.core.broker import Broker
 from broker.core.priority_queue import PriorityQueue, max_priority
 from broker.core.queue import Queue
 from broker.core.rabbitmq_lines import LINE_3_10, LINE_4_3, Profile
@@ -34,18 +35,22 @@ def test_the_kinds_are_named_by_x_queue_type_in_rabbitmqs_order():
     assert kind_of({"x-queue-type": ["not", "text"]}) is CLASSIC
 
 
-def test_x_max_priority_selects_the_queue_class():
+@pytest.mark.parametrize("line", [LINE_3_10, LINE_4_3], ids=lambda line: line.name)
+def test_x_max_priority_selects_the_queue_class(line):
+    """0 is a plain queue under 3.10, two priorities since 4.0."""
     assert max_priority({"x-max-priority": 10}) == 10
     assert max_priority({"x-max-priority": 0}) == 0
-    assert max_priority({}) == 0
-    client = Client()
+    assert max_priority({"x-max-priority": 0}, least=1) == 1
+    assert max_priority({}) == 0 and max_priority({}, least=1) == 0
+    client = Client(Broker(profile=Profile(line)))
     client.open_channel()
     client.declare_queue(1, "p", arguments={"x-max-priority": 4})
     client.declare_queue(1, "zero", arguments={"x-max-priority": 0})
     client.declare_queue(1, "plain")
     queues = client.broker.vhosts["/"].queues
     assert type(queues["p"]) is PriorityQueue and queues["p"].kind is PRIORITY
-    assert type(queues["zero"]) is Queue and type(queues["plain"]) is Queue
+    zero = Queue if line is LINE_3_10 else PriorityQueue
+    assert type(queues["zero"]) is zero and type(queues["plain"]) is Queue
     assert queues["plain"].kind is CLASSIC
 
 
