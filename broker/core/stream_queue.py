@@ -174,15 +174,18 @@ class StreamQueue(QueueBase[DeliveredOffset[StreamConsumer], StreamConsumer]):
             self.consumers.remove(consumer)
             channel.consumer_cancelled_by_broker(consumer)
 
+    def _readable_end(self, consumer: StreamConsumer) -> int:
+        """The offset the consumer may read up to now: the durable end of the log, or
+        its end offset if that comes first."""
+        limit = self.store.durable_offset + 1
+        return limit if consumer.end is None else min(limit, consumer.end)
+
     def _feed_all(self, consumer: StreamConsumer) -> None:
         store = self.store
         channel = consumer.channel
-        end = consumer.end
         while channel.can_deliver(consumer):
             position = consumer.position
-            limit = store.durable_offset + 1
-            if end is not None:
-                limit = min(limit, end)
+            limit = self._readable_end(consumer)
             if position >= limit:
                 break
             count = min(READ_BATCH, limit - position,
@@ -207,12 +210,9 @@ class StreamQueue(QueueBase[DeliveredOffset[StreamConsumer], StreamConsumer]):
         are passed over without using credit, so reads are not bounded by the credit."""
         store = self.store
         channel = consumer.channel
-        end = consumer.end
         while channel.can_deliver(consumer):
             position = consumer.position
-            limit = store.durable_offset + 1
-            if end is not None:
-                limit = min(limit, end)
+            limit = self._readable_end(consumer)
             if position >= limit:
                 return
             records = store.read(position, min(READ_BATCH, limit - position))
